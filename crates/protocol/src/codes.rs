@@ -1,0 +1,143 @@
+use serde::{Deserialize, Serialize};
+
+/// A stable, machine-readable error code. Clients match on these strings;
+/// never rename one. Each code is documented in `docs/protocol.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The frame is not a JSON object.
+    BadJson,
+    /// The frame has no `type`, or one the server does not know.
+    UnknownType,
+    /// A field is missing or has the wrong type or value.
+    InvalidFrame,
+    /// The frame is larger than the server's `max_frame_bytes`.
+    FrameTooLarge,
+    /// The connection sends faster than its rate limit allows; the frame was dropped.
+    RateLimited,
+    /// The ticket does not exist.
+    TicketInvalid,
+    /// The ticket existed but its lifetime is over.
+    TicketExpired,
+    /// The ticket was already redeemed.
+    TicketUsed,
+    /// The room does not exist.
+    RoomNotFound,
+    /// The room is at its member limit.
+    RoomFull,
+    /// The room only admits members holding a ticket.
+    TicketRequired,
+    /// The connection has joined as many rooms as it may.
+    TooManyRooms,
+    /// The connection is already a member of this room.
+    AlreadyJoined,
+    /// The connection acts in a room it has not joined.
+    NotJoined,
+    /// The `request` names an operation the server does not know.
+    UnknownOp,
+    /// The `request` arguments are missing or invalid.
+    InvalidArgs,
+    /// The entity does not exist.
+    EntityNotFound,
+    /// The request carried a `version` that is not the entity's current version.
+    VersionConflict,
+    /// Another session holds the lock on this object.
+    LockHeld,
+    /// The session does not hold the lock it tries to release or renew.
+    LockNotHeld,
+    /// The target session of a `direct` is not a connected member of the room.
+    SessionNotFound,
+    /// The server is shutting down and takes no new work.
+    ShuttingDown,
+    /// A bug or an unexpected failure inside the server.
+    Internal,
+}
+
+impl ErrorCode {
+    /// Every error code, in documentation order.
+    pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::BadJson,
+        ErrorCode::UnknownType,
+        ErrorCode::InvalidFrame,
+        ErrorCode::FrameTooLarge,
+        ErrorCode::RateLimited,
+        ErrorCode::TicketInvalid,
+        ErrorCode::TicketExpired,
+        ErrorCode::TicketUsed,
+        ErrorCode::RoomNotFound,
+        ErrorCode::RoomFull,
+        ErrorCode::TicketRequired,
+        ErrorCode::TooManyRooms,
+        ErrorCode::AlreadyJoined,
+        ErrorCode::NotJoined,
+        ErrorCode::UnknownOp,
+        ErrorCode::InvalidArgs,
+        ErrorCode::EntityNotFound,
+        ErrorCode::VersionConflict,
+        ErrorCode::LockHeld,
+        ErrorCode::LockNotHeld,
+        ErrorCode::SessionNotFound,
+        ErrorCode::ShuttingDown,
+        ErrorCode::Internal,
+    ];
+
+    /// The code as it appears on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadJson => "bad_json",
+            ErrorCode::UnknownType => "unknown_type",
+            ErrorCode::InvalidFrame => "invalid_frame",
+            ErrorCode::FrameTooLarge => "frame_too_large",
+            ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::TicketInvalid => "ticket_invalid",
+            ErrorCode::TicketExpired => "ticket_expired",
+            ErrorCode::TicketUsed => "ticket_used",
+            ErrorCode::RoomNotFound => "room_not_found",
+            ErrorCode::RoomFull => "room_full",
+            ErrorCode::TicketRequired => "ticket_required",
+            ErrorCode::TooManyRooms => "too_many_rooms",
+            ErrorCode::AlreadyJoined => "already_joined",
+            ErrorCode::NotJoined => "not_joined",
+            ErrorCode::UnknownOp => "unknown_op",
+            ErrorCode::InvalidArgs => "invalid_args",
+            ErrorCode::EntityNotFound => "entity_not_found",
+            ErrorCode::VersionConflict => "version_conflict",
+            ErrorCode::LockHeld => "lock_held",
+            ErrorCode::LockNotHeld => "lock_not_held",
+            ErrorCode::SessionNotFound => "session_not_found",
+            ErrorCode::ShuttingDown => "shutting_down",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// WebSocket close codes the server uses. 4000–4999 are Plaza's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum CloseCode {
+    /// Normal closure, e.g. after the client closed.
+    Normal = 1000,
+    /// The server restarts or shuts down: reconnect (to any node) and resume.
+    Restarting = 1012,
+    /// A frame exceeded the hard WebSocket message limit (4 × `max_frame_bytes`).
+    MessageTooBig = 1009,
+    /// Nothing was heard from the client within `idle_timeout`.
+    HeartbeatTimeout = 4001,
+    /// The client did not read fast enough: its send queue stayed full. Resume to catch up.
+    SlowConsumer = 4002,
+    /// The client kept breaking its rate limit by a large margin.
+    PolicyViolation = 4003,
+}
+
+impl CloseCode {
+    /// The numeric close code.
+    pub fn code(self) -> u16 {
+        self as u16
+    }
+}

@@ -1,0 +1,362 @@
+//! Frames the server sends to clients, and their encoder.
+//!
+//! A frame is encoded once into [`Bytes`]; the same buffer then goes to every
+//! recipient (and stays in the room history for resume).
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use crate::ErrorCode;
+
+/// A member of a room as others see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemberInfo {
+    /// Session id, the address for `direct` messages.
+    pub session: String,
+    /// Display name.
+    pub name: String,
+    /// Platform, e.g. `browser` or `xr`.
+    pub platform: String,
+}
+
+/// One entity of the room state.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EntityInfo {
+    /// Server-assigned id, unique in the room.
+    pub id: String,
+    /// Application-defined kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Current data.
+    pub data: serde_json::Value,
+    /// Starts at 1, grows by one with every change.
+    pub version: u64,
+}
+
+/// A lock lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LockInfo {
+    /// The locked object's key.
+    pub object: String,
+    /// Holder's session id.
+    pub owner: String,
+    /// Fencing token: grows with every grant in the room, never reused.
+    pub token: u64,
+    /// When the lease ends unless renewed, in Unix milliseconds.
+    pub expires_at: u64,
+}
+
+/// The room state handed to a joining member.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Snapshot {
+    /// Every entity, ordered by id.
+    pub entities: Vec<EntityInfo>,
+    /// Every live lock, ordered by object.
+    pub locks: Vec<LockInfo>,
+}
+
+/// Why a member left the room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaveReason {
+    /// It sent `leave`.
+    Left,
+    /// Its connection dropped; it may still resume.
+    Disconnected,
+    /// Its resume window passed without a resume.
+    Expired,
+    /// The room was deleted.
+    RoomClosed,
+}
+
+/// Why a lock ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnlockReason {
+    /// The holder released it.
+    Released,
+    /// The lease ran out.
+    Expired,
+    /// The holder's connection dropped or it left.
+    Disconnected,
+}
+
+/// Why a resume did not continue the stream and a fresh snapshot follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResyncReason {
+    /// The history no longer reaches back to `last_seq`.
+    HistoryTruncated,
+    /// The resume token is unknown or its window passed; a new session was started.
+    SessionExpired,
+    /// `last_seq` is ahead of the room (the room was recreated).
+    EpochChanged,
+}
+
+/// The room-specific part of an event.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind")]
+pub enum EventBody {
+    /// A published message.
+    #[serde(rename = "message")]
+    Message {
+        /// Channel it was published on.
+        channel: String,
+        /// Application event name.
+        event: String,
+        /// Payload, relayed untouched.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        data: Option<Box<RawValue>>,
+        /// Topic, if the sender gave one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        topic: Option<String>,
+        /// The seq this message answers.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reply_to: Option<u64>,
+        /// The sender's client message id.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+    },
+    /// A member joined (or resumed).
+    #[serde(rename = "presence.join")]
+    PresenceJoin {
+        /// Who.
+        member: MemberInfo,
+    },
+    /// A member left.
+    #[serde(rename = "presence.leave")]
+    PresenceLeave {
+        /// Who.
+        session: String,
+        /// Why.
+        reason: LeaveReason,
+    },
+    /// An entity was created.
+    #[serde(rename = "entity.created")]
+    EntityCreated {
+        /// The new entity.
+        entity: EntityInfo,
+    },
+    /// An entity was set or patched.
+    #[serde(rename = "entity.updated")]
+    EntityUpdated {
+        /// The entity after the change.
+        entity: EntityInfo,
+    },
+    /// An entity was deleted.
+    #[serde(rename = "entity.deleted")]
+    EntityDeleted {
+        /// Its id.
+        id: String,
+        /// The version it had when deleted.
+        version: u64,
+    },
+    /// A lock was granted (or renewed).
+    #[serde(rename = "lock.acquired")]
+    LockAcquired {
+        /// The lease.
+        lock: LockInfo,
+    },
+    /// A lock ended.
+    #[serde(rename = "lock.released")]
+    LockReleased {
+        /// The object.
+        object: String,
+        /// The holder.
+        owner: String,
+        /// The lease's fencing token.
+        token: u64,
+        /// Why it ended.
+        reason: UnlockReason,
+    },
+}
+
+/// A room event: sequenced, kept in history, delivered in order.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    /// Room id.
+    pub room: String,
+    /// Position in the room's total order, gap-free from 1.
+    pub seq: u64,
+    /// Server time the event was ordered, Unix milliseconds.
+    pub ts: u64,
+    /// Session that caused it, if a member did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// What happened.
+    #[serde(flatten)]
+    pub body: EventBody,
+}
+
+/// The body of a `joined` or `resync` frame.
+#[derive(Debug, Clone, Serialize)]
+pub struct Joined {
+    /// Room id.
+    pub room: String,
+    /// This member's session id.
+    pub session: String,
+    /// Secret token to resume this session after a reconnect.
+    pub resume_token: String,
+    /// Identifies this incarnation of the room; changes if it is recreated.
+    pub epoch: u64,
+    /// The room's current seq: the snapshot includes every event up to it.
+    pub seq: u64,
+    /// Connected members, this one included.
+    pub members: Vec<MemberInfo>,
+    /// Room state at `seq` (absent on a successful resume: missed events follow instead).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<Snapshot>,
+    /// This member's channels.
+    pub channels: Vec<String>,
+    /// True when an earlier session continues and the missed events follow.
+    pub resumed: bool,
+    /// Only on `resync`: why the stream could not simply continue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<ResyncReason>,
+}
+
+/// Where an error frame points back to.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ErrorRef {
+    /// The `type` of the frame that caused the error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frame: Option<String>,
+    /// Its room.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub room: Option<String>,
+    /// Its client message id (publish).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+}
+
+/// An error's code and message, as inside `error` and failed `response` frames.
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorBody {
+    /// Stable code.
+    pub code: ErrorCode,
+    /// Human-readable explanation.
+    pub message: String,
+}
+
+/// Every frame the server sends.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerFrame {
+    /// Answer to `join`.
+    Joined(Joined),
+    /// Answer to a `join` with `resume` that could not continue the stream.
+    Resync(Joined),
+    /// Answer to `leave`.
+    Left {
+        /// Room id.
+        room: String,
+    },
+    /// The room was deleted; the member is out.
+    Closed {
+        /// Room id.
+        room: String,
+        /// Why.
+        reason: String,
+    },
+    /// Acknowledges a `publish`: it is ordered and stored.
+    Ack {
+        /// Room id.
+        room: String,
+        /// The message's seq.
+        seq: u64,
+        /// The client message id, if given.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// True when this id was already published: not delivered again.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        duplicate: bool,
+    },
+    /// Answer to `request`, exactly one per nonce.
+    Response {
+        /// Room id.
+        room: String,
+        /// The request's nonce.
+        nonce: Box<RawValue>,
+        /// Whether the operation succeeded.
+        ok: bool,
+        /// The result when `ok`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        result: Option<serde_json::Value>,
+        /// The error when not `ok`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<ErrorBody>,
+    },
+    /// A sequenced room event.
+    Event(Event),
+    /// A message from one session to this one.
+    Direct {
+        /// Room id.
+        room: String,
+        /// Sender's session id.
+        from: String,
+        /// Application event name.
+        event: String,
+        /// Payload, relayed untouched.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        data: Option<Box<RawValue>>,
+    },
+    /// Something the client sent was refused.
+    Error {
+        /// Stable code.
+        code: ErrorCode,
+        /// Human-readable explanation.
+        message: String,
+        /// The frame it concerns.
+        #[serde(rename = "ref", skip_serializing_if = "Option::is_none")]
+        reference: Option<ErrorRef>,
+    },
+    /// Answer to `ping`.
+    Pong {
+        /// The ping's `ts`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ts: Option<f64>,
+    },
+}
+
+impl ServerFrame {
+    /// Encodes the frame as JSON text, once.
+    pub fn encode(&self) -> Bytes {
+        // Serializing these types cannot fail: every map key is a string.
+        Bytes::from(serde_json::to_vec(self).expect("server frames always serialize"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_is_flat_with_type_and_kind() {
+        let f = ServerFrame::Event(Event {
+            room: "r".into(),
+            seq: 3,
+            ts: 10,
+            from: Some("s1".into()),
+            body: EventBody::Message {
+                channel: "main".into(),
+                event: "chat".into(),
+                data: Some(RawValue::from_string("{\"t\":\"hi\"}".into()).unwrap()),
+                topic: None,
+                reply_to: Some(2),
+                id: None,
+            },
+        });
+        assert_eq!(
+            std::str::from_utf8(&f.encode()).unwrap(),
+            r#"{"type":"event","room":"r","seq":3,"ts":10,"from":"s1","kind":"message","channel":"main","event":"chat","data":{"t":"hi"},"reply_to":2}"#
+        );
+    }
+
+    #[test]
+    fn error_codes_serialize_as_their_wire_names() {
+        for code in ErrorCode::ALL {
+            assert_eq!(serde_json::to_value(code).unwrap(), code.as_str());
+        }
+    }
+}
