@@ -1,1 +1,30 @@
-//! stub
+//! Plaza's room logic, free of I/O.
+//!
+//! Everything here is a plain state machine: callers pass the current time
+//! ([`Millis`]) and any randomness (session ids, tokens) in, and get events and
+//! answers out. That keeps the rules — ordering, history bounds, resume windows,
+//! lock leases, validation — testable exhaustively and deterministically.
+//!
+//! The central type is [`Room`]: one room's members, state, locks and ordered
+//! history. A runtime (the `plaza-server` crate) owns each `Room` in one task and
+//! delivers the encoded events it returns.
+
+mod entities;
+mod history;
+mod locks;
+mod rate;
+mod room;
+mod tickets;
+
+pub use entities::{Entity, EntityStore};
+pub use history::{HistoryEntry, RoomLog};
+pub use locks::{LockLease, LockTable};
+pub use rate::TokenBucket;
+pub use room::{
+    Access, JoinParams, Joined, Member, PublishParams, Published, RequestOutcome, Resume, Room,
+    RoomConfig, RoomError,
+};
+pub use tickets::{TicketBook, TicketGrant};
+
+/// Wall-clock time in Unix milliseconds, passed in by the caller.
+pub type Millis = u64;

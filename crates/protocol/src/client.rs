@@ -342,35 +342,59 @@ impl Request {
             raw: &'a Option<Box<RawValue>>,
         ) -> Result<T, (ErrorCode, String)> {
             let text = raw.as_deref().map(RawValue::get).unwrap_or("{}");
-            serde_json::from_str(text)
-                .map_err(|e| (ErrorCode::InvalidArgs, format!("invalid args for {op}: {e}")))
+            serde_json::from_str(text).map_err(|e| {
+                (
+                    ErrorCode::InvalidArgs,
+                    format!("invalid args for {op}: {e}"),
+                )
+            })
         }
         let a = &self.args;
         let op = self.op.as_str();
         Ok(match op {
             "entity.create" => {
                 let c: Create = args(op, a)?;
-                Op::EntityCreate { kind: c.kind, data: c.data }
+                Op::EntityCreate {
+                    kind: c.kind,
+                    data: c.data,
+                }
             }
             "entity.set" => {
                 let s: Set = args(op, a)?;
-                Op::EntitySet { id: s.id, data: s.data, version: s.version }
+                Op::EntitySet {
+                    id: s.id,
+                    data: s.data,
+                    version: s.version,
+                }
             }
             "entity.patch" => {
                 let p: Patch = args(op, a)?;
-                Op::EntityPatch { id: p.id, data: p.data, version: p.version }
+                Op::EntityPatch {
+                    id: p.id,
+                    data: p.data,
+                    version: p.version,
+                }
             }
             "entity.delete" => {
                 let d: Delete = args(op, a)?;
-                Op::EntityDelete { id: d.id, version: d.version }
+                Op::EntityDelete {
+                    id: d.id,
+                    version: d.version,
+                }
             }
             "lock.acquire" => {
                 let l: Lock = args(op, a)?;
-                Op::LockAcquire { object: l.object, ttl_ms: l.ttl_ms }
+                Op::LockAcquire {
+                    object: l.object,
+                    ttl_ms: l.ttl_ms,
+                }
             }
             "lock.renew" => {
                 let l: Lock = args(op, a)?;
-                Op::LockRenew { object: l.object, ttl_ms: l.ttl_ms }
+                Op::LockRenew {
+                    object: l.object,
+                    ttl_ms: l.ttl_ms,
+                }
             }
             "lock.release" => {
                 let r: Release = args(op, a)?;
@@ -399,7 +423,9 @@ mod tests {
     fn publish_defaults_to_main_channel_and_keeps_raw_data() {
         let f = decode(br#"{"type":"publish","room":"r","event":"chat","data":{"a": [1, 2]}}"#)
             .unwrap();
-        let ClientFrame::Publish(p) = f else { panic!("not a publish") };
+        let ClientFrame::Publish(p) = f else {
+            panic!("not a publish")
+        };
         assert_eq!(p.channel, "main");
         assert_eq!(p.data.unwrap().get(), r#"{"a": [1, 2]}"#);
         assert!(!p.echo);
@@ -415,10 +441,16 @@ mod tests {
 
     #[test]
     fn missing_type_and_non_objects() {
-        assert_eq!(decode(br#"{"room":"r"}"#).unwrap_err().code, ErrorCode::UnknownType);
+        assert_eq!(
+            decode(br#"{"room":"r"}"#).unwrap_err().code,
+            ErrorCode::UnknownType
+        );
         assert_eq!(decode(b"[1,2]").unwrap_err().code, ErrorCode::BadJson);
         assert_eq!(decode(b"").unwrap_err().code, ErrorCode::BadJson);
-        assert_eq!(decode(br#"{"type":7}"#).unwrap_err().code, ErrorCode::BadJson);
+        assert_eq!(
+            decode(br#"{"type":7}"#).unwrap_err().code,
+            ErrorCode::BadJson
+        );
     }
 
     #[test]
@@ -429,7 +461,13 @@ mod tests {
         .unwrap();
         let ClientFrame::Request(r) = f else { panic!() };
         assert_eq!(r.nonce.get(), "7");
-        assert_eq!(r.op().unwrap(), Op::LockAcquire { object: "e1".into(), ttl_ms: Some(500) });
+        assert_eq!(
+            r.op().unwrap(),
+            Op::LockAcquire {
+                object: "e1".into(),
+                ttl_ms: Some(500)
+            }
+        );
 
         let f = decode(br#"{"type":"request","room":"r","nonce":"n","op":"entity.set","args":{}}"#)
             .unwrap();

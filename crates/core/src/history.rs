@@ -1,0 +1,143 @@
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::Millis;
+
+/// One ordered room event: its metadata for routing and its frame, encoded once.
+#[derive(Debug)]
+pub struct HistoryEntry {
+    /// Position in the room's total order.
+    pub seq: u64,
+    /// When it was ordered.
+    pub ts: Millis,
+    /// Session that caused it.
+    pub from: Option<String>,
+    /// `Some` for messages: only subscribers of this channel receive it.
+    /// `None` for room-wide events (presence, state, locks).
+    pub channel: Option<String>,
+    /// Deliver to `from` as well.
+    pub echo: bool,
+    /// Message topic, for delivery policies.
+    pub topic: Option<String>,
+    /// The seq this message answers.
+    pub reply_to: Option<u64>,
+    /// The `event` frame as sent on the wire.
+    pub frame: Bytes,
+}
+
+/// A room's bounded, ordered history: the last `capacity` events.
+///
+/// Sequence numbers are gap-free, so the entry for `seq` is found by offset.
+#[derive(Debug)]
+pub struct RoomLog {
+    entries: VecDeque<Arc<HistoryEntry>>,
+    capacity: usize,
+}
+
+impl RoomLog {
+    /// An empty log keeping at most `capacity` entries (at least 1).
+    pub fn new(capacity: usize) -> Self {
+        RoomLog {
+            entries: VecDeque::with_capacity(capacity.min(1024)),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Appends the next entry, dropping the oldest when full.
+    ///
+    /// # Panics
+    /// If `entry.seq` does not follow the last entry's seq: that would be a bug
+    /// in the room, and a gap must never reach a client.
+    pub fn push(&mut self, entry: Arc<HistoryEntry>) {
+        if let Some(last) = self.entries.back() {
+            assert_eq!(entry.seq, last.seq + 1, "room log must stay gap-free");
+        }
+        if self.entries.len() == self.capacity {
+            self.entries.pop_front();
+        }
+        self.entries.push_back(entry);
+    }
+
+    /// The entries after `last_seq`, or `None` if the log no longer reaches back
+    /// that far (some event after `last_seq` was dropped).
+    pub fn since(&self, last_seq: u64) -> Option<impl Iterator<Item = &Arc<HistoryEntry>>> {
+        let first = match self.entries.front() {
+            Some(e) => e.seq,
+            None => return Some(self.entries.range(0..0)),
+        };
+        if last_seq + 1 < first {
+            return None;
+        }
+        let skip = (last_seq + 1 - first) as usize;
+        Some(self.entries.range(skip.min(self.entries.len())..))
+    }
+
+    /// The last `n` entries, oldest first.
+    pub fn last(&self, n: usize) -> impl Iterator<Item = &Arc<HistoryEntry>> {
+        self.entries.range(self.entries.len().saturating_sub(n)..)
+    }
+
+    /// The oldest seq still held.
+    pub fn first_seq(&self) -> Option<u64> {
+        self.entries.front().map(|e| e.seq)
+    }
+
+    /// Number of entries held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The most entries held.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn entry(seq: u64) -> Arc<HistoryEntry> {
+        Arc::new(HistoryEntry {
+            seq,
+            ts: 0,
+            from: None,
+            channel: None,
+            echo: false,
+            topic: None,
+            reply_to: None,
+            frame: Bytes::new(),
+        })
+    }
+
+    #[test]
+    fn since_returns_exactly_the_missed_entries() {
+        let mut log = RoomLog::new(3);
+        for s in 1..=5 {
+            log.push(entry(s));
+        }
+        assert_eq!(log.first_seq(), Some(3));
+        let seqs = |l: u64| log.since(l).map(|it| it.map(|e| e.seq).collect::<Vec<_>>());
+        assert_eq!(seqs(2), Some(vec![3, 4, 5]));
+        assert_eq!(seqs(4), Some(vec![5]));
+        assert_eq!(seqs(5), Some(vec![]));
+        assert_eq!(seqs(9), Some(vec![]));
+        assert_eq!(seqs(1), None);
+        assert_eq!(log.last(2).map(|e| e.seq).collect::<Vec<_>>(), vec![4, 5]);
+    }
+
+    #[test]
+    #[should_panic(expected = "gap-free")]
+    fn gaps_are_refused() {
+        let mut log = RoomLog::new(3);
+        log.push(entry(1));
+        log.push(entry(3));
+    }
+}

@@ -1,0 +1,889 @@
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use plaza_protocol::client::Op;
+use plaza_protocol::server::{
+    Event, EventBody, Joined as JoinedFrame, LeaveReason, LockInfo, MemberInfo, ResyncReason,
+    ServerFrame, Snapshot, UnlockReason,
+};
+use plaza_protocol::{ErrorCode, DEFAULT_CHANNEL};
+use serde_json::{json, Value};
+
+use crate::{EntityStore, HistoryEntry, LockTable, Millis, RoomLog};
+
+/// Who may join a room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Access {
+    /// Anyone who knows the room id, with any name.
+    #[default]
+    Open,
+    /// Only holders of a ticket issued for the room.
+    TicketOnly,
+}
+
+/// Per-room limits and timings.
+#[derive(Debug, Clone)]
+pub struct RoomConfig {
+    /// Events kept for resume.
+    pub history_size: usize,
+    /// Connected members at most.
+    pub max_members: usize,
+    /// Who may join.
+    pub access: Access,
+    /// How long a dropped session can be resumed.
+    pub resume_window_ms: Millis,
+    /// Lease length when a `lock.acquire` names none.
+    pub default_lock_ttl_ms: Millis,
+    /// Longest lease granted.
+    pub max_lock_ttl_ms: Millis,
+    /// Client message ids remembered per session for idempotent publish.
+    pub dedup_window: usize,
+    /// Channels a member may subscribe to at once.
+    pub max_channels: usize,
+}
+
+impl Default for RoomConfig {
+    fn default() -> Self {
+        RoomConfig {
+            history_size: 1000,
+            max_members: 10_000,
+            access: Access::Open,
+            resume_window_ms: 120_000,
+            default_lock_ttl_ms: 30_000,
+            max_lock_ttl_ms: 600_000,
+            dedup_window: 256,
+            max_channels: 32,
+        }
+    }
+}
+
+/// A refusal: a stable code and a message for humans.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoomError {
+    /// Stable code.
+    pub code: ErrorCode,
+    /// Explanation.
+    pub message: String,
+}
+
+impl RoomError {
+    /// Builds an error.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        RoomError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for RoomError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for RoomError {}
+
+/// One member (session) of a room, connected or waiting to resume.
+#[derive(Debug)]
+pub struct Member<S> {
+    /// Public identity.
+    pub info: MemberInfo,
+    /// Subscribed channels.
+    pub channels: Vec<String>,
+    /// Where its frames go while connected; `None` while disconnected.
+    pub sink: Option<S>,
+    resume_token: String,
+    disconnected_at: Option<Millis>,
+    recent_ids: HashMap<String, u64>,
+    recent_order: VecDeque<String>,
+}
+
+/// What a caller supplies to join: identity, fresh ids and the delivery sink.
+#[derive(Debug)]
+pub struct JoinParams<S> {
+    /// A new, unique session id (used unless an earlier session resumes).
+    pub session: String,
+    /// A new, unguessable resume token (same rule).
+    pub resume_token: String,
+    /// Display name.
+    pub name: String,
+    /// Platform.
+    pub platform: String,
+    /// Channels besides `main`.
+    pub channels: Vec<String>,
+    /// Whether the member came with a valid ticket.
+    pub ticket: bool,
+    /// Delivery handle for this member's frames.
+    pub sink: S,
+}
+
+/// A resume request: the token from an earlier `joined` and the last seq seen.
+#[derive(Debug, Clone)]
+pub struct Resume {
+    /// The earlier session's resume token.
+    pub token: String,
+    /// The highest seq the client holds.
+    pub last_seq: u64,
+}
+
+/// The outcome of a join or resume.
+#[derive(Debug)]
+pub struct Joined<S> {
+    /// The `joined` (or, with a `reason`, `resync`) frame for the member.
+    pub frame: JoinedFrame,
+    /// Events the resumed member missed, in order: send them right after `frame`.
+    pub missed: Vec<Arc<HistoryEntry>>,
+    /// New events for the other members (presence).
+    pub events: Vec<Arc<HistoryEntry>>,
+    /// The sink of a still-connected older connection of the same session,
+    /// which the new connection replaces.
+    pub replaced: Option<S>,
+}
+
+impl<S> Joined<S> {
+    /// The frame to send: `joined`, or `resync` when the stream could not continue.
+    pub fn server_frame(&self) -> ServerFrame {
+        if self.frame.reason.is_some() {
+            ServerFrame::Resync(self.frame.clone())
+        } else {
+            ServerFrame::Joined(self.frame.clone())
+        }
+    }
+}
+
+/// A message to publish.
+#[derive(Debug)]
+pub struct PublishParams {
+    /// Channel.
+    pub channel: String,
+    /// Application event name.
+    pub event: String,
+    /// Raw JSON payload.
+    pub data: Option<Box<serde_json::value::RawValue>>,
+    /// Client message id for idempotency.
+    pub id: Option<String>,
+    /// Topic.
+    pub topic: Option<String>,
+    /// The seq this message answers.
+    pub reply_to: Option<u64>,
+    /// Deliver to the sender too.
+    pub echo: bool,
+}
+
+/// The outcome of a publish.
+#[derive(Debug)]
+pub struct Published {
+    /// The message's seq (the original one for a duplicate).
+    pub seq: u64,
+    /// The new event to deliver; `None` for a duplicate.
+    pub entry: Option<Arc<HistoryEntry>>,
+}
+
+/// The outcome of a successful request.
+#[derive(Debug)]
+pub struct RequestOutcome {
+    /// The `result` of the response.
+    pub result: Value,
+    /// Events to deliver.
+    pub events: Vec<Arc<HistoryEntry>>,
+}
+
+/// One room: members, state, locks and its ordered, bounded history.
+///
+/// Every change goes through a method that takes `now` and returns the
+/// resulting events, already sequenced, encoded and stored in the history.
+/// `S` is the runtime's delivery handle for a member; the room only stores it.
+#[derive(Debug)]
+pub struct Room<S> {
+    id: String,
+    name: String,
+    created_at: Millis,
+    epoch: u64,
+    config: RoomConfig,
+    seq: u64,
+    log: RoomLog,
+    entities: EntityStore,
+    locks: LockTable,
+    members: HashMap<String, Member<S>>,
+    tokens: HashMap<String, String>,
+    connected: usize,
+}
+
+impl<S> Room<S> {
+    /// A new, empty room. `epoch` must differ between incarnations of the same id.
+    pub fn new(id: String, name: String, config: RoomConfig, epoch: u64, now: Millis) -> Self {
+        Room {
+            log: RoomLog::new(config.history_size),
+            id,
+            name,
+            created_at: now,
+            epoch,
+            config,
+            seq: 0,
+            entities: EntityStore::default(),
+            locks: LockTable::default(),
+            members: HashMap::new(),
+            tokens: HashMap::new(),
+            connected: 0,
+        }
+    }
+
+    /// Room id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// Display name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Creation time.
+    pub fn created_at(&self) -> Millis {
+        self.created_at
+    }
+    /// This incarnation's epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+    /// The last seq ordered.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+    /// The room's limits.
+    pub fn config(&self) -> &RoomConfig {
+        &self.config
+    }
+    /// Connected members.
+    pub fn connected(&self) -> usize {
+        self.connected
+    }
+    /// Sessions held, connected or resumable.
+    pub fn sessions(&self) -> usize {
+        self.members.len()
+    }
+    /// The history.
+    pub fn log(&self) -> &RoomLog {
+        &self.log
+    }
+    /// The entities.
+    pub fn entities(&self) -> &EntityStore {
+        &self.entities
+    }
+    /// A member by session id.
+    pub fn member(&self, session: &str) -> Option<&Member<S>> {
+        self.members.get(session)
+    }
+
+    /// Adds an entity without an event: for the initial state of a new room.
+    pub fn seed_entity(&mut self, kind: Option<String>, data: Value) -> String {
+        self.entities.create(kind, data).id
+    }
+
+    /// Joins a new member, or resumes an earlier session when `resume` is given.
+    pub fn join(
+        &mut self,
+        params: JoinParams<S>,
+        resume: Option<Resume>,
+        now: Millis,
+    ) -> Result<Joined<S>, RoomError> {
+        if self.config.access == Access::TicketOnly && !params.ticket {
+            return Err(RoomError::new(
+                ErrorCode::TicketRequired,
+                "this room admits ticket holders only",
+            ));
+        }
+        self.check_channels(&params.channels)?;
+        if let Some(r) = resume {
+            if let Some(session) = self.tokens.get(&r.token).cloned() {
+                return self.resume(session, r.last_seq, params.sink, now);
+            }
+            let mut joined = self.join_new(params, now)?;
+            joined.frame.reason = Some(ResyncReason::SessionExpired);
+            return Ok(joined);
+        }
+        self.join_new(params, now)
+    }
+
+    fn join_new(&mut self, p: JoinParams<S>, now: Millis) -> Result<Joined<S>, RoomError> {
+        if self.connected >= self.config.max_members {
+            return Err(RoomError::new(
+                ErrorCode::RoomFull,
+                format!("room has {} members, its limit", self.config.max_members),
+            ));
+        }
+        if self.members.contains_key(&p.session) || self.tokens.contains_key(&p.resume_token) {
+            return Err(RoomError::new(
+                ErrorCode::Internal,
+                "session id or token collision",
+            ));
+        }
+        if self.members.len() >= self.config.max_members.saturating_mul(2) {
+            self.evict_oldest_disconnected();
+        }
+        let mut channels = vec![DEFAULT_CHANNEL.to_owned()];
+        for c in p.channels {
+            if !channels.contains(&c) {
+                channels.push(c);
+            }
+        }
+        let info = MemberInfo {
+            session: p.session.clone(),
+            name: p.name,
+            platform: p.platform,
+        };
+        self.tokens
+            .insert(p.resume_token.clone(), p.session.clone());
+        self.members.insert(
+            p.session.clone(),
+            Member {
+                info: info.clone(),
+                channels,
+                sink: Some(p.sink),
+                resume_token: p.resume_token,
+                disconnected_at: None,
+                recent_ids: HashMap::new(),
+                recent_order: VecDeque::new(),
+            },
+        );
+        self.connected += 1;
+        let event = self.push(
+            Some(&p.session),
+            None,
+            EventBody::PresenceJoin { member: info },
+            now,
+        );
+        Ok(Joined {
+            frame: self.joined_frame(&p.session, true, false, now),
+            missed: Vec::new(),
+            events: vec![event],
+            replaced: None,
+        })
+    }
+
+    fn resume(
+        &mut self,
+        session: String,
+        last_seq: u64,
+        sink: S,
+        now: Millis,
+    ) -> Result<Joined<S>, RoomError> {
+        let was_connected = self.members[&session].sink.is_some();
+        if !was_connected && self.connected >= self.config.max_members {
+            return Err(RoomError::new(ErrorCode::RoomFull, "room is full"));
+        }
+        let m = self
+            .members
+            .get_mut(&session)
+            .expect("tokens point at members");
+        let replaced = m.sink.replace(sink);
+        m.disconnected_at = None;
+        let info = m.info.clone();
+        if !was_connected {
+            self.connected += 1;
+        }
+        let reason = if last_seq > self.seq {
+            Some(ResyncReason::EpochChanged)
+        } else if self.log.since(last_seq).is_none() {
+            Some(ResyncReason::HistoryTruncated)
+        } else {
+            None
+        };
+        let missed = match reason {
+            None => {
+                let m = &self.members[&session];
+                self.log
+                    .since(last_seq)
+                    .expect("checked above")
+                    .filter(|e| visible(e, &session, &m.channels))
+                    .cloned()
+                    .collect()
+            }
+            Some(_) => Vec::new(),
+        };
+        let events = if was_connected {
+            Vec::new()
+        } else {
+            vec![self.push(
+                Some(&session),
+                None,
+                EventBody::PresenceJoin { member: info },
+                now,
+            )]
+        };
+        let mut frame = self.joined_frame(&session, reason.is_some(), reason.is_none(), now);
+        frame.reason = reason;
+        Ok(Joined {
+            frame,
+            missed,
+            events,
+            replaced,
+        })
+    }
+
+    fn joined_frame(
+        &self,
+        session: &str,
+        with_snapshot: bool,
+        resumed: bool,
+        now: Millis,
+    ) -> JoinedFrame {
+        let m = &self.members[session];
+        JoinedFrame {
+            room: self.id.clone(),
+            session: session.to_owned(),
+            resume_token: m.resume_token.clone(),
+            epoch: self.epoch,
+            seq: self.seq,
+            members: self.members_info(),
+            snapshot: with_snapshot.then(|| self.snapshot(now)),
+            channels: m.channels.clone(),
+            resumed,
+            reason: None,
+        }
+    }
+
+    /// The room state now.
+    pub fn snapshot(&self, now: Millis) -> Snapshot {
+        Snapshot {
+            entities: self.entities.snapshot(),
+            locks: self.locks.snapshot(now),
+        }
+    }
+
+    /// Connected members, ordered by session id.
+    pub fn members_info(&self) -> Vec<MemberInfo> {
+        let mut v: Vec<MemberInfo> = self
+            .members
+            .values()
+            .filter(|m| m.sink.is_some())
+            .map(|m| m.info.clone())
+            .collect();
+        v.sort_by(|a, b| a.session.cmp(&b.session));
+        v
+    }
+
+    /// The member's connection dropped: it stays resumable for the resume
+    /// window; its locks are released and the others see it leave.
+    pub fn disconnect(&mut self, session: &str, now: Millis) -> Vec<Arc<HistoryEntry>> {
+        let Some(m) = self.members.get_mut(session) else {
+            return Vec::new();
+        };
+        if m.sink.take().is_none() {
+            return Vec::new();
+        }
+        m.disconnected_at = Some(now);
+        self.connected -= 1;
+        self.depart(session, LeaveReason::Disconnected, now)
+    }
+
+    /// The member leaves for good.
+    pub fn leave(&mut self, session: &str, now: Millis) -> Vec<Arc<HistoryEntry>> {
+        let Some(m) = self.members.remove(session) else {
+            return Vec::new();
+        };
+        self.tokens.remove(&m.resume_token);
+        if m.sink.is_none() {
+            return Vec::new();
+        }
+        self.connected -= 1;
+        self.depart(session, LeaveReason::Left, now)
+    }
+
+    fn depart(
+        &mut self,
+        session: &str,
+        reason: LeaveReason,
+        now: Millis,
+    ) -> Vec<Arc<HistoryEntry>> {
+        let mut out: Vec<_> = self
+            .locks
+            .release_all(session)
+            .into_iter()
+            .map(|l| {
+                self.push(
+                    Some(session),
+                    None,
+                    unlocked(l, UnlockReason::Disconnected),
+                    now,
+                )
+            })
+            .collect();
+        let body = EventBody::PresenceLeave {
+            session: session.to_owned(),
+            reason,
+        };
+        out.push(self.push(Some(session), None, body, now));
+        out
+    }
+
+    /// Removes every connected member (the room is being deleted) and returns their sinks.
+    pub fn close(&mut self) -> Vec<S> {
+        self.tokens.clear();
+        self.connected = 0;
+        self.members.drain().filter_map(|(_, m)| m.sink).collect()
+    }
+
+    /// Expires leases and resume windows that ended by `now`.
+    pub fn tick(&mut self, now: Millis) -> Vec<Arc<HistoryEntry>> {
+        let window = self.config.resume_window_ms;
+        let expired: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.disconnected_at.is_some_and(|t| t + window <= now))
+            .map(|(s, _)| s.clone())
+            .collect();
+        for s in expired {
+            if let Some(m) = self.members.remove(&s) {
+                self.tokens.remove(&m.resume_token);
+            }
+        }
+        self.locks
+            .expire(now)
+            .into_iter()
+            .map(|l| self.push(None, None, unlocked(l, UnlockReason::Expired), now))
+            .collect()
+    }
+
+    /// The next time [`Room::tick`] has work.
+    pub fn next_deadline(&self) -> Option<Millis> {
+        let window = self.config.resume_window_ms;
+        let sessions = self
+            .members
+            .values()
+            .filter_map(|m| m.disconnected_at.map(|t| t + window))
+            .min();
+        match (sessions, self.locks.next_expiry()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn evict_oldest_disconnected(&mut self) {
+        let oldest = self
+            .members
+            .iter()
+            .filter_map(|(s, m)| m.disconnected_at.map(|t| (t, s.clone())))
+            .min();
+        if let Some((_, s)) = oldest {
+            if let Some(m) = self.members.remove(&s) {
+                self.tokens.remove(&m.resume_token);
+            }
+        }
+    }
+
+    fn connected_member(&mut self, session: &str) -> Result<&mut Member<S>, RoomError> {
+        match self.members.get_mut(session) {
+            Some(m) if m.sink.is_some() => Ok(m),
+            _ => Err(RoomError::new(
+                ErrorCode::NotJoined,
+                "not a connected member of this room",
+            )),
+        }
+    }
+
+    /// Orders a message, or acknowledges a duplicate client message id again.
+    pub fn publish(
+        &mut self,
+        session: &str,
+        p: PublishParams,
+        now: Millis,
+    ) -> Result<Published, RoomError> {
+        let seq = self.seq;
+        let window = self.config.dedup_window;
+        let m = self.connected_member(session)?;
+        if let Some(id) = &p.id {
+            if let Some(&seq) = m.recent_ids.get(id) {
+                return Ok(Published { seq, entry: None });
+            }
+        }
+        if p.reply_to.is_some_and(|r| r == 0 || r > seq) {
+            return Err(RoomError::new(
+                ErrorCode::InvalidFrame,
+                format!("reply_to must name an earlier seq (1..={seq})"),
+            ));
+        }
+        if let Some(id) = &p.id {
+            if m.recent_order.len() >= window {
+                if let Some(old) = m.recent_order.pop_front() {
+                    m.recent_ids.remove(&old);
+                }
+            }
+            m.recent_ids.insert(id.clone(), seq + 1);
+            m.recent_order.push_back(id.clone());
+        }
+        let body = EventBody::Message {
+            channel: p.channel.clone(),
+            event: p.event,
+            data: p.data,
+            topic: p.topic.clone(),
+            reply_to: p.reply_to,
+            id: p.id,
+        };
+        let entry = self.push_full(
+            Some(session),
+            Some(p.channel),
+            p.echo,
+            p.topic,
+            p.reply_to,
+            body,
+            now,
+        );
+        Ok(Published {
+            seq: entry.seq,
+            entry: Some(entry),
+        })
+    }
+
+    /// Validates and applies a request.
+    pub fn request(
+        &mut self,
+        session: &str,
+        op: Op,
+        now: Millis,
+    ) -> Result<RequestOutcome, RoomError> {
+        self.connected_member(session)?;
+        let from = Some(session);
+        match op {
+            Op::EntityCreate { kind, data } => {
+                let entity = self.entities.create(kind, data);
+                let e = self.push(
+                    from,
+                    None,
+                    EventBody::EntityCreated {
+                        entity: entity.clone(),
+                    },
+                    now,
+                );
+                Ok(outcome(json!({"entity": entity, "seq": e.seq}), vec![e]))
+            }
+            Op::EntitySet { id, data, version } => {
+                self.check_lock(&id, session, now)?;
+                let entity = self.entities.set(&id, data, version)?;
+                let e = self.push(
+                    from,
+                    None,
+                    EventBody::EntityUpdated {
+                        entity: entity.clone(),
+                    },
+                    now,
+                );
+                Ok(outcome(json!({"entity": entity, "seq": e.seq}), vec![e]))
+            }
+            Op::EntityPatch { id, data, version } => {
+                self.check_lock(&id, session, now)?;
+                let entity = self.entities.patch(&id, data, version)?;
+                let e = self.push(
+                    from,
+                    None,
+                    EventBody::EntityUpdated {
+                        entity: entity.clone(),
+                    },
+                    now,
+                );
+                Ok(outcome(json!({"entity": entity, "seq": e.seq}), vec![e]))
+            }
+            Op::EntityDelete { id, version } => {
+                self.check_lock(&id, session, now)?;
+                let version = self.entities.delete(&id, version)?;
+                let body = EventBody::EntityDeleted {
+                    id: id.clone(),
+                    version,
+                };
+                let e = self.push(from, None, body, now);
+                Ok(outcome(
+                    json!({"id": id, "version": version, "seq": e.seq}),
+                    vec![e],
+                ))
+            }
+            Op::LockAcquire { object, ttl_ms } => {
+                let ttl = self.lock_ttl(ttl_ms)?;
+                let (lock, replaced) = self.locks.acquire(&object, session, ttl, now)?;
+                let mut events = Vec::new();
+                if let Some(old) = replaced {
+                    events.push(self.push(None, None, unlocked(old, UnlockReason::Expired), now));
+                }
+                let e = self.push(
+                    from,
+                    None,
+                    EventBody::LockAcquired { lock: lock.clone() },
+                    now,
+                );
+                let result = json!({"lock": lock, "seq": e.seq});
+                events.push(e);
+                Ok(outcome(result, events))
+            }
+            Op::LockRenew { object, ttl_ms } => {
+                let ttl = self.lock_ttl(ttl_ms)?;
+                let lock = self.locks.renew(&object, session, ttl, now)?;
+                let e = self.push(
+                    from,
+                    None,
+                    EventBody::LockAcquired { lock: lock.clone() },
+                    now,
+                );
+                Ok(outcome(json!({"lock": lock, "seq": e.seq}), vec![e]))
+            }
+            Op::LockRelease { object } => {
+                let lock = self.locks.release(&object, session, now)?;
+                let token = lock.token;
+                let e = self.push(from, None, unlocked(lock, UnlockReason::Released), now);
+                Ok(outcome(
+                    json!({"object": object, "token": token, "seq": e.seq}),
+                    vec![e],
+                ))
+            }
+            Op::ChannelSubscribe { channel } => {
+                self.check_channels(std::slice::from_ref(&channel))?;
+                let max = self.config.max_channels;
+                let m = self.connected_member(session)?;
+                if !m.channels.contains(&channel) {
+                    if m.channels.len() >= max {
+                        return Err(RoomError::new(
+                            ErrorCode::InvalidArgs,
+                            format!("at most {max} channels per member"),
+                        ));
+                    }
+                    m.channels.push(channel);
+                }
+                Ok(outcome(json!({"channels": m.channels}), Vec::new()))
+            }
+            Op::ChannelUnsubscribe { channel } => {
+                let m = self.connected_member(session)?;
+                m.channels.retain(|c| *c != channel);
+                Ok(outcome(json!({"channels": m.channels}), Vec::new()))
+            }
+        }
+    }
+
+    /// Checks that `to` is a connected member and returns its sink.
+    pub fn direct_target(&self, from: &str, to: &str) -> Result<&S, RoomError> {
+        if !self.members.get(from).is_some_and(|m| m.sink.is_some()) {
+            return Err(RoomError::new(
+                ErrorCode::NotJoined,
+                "not a connected member of this room",
+            ));
+        }
+        self.members
+            .get(to)
+            .and_then(|m| m.sink.as_ref())
+            .ok_or_else(|| {
+                RoomError::new(
+                    ErrorCode::SessionNotFound,
+                    format!("no connected session {to:?}"),
+                )
+            })
+    }
+
+    /// Calls `deliver` with the sink of every connected member that should get `entry`.
+    pub fn for_each_recipient(&self, entry: &HistoryEntry, mut deliver: impl FnMut(&str, &S)) {
+        for (session, m) in &self.members {
+            if let Some(sink) = &m.sink {
+                if visible(entry, session, &m.channels) {
+                    deliver(session, sink);
+                }
+            }
+        }
+    }
+
+    fn check_lock(&self, object: &str, session: &str, now: Millis) -> Result<(), RoomError> {
+        match self.locks.holder(object, now) {
+            Some(l) if l.owner != session => Err(RoomError::new(
+                ErrorCode::LockHeld,
+                format!("{object:?} is locked by session {}", l.owner),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn lock_ttl(&self, ttl_ms: Option<u64>) -> Result<Millis, RoomError> {
+        match ttl_ms.unwrap_or(self.config.default_lock_ttl_ms) {
+            0 => Err(RoomError::new(
+                ErrorCode::InvalidArgs,
+                "ttl_ms must be positive",
+            )),
+            t => Ok(t.min(self.config.max_lock_ttl_ms)),
+        }
+    }
+
+    fn check_channels(&self, channels: &[String]) -> Result<(), RoomError> {
+        if channels.len() > self.config.max_channels {
+            return Err(RoomError::new(ErrorCode::InvalidArgs, "too many channels"));
+        }
+        match channels.iter().find(|c| c.is_empty() || c.len() > 64) {
+            Some(c) => Err(RoomError::new(
+                ErrorCode::InvalidArgs,
+                format!("channel names have 1 to 64 bytes: {c:?}"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn push(
+        &mut self,
+        from: Option<&str>,
+        channel: Option<String>,
+        body: EventBody,
+        now: Millis,
+    ) -> Arc<HistoryEntry> {
+        self.push_full(from, channel, false, None, None, body, now)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push_full(
+        &mut self,
+        from: Option<&str>,
+        channel: Option<String>,
+        echo: bool,
+        topic: Option<String>,
+        reply_to: Option<u64>,
+        body: EventBody,
+        now: Millis,
+    ) -> Arc<HistoryEntry> {
+        self.seq += 1;
+        let frame = ServerFrame::Event(Event {
+            room: self.id.clone(),
+            seq: self.seq,
+            ts: now,
+            from: from.map(str::to_owned),
+            body,
+        })
+        .encode();
+        let entry = Arc::new(HistoryEntry {
+            seq: self.seq,
+            ts: now,
+            from: from.map(str::to_owned),
+            channel,
+            echo,
+            topic,
+            reply_to,
+            frame,
+        });
+        self.log.push(entry.clone());
+        entry
+    }
+}
+
+/// Whether `session`, subscribed to `channels`, receives `entry`: not its own
+/// event (unless echoed), and messages only on subscribed channels.
+fn visible(entry: &HistoryEntry, session: &str, channels: &[String]) -> bool {
+    if !entry.echo && entry.from.as_deref() == Some(session) {
+        return false;
+    }
+    match &entry.channel {
+        Some(c) => channels.iter().any(|x| x == c),
+        None => true,
+    }
+}
+
+fn unlocked(l: LockInfo, reason: UnlockReason) -> EventBody {
+    EventBody::LockReleased {
+        object: l.object,
+        owner: l.owner,
+        token: l.token,
+        reason,
+    }
+}
+
+fn outcome(result: Value, events: Vec<Arc<HistoryEntry>>) -> RequestOutcome {
+    RequestOutcome { result, events }
+}
