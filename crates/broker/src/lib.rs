@@ -1,1 +1,46 @@
-//! stub
+//! The broker seam between a Plaza node and whatever it shares with other nodes.
+//!
+//! Embedded mode uses [`MemoryBroker`]: everything lives in this process. Cluster
+//! mode (a later milestone) puts the same trait in front of Redis, so that any
+//! node can redeem any ticket and every room's log is shared. Code above this
+//! crate only ever talks to `dyn Broker`.
+
+mod ids;
+mod memory;
+
+pub use ids::{new_resume_token, new_session_id, new_ticket_token, random_u64};
+pub use memory::MemoryBroker;
+
+use async_trait::async_trait;
+pub use plaza_core::RoomError;
+use plaza_core::{Millis, TicketGrant};
+
+/// A ticket as handed to a client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuedTicket {
+    /// The unguessable token (192 random bits, URL-safe base64).
+    pub ticket: String,
+    /// End of its life, Unix milliseconds.
+    pub expires_at: Millis,
+}
+
+/// What nodes share. Implementations must be cheap to call concurrently.
+#[async_trait]
+pub trait Broker: Send + Sync + 'static {
+    /// A short name for logs and `/readyz`, e.g. `memory`.
+    fn kind(&self) -> &'static str;
+
+    /// Stores a single-use ticket for `grant`, valid for `ttl_ms` from `now`.
+    async fn issue_ticket(
+        &self,
+        grant: TicketGrant,
+        ttl_ms: Millis,
+        now: Millis,
+    ) -> Result<IssuedTicket, RoomError>;
+
+    /// Redeems a ticket once; fails with `ticket_invalid`, `ticket_expired` or `ticket_used`.
+    async fn redeem_ticket(&self, ticket: &str, now: Millis) -> Result<TicketGrant, RoomError>;
+
+    /// Whether the broker can serve requests now (for `/readyz`).
+    async fn ready(&self) -> bool;
+}

@@ -757,7 +757,7 @@ impl<S> Room<S> {
 
     /// Checks that `to` is a connected member and returns its sink.
     pub fn direct_target(&self, from: &str, to: &str) -> Result<&S, RoomError> {
-        if !self.members.get(from).is_some_and(|m| m.sink.is_some()) {
+        if self.members.get(from).is_none_or(|m| m.sink.is_none()) {
             return Err(RoomError::new(
                 ErrorCode::NotJoined,
                 "not a connected member of this room",

@@ -1,1 +1,176 @@
-fn main() {}
+//! `plaza`: the Plaza real-time room server.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use plaza_broker::MemoryBroker;
+use plaza_server::{Node, ServerConfig};
+use serde::Serialize;
+
+/// Plaza: a real-time room server for multi-user apps.
+#[derive(Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a Plaza node (embedded mode: everything in this process).
+    ///
+    /// Settings come, in rising priority, from built-in defaults, the TOML file
+    /// given by --config (keys as below, in snake_case), PLAZA_* environment
+    /// variables (e.g. PLAZA_MAX_FRAME_BYTES) and these flags.
+    Serve(ServeArgs),
+}
+
+/// Every flag maps to a key of the TOML file and a `PLAZA_` variable.
+#[derive(Args, Serialize)]
+struct ServeArgs {
+    /// TOML configuration file.
+    #[arg(long, env = "PLAZA_CONFIG")]
+    #[serde(skip)]
+    config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:7700].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    listen: Option<String>,
+    /// Largest client frame in bytes [default: 65536].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_frame_bytes: Option<usize>,
+    /// Rooms one connection may join at once [default: 16].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_rooms_per_connection: Option<usize>,
+    /// Sustained client frames per second per connection [default: 200].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate_limit_per_sec: Option<u32>,
+    /// Burst of client frames above the sustained rate [default: 400].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate_limit_burst: Option<u32>,
+    /// Frames queued per connection before it is closed as a slow consumer [default: 4096].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    send_queue_frames: Option<usize>,
+    /// Interval of server pings in ms [default: 25000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    heartbeat_interval_ms: Option<u64>,
+    /// Drop a client silent this long, in ms [default: 30000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    idle_timeout_ms: Option<u64>,
+    /// Ticket lifetime in ms [default: 30000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ticket_ttl_ms: Option<u64>,
+    /// How long a dropped session can be resumed, in ms [default: 120000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resume_window_ms: Option<u64>,
+    /// Default history size of new rooms [default: 1000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    history_size: Option<usize>,
+    /// Default member limit of new rooms [default: 10000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_members: Option<usize>,
+    /// Largest history size a room may ask for [default: 100000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_history_size: Option<usize>,
+    /// Rooms this node holds at most [default: 100000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_rooms: Option<usize>,
+    /// Default lock lease in ms [default: 30000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lock_ttl_ms: Option<u64>,
+    /// Longest lock lease in ms [default: 600000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_lock_ttl_ms: Option<u64>,
+    /// On SIGTERM, how long to wait for connections to close, in ms [default: 5000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shutdown_grace_ms: Option<u64>,
+    /// Create an open room on the first join to an unknown id [default: false].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    auto_create_rooms: Option<bool>,
+}
+
+fn load_config(args: &ServeArgs) -> Result<ServerConfig, Box<figment::Error>> {
+    let mut fig = Figment::from(Serialized::defaults(ServerConfig::default()));
+    if let Some(path) = &args.config {
+        fig = fig.merge(Toml::file_exact(path));
+    }
+    fig.merge(Env::prefixed("PLAZA_").ignore(&["config"]))
+        .merge(Serialized::defaults(args))
+        .extract()
+        .map_err(Box::new)
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PLAZA_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match cli.command {
+        Command::Serve(args) => {
+            let config = match load_config(&args) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("plaza: invalid configuration: {e}");
+                    return std::process::ExitCode::from(2);
+                }
+            };
+            let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+            match rt.block_on(serve(config)) {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("plaza: {e}");
+                    std::process::ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+async fn serve(config: ServerConfig) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(&config.listen).await?;
+    let addr = listener.local_addr()?;
+    let node = Node::new(config, Arc::new(MemoryBroker::new()));
+    println!("Plaza is running: open http://{addr}/ (WebSocket at ws://{addr}/v1/ws)");
+    let signals = {
+        let node = node.clone();
+        async move {
+            wait_for_signal().await;
+            tracing::info!("shutdown requested: telling clients to reconnect");
+            node.shutdown();
+        }
+    };
+    tokio::spawn(signals);
+    plaza_server::serve(node, listener).await
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

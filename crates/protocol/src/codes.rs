@@ -49,6 +49,12 @@ pub enum ErrorCode {
     SessionNotFound,
     /// The server is shutting down and takes no new work.
     ShuttingDown,
+    /// HTTP: the request body or a parameter is invalid.
+    InvalidRequest,
+    /// HTTP: a room with this id exists already.
+    RoomExists,
+    /// HTTP: no such route.
+    NotFound,
     /// A bug or an unexpected failure inside the server.
     Internal,
 }
@@ -78,6 +84,9 @@ impl ErrorCode {
         ErrorCode::LockNotHeld,
         ErrorCode::SessionNotFound,
         ErrorCode::ShuttingDown,
+        ErrorCode::InvalidRequest,
+        ErrorCode::RoomExists,
+        ErrorCode::NotFound,
         ErrorCode::Internal,
     ];
 
@@ -106,6 +115,9 @@ impl ErrorCode {
             ErrorCode::LockNotHeld => "lock_not_held",
             ErrorCode::SessionNotFound => "session_not_found",
             ErrorCode::ShuttingDown => "shutting_down",
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::RoomExists => "room_exists",
+            ErrorCode::NotFound => "not_found",
             ErrorCode::Internal => "internal",
         }
     }
@@ -123,6 +135,8 @@ impl std::fmt::Display for ErrorCode {
 pub enum CloseCode {
     /// Normal closure, e.g. after the client closed.
     Normal = 1000,
+    /// The client broke the WebSocket protocol (e.g. invalid UTF-8 in a text frame).
+    ProtocolError = 1002,
     /// The server restarts or shuts down: reconnect (to any node) and resume.
     Restarting = 1012,
     /// A frame exceeded the hard WebSocket message limit (4 × `max_frame_bytes`).

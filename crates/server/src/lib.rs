@@ -1,1 +1,54 @@
-//! stub
+//! The Plaza node runtime.
+//!
+//! A [`Node`] owns the rooms of this process. Each room is one task owning a
+//! [`plaza_core::Room`]: it orders events, encodes each once and hands the same
+//! buffer to every recipient's [`Outbox`](outbox::Outbox). Each connection has a
+//! reader (decode, validate, route to room tasks) and a writer (drain its outbox
+//! into as few socket writes as possible). [`router`] wires the HTTP API and the
+//! WebSocket endpoint; [`serve`] runs them until shutdown.
+
+mod clock;
+pub mod config;
+mod connection;
+mod http;
+pub mod metrics;
+mod node;
+pub mod outbox;
+mod room_task;
+
+pub use config::ServerConfig;
+pub use node::{Node, RoomSummary};
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+/// Builds the HTTP + WebSocket router for a node.
+pub fn router(node: Arc<Node>) -> axum::Router {
+    http::router(node)
+}
+
+/// Serves `node` on `listener` until `node.shutdown()` is triggered, then tells
+/// every client to reconnect (close code 1012) and waits up to
+/// `shutdown_grace_ms` for connections to finish.
+pub async fn serve(node: Arc<Node>, listener: TcpListener) -> std::io::Result<()> {
+    let addr: Option<SocketAddr> = listener.local_addr().ok();
+    tracing::info!(?addr, broker = node.broker_kind(), "plaza listening");
+    let token = node.shutdown_token();
+    let app = router(node.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    let server =
+        axum::serve(listener, app).with_graceful_shutdown(async move { token.cancelled().await });
+    let grace = Duration::from_millis(node.config().shutdown_grace_ms);
+    let wait_connections = {
+        let node = node.clone();
+        async move {
+            node.shutdown_token().cancelled().await;
+            node.wait_connections_closed(grace).await;
+        }
+    };
+    let (res, ()) = tokio::join!(server, wait_connections);
+    tracing::info!("plaza stopped");
+    res
+}

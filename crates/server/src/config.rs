@@ -1,0 +1,71 @@
+//! Node configuration: every option has a default, a TOML key and an
+//! environment variable (`PLAZA_<KEY>` upper-cased).
+
+use serde::{Deserialize, Serialize};
+
+/// All settings of a Plaza node. Durations are milliseconds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address to listen on.
+    pub listen: String,
+    /// Largest client frame accepted, in bytes; larger ones get `frame_too_large`.
+    pub max_frame_bytes: usize,
+    /// Rooms one connection may be joined to at once.
+    pub max_rooms_per_connection: usize,
+    /// Sustained client frames per second per connection.
+    pub rate_limit_per_sec: u32,
+    /// Burst of client frames allowed above the sustained rate.
+    pub rate_limit_burst: u32,
+    /// Frames queued for one connection before it is closed as a slow consumer.
+    pub send_queue_frames: usize,
+    /// Interval of server WebSocket pings.
+    pub heartbeat_interval_ms: u64,
+    /// A connection silent this long is dropped (close code 4001).
+    pub idle_timeout_ms: u64,
+    /// Life of a ticket.
+    pub ticket_ttl_ms: u64,
+    /// How long a dropped session can be resumed.
+    pub resume_window_ms: u64,
+    /// Default history size of new rooms.
+    pub history_size: usize,
+    /// Default member limit of new rooms.
+    pub max_members: usize,
+    /// Largest history size a room may ask for.
+    pub max_history_size: usize,
+    /// Rooms this node holds at most.
+    pub max_rooms: usize,
+    /// Default lock lease.
+    pub lock_ttl_ms: u64,
+    /// Longest lock lease.
+    pub max_lock_ttl_ms: u64,
+    /// On SIGTERM, how long to wait for connections to close.
+    pub shutdown_grace_ms: u64,
+    /// Create a room on the first `join` to an unknown id (open rooms only).
+    pub auto_create_rooms: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:7700".into(),
+            max_frame_bytes: 64 * 1024,
+            max_rooms_per_connection: 16,
+            rate_limit_per_sec: 200,
+            rate_limit_burst: 400,
+            send_queue_frames: 4096,
+            heartbeat_interval_ms: 25_000,
+            idle_timeout_ms: 30_000,
+            ticket_ttl_ms: 30_000,
+            resume_window_ms: 120_000,
+            history_size: 1000,
+            max_members: 10_000,
+            max_history_size: 100_000,
+            max_rooms: 100_000,
+            lock_ttl_ms: 30_000,
+            max_lock_ttl_ms: 600_000,
+            shutdown_grace_ms: 5_000,
+            auto_create_rooms: false,
+        }
+    }
+}

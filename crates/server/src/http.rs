@@ -1,0 +1,216 @@
+//! The HTTP API (`/v1/...`), health and metrics endpoints, and the WebSocket upgrade.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State, WebSocketUpgrade};
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use plaza_core::{RoomError, TicketGrant};
+use plaza_protocol::ErrorCode;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::clock::now_ms;
+use crate::node::CreateRoom;
+use crate::{connection, Node};
+
+/// An HTTP error: status plus `{"error":{"code","message"}}`.
+pub(crate) struct ApiError {
+    status: StatusCode,
+    code: ErrorCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<RoomError> for ApiError {
+    fn from(e: RoomError) -> Self {
+        let status = match e.code {
+            ErrorCode::RoomNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::RoomExists => StatusCode::CONFLICT,
+            ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        ApiError::new(status, e.code, e.message)
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        let status = match r {
+            JsonRejection::MissingJsonContentType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        ApiError::new(status, ErrorCode::InvalidRequest, r.body_text())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+pub(crate) fn router(node: Arc<Node>) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/v1/rooms", get(list_rooms).post(create_room))
+        .route("/v1/rooms/{id}", get(get_room).delete(delete_room))
+        .route("/v1/rooms/{id}/tickets", post(create_ticket))
+        .route("/v1/ws", get(websocket))
+        .fallback(|| async {
+            ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, "no such route")
+        })
+        .with_state(node)
+}
+
+async fn index() -> Html<&'static str> {
+    Html(include_str!("../assets/index.html"))
+}
+
+async fn readyz(State(node): State<Arc<Node>>) -> Response {
+    let ready = !node.is_shutting_down() && node.broker().ready().await;
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = json!({"ready": ready, "broker": node.broker_kind(), "shutting_down": node.is_shutting_down()});
+    (status, Json(body)).into_response()
+}
+
+async fn metrics(State(node): State<Arc<Node>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        node.render_metrics(),
+    )
+        .into_response()
+}
+
+async fn list_rooms(State(node): State<Arc<Node>>) -> Response {
+    Json(json!({"rooms": node.list_rooms()})).into_response()
+}
+
+async fn create_room(
+    State(node): State<Arc<Node>>,
+    body: Result<Json<CreateRoom>, JsonRejection>,
+) -> ApiResult<Response> {
+    if node.is_shutting_down() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::ShuttingDown,
+            "shutting down",
+        ));
+    }
+    let Json(spec) = body?;
+    let room = node.create_room(spec)?;
+    Ok((StatusCode::CREATED, Json(room)).into_response())
+}
+
+async fn get_room(State(node): State<Arc<Node>>, Path(id): Path<String>) -> ApiResult<Response> {
+    node.room_summary(&id)
+        .map(|r| Json(r).into_response())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                ErrorCode::RoomNotFound,
+                format!("no room {id:?}"),
+            )
+        })
+}
+
+async fn delete_room(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    if node.delete_room(&id).await {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            ErrorCode::RoomNotFound,
+            format!("no room {id:?}"),
+        ))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TicketRequest {
+    name: String,
+    #[serde(default)]
+    platform: Option<String>,
+}
+
+async fn create_ticket(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    body: Result<Json<TicketRequest>, JsonRejection>,
+) -> ApiResult<Response> {
+    let Json(req) = body?;
+    if node.room_summary(&id).is_none() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            ErrorCode::RoomNotFound,
+            format!("no room {id:?}"),
+        ));
+    }
+    let platform = req.platform.unwrap_or_else(|| "browser".into());
+    if req.name.is_empty() || req.name.len() > 64 || platform.is_empty() || platform.len() > 32 {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidRequest,
+            "name must have 1 to 64 bytes and platform 1 to 32",
+        ));
+    }
+    let grant = TicketGrant {
+        room: id,
+        name: req.name,
+        platform,
+    };
+    let t = node
+        .broker()
+        .issue_ticket(grant, node.config().ticket_ttl_ms, now_ms())
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"ticket": t.ticket, "expires_at": t.expires_at})),
+    )
+        .into_response())
+}
+
+async fn websocket(State(node): State<Arc<Node>>, ws: WebSocketUpgrade) -> Response {
+    if node.is_shutting_down() {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::ShuttingDown,
+            "shutting down",
+        )
+        .into_response();
+    }
+    let max = node.config().max_frame_bytes;
+    ws.read_buffer_size(4 * 1024)
+        .write_buffer_size(16 * 1024)
+        .max_write_buffer_size(4 * 1024 * 1024)
+        .max_message_size(max.saturating_mul(4).max(1024))
+        .max_frame_size(max.saturating_mul(4).max(1024))
+        .on_upgrade(move |socket| connection::run(node, socket))
+}

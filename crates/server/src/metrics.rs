@@ -1,0 +1,116 @@
+//! The node's Prometheus metrics.
+//!
+//! Each node has its own recorder (no global state, so several nodes can live
+//! in one process, as in tests). Handles are resolved once at start-up: the hot
+//! path only bumps atomics.
+
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
+use plaza_protocol::ErrorCode;
+
+/// Pre-registered metric handles of one node.
+pub struct NodeMetrics {
+    handle: PrometheusHandle,
+    _recorder: PrometheusRecorder,
+    /// Open WebSocket connections.
+    pub connections: Gauge,
+    /// Rooms held.
+    pub rooms: Gauge,
+    /// Frames received from clients.
+    pub frames_in: Counter,
+    /// Frames written to clients.
+    pub frames_out: Counter,
+    /// Bytes received from clients.
+    pub bytes_in: Counter,
+    /// Bytes written to clients.
+    pub bytes_out: Counter,
+    /// Time from an event's ordering to its socket write (sampled once per write batch).
+    pub delivery_latency: Histogram,
+    /// Connections closed because their send queue stayed full.
+    pub slow_consumers: Counter,
+    errors: Vec<(ErrorCode, Counter)>,
+}
+
+const METADATA: Metadata<'static> = Metadata::new("plaza", Level::INFO, Some(module_path!()));
+
+impl NodeMetrics {
+    /// Registers every metric on a fresh recorder.
+    pub fn new() -> Self {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full("plaza_delivery_latency_seconds".into()),
+                &[
+                    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                ],
+            )
+            .expect("bucket list is not empty")
+            .build_recorder();
+        let counter =
+            |name: &'static str| recorder.register_counter(&Key::from_static_name(name), &METADATA);
+        let gauge =
+            |name: &'static str| recorder.register_gauge(&Key::from_static_name(name), &METADATA);
+        let errors = ErrorCode::ALL
+            .iter()
+            .map(|&code| {
+                let key = Key::from_parts(
+                    "plaza_errors_total",
+                    vec![Label::new("code", code.as_str())],
+                );
+                (code, recorder.register_counter(&key, &METADATA))
+            })
+            .collect();
+        NodeMetrics {
+            handle: recorder.handle(),
+            connections: gauge("plaza_connections"),
+            rooms: gauge("plaza_rooms"),
+            frames_in: counter("plaza_frames_in_total"),
+            frames_out: counter("plaza_frames_out_total"),
+            bytes_in: counter("plaza_bytes_in_total"),
+            bytes_out: counter("plaza_bytes_out_total"),
+            slow_consumers: counter("plaza_slow_consumers_total"),
+            delivery_latency: recorder.register_histogram(
+                &Key::from_static_name("plaza_delivery_latency_seconds"),
+                &METADATA,
+            ),
+            errors,
+            _recorder: recorder,
+        }
+    }
+
+    /// Counts an error sent to a client.
+    pub fn error(&self, code: ErrorCode) {
+        if let Some((_, c)) = self.errors.iter().find(|(c, _)| *c == code) {
+            c.increment(1);
+        }
+    }
+
+    /// The counter of one error code.
+    pub fn error_counter(&self, code: ErrorCode) -> Counter {
+        self.errors
+            .iter()
+            .find(|(c, _)| *c == code)
+            .map(|(_, c)| c.clone())
+            .unwrap_or_else(Counter::noop)
+    }
+
+    /// Records one delivery latency sample.
+    pub fn latency(&self, d: Duration) {
+        self.delivery_latency.record(d.as_secs_f64());
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        self.handle.run_upkeep();
+        self.handle.render()
+    }
+}
+
+impl Default for NodeMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

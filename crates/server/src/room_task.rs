@@ -1,0 +1,412 @@
+//! One task per room: the only owner of its [`Room`], so the room's order is
+//! simply the order of its mailbox, with no lock on the hot path.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use plaza_core::{
+    Access, HistoryEntry, JoinParams, Millis, PublishParams, Resume, Room, RoomConfig, RoomError,
+};
+use plaza_protocol::client::Op;
+use plaza_protocol::server::{ErrorBody, ErrorRef, ServerFrame};
+use plaza_protocol::ErrorCode;
+use serde_json::value::RawValue;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::clock::now_ms;
+use crate::metrics::NodeMetrics;
+use crate::node::RoomSummary;
+use crate::outbox::Outbox;
+
+/// Commands a room task accepts. `outbox` is always the sender's, so errors
+/// reach it and the room can check that the session belongs to that connection.
+pub(crate) enum RoomCommand {
+    Join {
+        params: JoinParams<Outbox>,
+        resume: Option<Resume>,
+        reply: oneshot::Sender<Result<String, RoomError>>,
+    },
+    Leave {
+        session: String,
+        outbox: Outbox,
+    },
+    Disconnect {
+        session: String,
+        outbox: Outbox,
+    },
+    Publish {
+        session: String,
+        outbox: Outbox,
+        params: PublishParams,
+    },
+    Request {
+        session: String,
+        outbox: Outbox,
+        nonce: Box<RawValue>,
+        op: Op,
+    },
+    Direct {
+        session: String,
+        outbox: Outbox,
+        to: String,
+        event: String,
+        data: Option<Box<RawValue>>,
+    },
+    Close {
+        done: oneshot::Sender<()>,
+    },
+}
+
+/// A cheap handle to a room task.
+#[derive(Clone)]
+pub(crate) struct RoomHandle {
+    id: Arc<str>,
+    name: Arc<str>,
+    created_at: Millis,
+    access: Access,
+    history_size: usize,
+    max_members: usize,
+    members: Arc<AtomicUsize>,
+    tx: mpsc::Sender<RoomCommand>,
+}
+
+/// Room mailbox length: readers wait when it is full, pushing back on clients.
+const MAILBOX: usize = 4096;
+
+impl RoomHandle {
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub(crate) fn summary(&self) -> RoomSummary {
+        RoomSummary {
+            id: self.id.to_string(),
+            name: self.name.to_string(),
+            members: self.members.load(Ordering::Relaxed),
+            created_at: self.created_at,
+            access: match self.access {
+                Access::Open => "open".into(),
+                Access::TicketOnly => "ticket".into(),
+            },
+            history_size: self.history_size,
+            max_members: self.max_members,
+        }
+    }
+
+    /// Sends a command; false when the room is gone.
+    pub(crate) async fn send(&self, cmd: RoomCommand) -> bool {
+        self.tx.send(cmd).await.is_ok()
+    }
+
+    pub(crate) async fn close(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.tx.send(RoomCommand::Close { done }).await.is_ok() {
+            let _ = wait.await;
+        }
+    }
+}
+
+pub(crate) fn spawn(
+    id: String,
+    name: String,
+    config: RoomConfig,
+    entities: Vec<(Option<String>, serde_json::Value)>,
+    now: Millis,
+    metrics: &NodeMetrics,
+) -> RoomHandle {
+    let (tx, rx) = mpsc::channel(MAILBOX);
+    let members = Arc::new(AtomicUsize::new(0));
+    let handle = RoomHandle {
+        id: id.as_str().into(),
+        name: name.as_str().into(),
+        created_at: now,
+        access: config.access,
+        history_size: config.history_size,
+        max_members: config.max_members,
+        members: members.clone(),
+        tx,
+    };
+    let mut room = Room::new(id, name, config, plaza_broker::random_u64(), now);
+    for (kind, data) in entities {
+        room.seed_entity(kind, data);
+    }
+    let counters = Counters {
+        errors: metrics_errors(metrics),
+    };
+    tokio::spawn(
+        RoomTask {
+            room,
+            members,
+            counters,
+        }
+        .run(rx),
+    );
+    handle
+}
+
+struct Counters {
+    errors: ErrorCounter,
+}
+
+type ErrorCounter = Arc<dyn Fn(ErrorCode) + Send + Sync>;
+
+fn metrics_errors(m: &NodeMetrics) -> ErrorCounter {
+    // The room task needs only "count this error"; a closure over the node's
+    // counters keeps the task independent of the node's lifetime.
+    let codes: Vec<(ErrorCode, metrics::Counter)> = ErrorCode::ALL
+        .iter()
+        .map(|&c| (c, m.error_counter(c)))
+        .collect();
+    Arc::new(move |code| {
+        if let Some((_, c)) = codes.iter().find(|(x, _)| *x == code) {
+            c.increment(1);
+        }
+    })
+}
+
+struct RoomTask {
+    room: Room<Outbox>,
+    members: Arc<AtomicUsize>,
+    counters: Counters,
+}
+
+impl RoomTask {
+    async fn run(mut self, mut rx: mpsc::Receiver<RoomCommand>) {
+        loop {
+            let deadline = self.room.next_deadline().map(|at| {
+                let wait = at.saturating_sub(now_ms());
+                tokio::time::Instant::now() + Duration::from_millis(wait)
+            });
+            let cmd = tokio::select! {
+                cmd = rx.recv() => cmd,
+                _ = sleep_until(deadline) => {
+                    let events = self.room.tick(now_ms());
+                    self.deliver(&events);
+                    continue;
+                }
+            };
+            match cmd {
+                None => break,
+                Some(RoomCommand::Close { done }) => {
+                    let frame = ServerFrame::Closed {
+                        room: self.room.id().to_owned(),
+                        reason: "room_deleted".into(),
+                    }
+                    .encode();
+                    for sink in self.room.close() {
+                        sink.send(frame.clone(), None);
+                    }
+                    self.members.store(0, Ordering::Relaxed);
+                    let _ = done.send(());
+                    break;
+                }
+                Some(cmd) => self.handle(cmd),
+            }
+            self.members.store(self.room.connected(), Ordering::Relaxed);
+        }
+    }
+
+    fn handle(&mut self, cmd: RoomCommand) {
+        let now = now_ms();
+        match cmd {
+            RoomCommand::Join {
+                params,
+                resume,
+                reply,
+            } => {
+                let outbox = params.sink.clone();
+                match self.room.join(params, resume, now) {
+                    Ok(joined) => {
+                        if let Some(old) = &joined.replaced {
+                            let frame = ServerFrame::Closed {
+                                room: self.room.id().to_owned(),
+                                reason: "resumed_elsewhere".into(),
+                            };
+                            old.send(frame.encode(), None);
+                        }
+                        outbox.send(joined.server_frame().encode(), None);
+                        for e in &joined.missed {
+                            outbox.send(e.frame.clone(), None);
+                        }
+                        self.deliver(&joined.events);
+                        let _ = reply.send(Ok(joined.frame.session));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            RoomCommand::Leave { session, outbox } => {
+                if self.owns(&session, &outbox) {
+                    let events = self.room.leave(&session, now);
+                    self.deliver(&events);
+                }
+                outbox.send(
+                    ServerFrame::Left {
+                        room: self.room.id().to_owned(),
+                    }
+                    .encode(),
+                    None,
+                );
+            }
+            RoomCommand::Disconnect { session, outbox } => {
+                if self.owns(&session, &outbox) {
+                    let events = self.room.disconnect(&session, now);
+                    self.deliver(&events);
+                }
+            }
+            RoomCommand::Publish {
+                session,
+                outbox,
+                params,
+            } => {
+                let id = params.id.clone();
+                if !self.owns(&session, &outbox) {
+                    return self.refuse(&outbox, not_joined(), "publish", id);
+                }
+                match self.room.publish(&session, params, now) {
+                    Ok(p) => {
+                        if let Some(e) = &p.entry {
+                            self.deliver(std::slice::from_ref(e));
+                        }
+                        let ack = ServerFrame::Ack {
+                            room: self.room.id().to_owned(),
+                            seq: p.seq,
+                            id,
+                            duplicate: p.entry.is_none(),
+                        };
+                        outbox.send(ack.encode(), None);
+                    }
+                    Err(e) => self.refuse(&outbox, e, "publish", id),
+                }
+            }
+            RoomCommand::Request {
+                session,
+                outbox,
+                nonce,
+                op,
+            } => {
+                let result = if self.owns(&session, &outbox) {
+                    self.room.request(&session, op, now)
+                } else {
+                    Err(not_joined())
+                };
+                let frame = match result {
+                    Ok(out) => {
+                        self.deliver(&out.events);
+                        response(self.room.id(), nonce, Ok(out.result))
+                    }
+                    Err(e) => {
+                        (self.counters.errors)(e.code);
+                        response(self.room.id(), nonce, Err(e))
+                    }
+                };
+                outbox.send(frame.encode(), None);
+            }
+            RoomCommand::Direct {
+                session,
+                outbox,
+                to,
+                event,
+                data,
+            } => {
+                if !self.owns(&session, &outbox) {
+                    return self.refuse(&outbox, not_joined(), "direct", None);
+                }
+                match self.room.direct_target(&session, &to) {
+                    Ok(target) => {
+                        let frame = ServerFrame::Direct {
+                            room: self.room.id().to_owned(),
+                            from: session,
+                            event,
+                            data,
+                        };
+                        target.send(frame.encode(), None);
+                    }
+                    Err(e) => self.refuse(&outbox, e, "direct", None),
+                }
+            }
+            RoomCommand::Close { .. } => unreachable!("handled in run"),
+        }
+    }
+
+    /// Whether `session` is a connected member whose frames go to `outbox`.
+    fn owns(&self, session: &str, outbox: &Outbox) -> bool {
+        self.room
+            .member(session)
+            .and_then(|m| m.sink.as_ref())
+            .is_some_and(|s| Arc::ptr_eq(s.control(), outbox.control()))
+    }
+
+    fn refuse(&self, outbox: &Outbox, e: RoomError, frame: &str, id: Option<String>) {
+        (self.counters.errors)(e.code);
+        let reference = ErrorRef {
+            frame: Some(frame.to_owned()),
+            room: Some(self.room.id().to_owned()),
+            id,
+        };
+        outbox.send(
+            ServerFrame::Error {
+                code: e.code,
+                message: e.message,
+                reference: Some(reference),
+            }
+            .encode(),
+            None,
+        );
+    }
+
+    /// Hands each event's single encoded buffer to every recipient.
+    fn deliver(&self, events: &[Arc<HistoryEntry>]) {
+        if events.is_empty() {
+            return;
+        }
+        let ordered_at = Some(Instant::now());
+        for e in events {
+            self.room.for_each_recipient(e, |_, sink| {
+                sink.send(e.frame.clone(), ordered_at);
+            });
+        }
+    }
+}
+
+fn not_joined() -> RoomError {
+    RoomError::new(
+        ErrorCode::NotJoined,
+        "not a member of this room on this connection",
+    )
+}
+
+fn response(
+    room: &str,
+    nonce: Box<RawValue>,
+    result: Result<serde_json::Value, RoomError>,
+) -> ServerFrame {
+    match result {
+        Ok(v) => ServerFrame::Response {
+            room: room.to_owned(),
+            nonce,
+            ok: true,
+            result: Some(v),
+            error: None,
+        },
+        Err(e) => ServerFrame::Response {
+            room: room.to_owned(),
+            nonce,
+            ok: false,
+            result: None,
+            error: Some(ErrorBody {
+                code: e.code,
+                message: e.message,
+            }),
+        },
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs every Plaza test. Installs what the tests need when it is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n== %s\n' "$*"; }
+
+if ! command -v cargo >/dev/null; then
+  echo "cargo is required (https://rustup.rs)" >&2
+  exit 1
+fi
+if command -v rustup >/dev/null; then
+  rustup component add rustfmt clippy >/dev/null 2>&1 || true
+fi
+
+log "format"
+cargo fmt --all -- --check
+
+log "lint"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+log "tests (unit, property, integration, doc)"
+cargo test --workspace --locked
+
+log "benchmarks compile"
+cargo bench --workspace --locked --no-run
