@@ -67,10 +67,11 @@ impl RoomLog {
             Some(e) => e.seq,
             None => return Some(self.entries.range(0..0)),
         };
-        if last_seq + 1 < first {
+        let next = last_seq.saturating_add(1);
+        if next < first {
             return None;
         }
-        let skip = (last_seq + 1 - first) as usize;
+        let skip = usize::try_from(next - first).unwrap_or(usize::MAX);
         Some(self.entries.range(skip.min(self.entries.len())..))
     }
 

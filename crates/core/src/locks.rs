@@ -52,7 +52,7 @@ impl LockTable {
         let lease = LockLease {
             owner: owner.to_owned(),
             token: self.last_token,
-            expires_at: now + ttl,
+            expires_at: now.saturating_add(ttl),
         };
         let granted = info(object, &lease);
         self.leases.insert(object.to_owned(), lease);
@@ -69,7 +69,7 @@ impl LockTable {
     ) -> Result<LockInfo, RoomError> {
         match self.leases.get_mut(object) {
             Some(l) if l.owner == owner && l.expires_at > now => {
-                l.expires_at = now + ttl;
+                l.expires_at = now.saturating_add(ttl);
                 Ok(info(object, l))
             }
             _ => Err(not_held(object)),

@@ -1,21 +1,28 @@
 use crate::Millis;
 
+/// Thousandths of a token: refilling `per_second` tokens per second adds
+/// exactly `per_second` of them per millisecond, so no rounding accumulates.
+const MILLI: u64 = 1_000;
+
 /// A token bucket: `burst` tokens at most, refilled at `per_second`.
 #[derive(Debug, Clone)]
 pub struct TokenBucket {
-    capacity: f64,
-    per_ms: f64,
-    tokens: f64,
+    /// Most milli-tokens held.
+    capacity: u64,
+    /// Milli-tokens added per millisecond (= tokens per second).
+    per_ms: u64,
+    /// Milli-tokens held.
+    tokens: u64,
     last: Millis,
 }
 
 impl TokenBucket {
     /// A full bucket.
     pub fn new(per_second: u32, burst: u32, now: Millis) -> Self {
-        let capacity = f64::from(burst.max(1));
+        let capacity = u64::from(burst.max(1)) * MILLI;
         TokenBucket {
             capacity,
-            per_ms: f64::from(per_second) / 1000.0,
+            per_ms: u64::from(per_second),
             tokens: capacity,
             last: now,
         }
@@ -23,11 +30,12 @@ impl TokenBucket {
 
     /// Takes one token if there is one.
     pub fn try_take(&mut self, now: Millis) -> bool {
-        let elapsed = now.saturating_sub(self.last) as f64;
+        let elapsed = now.saturating_sub(self.last);
         self.last = self.last.max(now);
-        self.tokens = (self.tokens + elapsed * self.per_ms).min(self.capacity);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
+        let refill = elapsed.saturating_mul(self.per_ms);
+        self.tokens = self.tokens.saturating_add(refill).min(self.capacity);
+        if self.tokens >= MILLI {
+            self.tokens -= MILLI;
             true
         } else {
             false

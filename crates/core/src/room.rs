@@ -36,7 +36,7 @@ pub struct RoomConfig {
     pub default_lock_ttl_ms: Millis,
     /// Longest lease granted.
     pub max_lock_ttl_ms: Millis,
-    /// Client message ids remembered per session for idempotent publish.
+    /// Client message ids remembered per session for idempotent publish (0: none).
     pub dedup_window: usize,
     /// Channels a member may subscribe to at once.
     pub max_channels: usize,
@@ -295,7 +295,12 @@ impl<S> Room<S> {
         self.check_channels(&params.channels)?;
         if let Some(r) = resume {
             if let Some(session) = self.tokens.get(&r.token).cloned() {
-                return self.resume(session, r.last_seq, params.sink, now);
+                if self.resume_window_ended(&session, now) {
+                    // `tick` has not run yet: the session is over all the same.
+                    self.remove_session(&session);
+                } else {
+                    return self.resume(session, r.last_seq, params.sink, now);
+                }
             }
             let mut joined = self.join_new(params, now)?;
             joined.frame.reason = Some(ResyncReason::SessionExpired);
@@ -317,14 +322,23 @@ impl<S> Room<S> {
                 "session id or token collision",
             ));
         }
-        if self.members.len() >= self.config.max_members.saturating_mul(2) {
-            self.evict_oldest_disconnected();
-        }
         let mut channels = vec![DEFAULT_CHANNEL.to_owned()];
         for c in p.channels {
             if !channels.contains(&c) {
                 channels.push(c);
             }
+        }
+        if channels.len() > self.config.max_channels {
+            return Err(RoomError::new(
+                ErrorCode::InvalidArgs,
+                format!(
+                    "at most {} channels per member, main included",
+                    self.config.max_channels
+                ),
+            ));
+        }
+        if self.members.len() >= self.config.max_members.saturating_mul(2) {
+            self.evict_oldest_disconnected();
         }
         let info = MemberInfo {
             session: p.session.clone(),
@@ -500,8 +514,13 @@ impl<S> Room<S> {
             .release_all(session)
             .into_iter()
             .map(|l| {
-                self.push(
+                // Echoed: a session that resumes must learn its locks ended
+                // (it gets no snapshot, only the missed events).
+                self.push_full(
                     Some(session),
+                    None,
+                    true,
+                    None,
                     None,
                     unlocked(l, UnlockReason::Disconnected),
                     now,
@@ -529,13 +548,14 @@ impl<S> Room<S> {
         let expired: Vec<String> = self
             .members
             .iter()
-            .filter(|(_, m)| m.disconnected_at.is_some_and(|t| t + window <= now))
+            .filter(|(_, m)| {
+                m.disconnected_at
+                    .is_some_and(|t| t.saturating_add(window) <= now)
+            })
             .map(|(s, _)| s.clone())
             .collect();
         for s in expired {
-            if let Some(m) = self.members.remove(&s) {
-                self.tokens.remove(&m.resume_token);
-            }
+            self.remove_session(&s);
         }
         self.locks
             .expire(now)
@@ -550,7 +570,7 @@ impl<S> Room<S> {
         let sessions = self
             .members
             .values()
-            .filter_map(|m| m.disconnected_at.map(|t| t + window))
+            .filter_map(|m| m.disconnected_at.map(|t| t.saturating_add(window)))
             .min();
         match (sessions, self.locks.next_expiry()) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -565,10 +585,24 @@ impl<S> Room<S> {
             .filter_map(|(s, m)| m.disconnected_at.map(|t| (t, s.clone())))
             .min();
         if let Some((_, s)) = oldest {
-            if let Some(m) = self.members.remove(&s) {
-                self.tokens.remove(&m.resume_token);
-            }
+            self.remove_session(&s);
         }
+    }
+
+    /// Forgets a session and its resume token, without events.
+    fn remove_session(&mut self, session: &str) {
+        if let Some(m) = self.members.remove(session) {
+            self.tokens.remove(&m.resume_token);
+        }
+    }
+
+    /// Whether `session` is disconnected and its resume window is over by `now`.
+    fn resume_window_ended(&self, session: &str, now: Millis) -> bool {
+        let window = self.config.resume_window_ms;
+        self.members
+            .get(session)
+            .and_then(|m| m.disconnected_at)
+            .is_some_and(|t| t.saturating_add(window) <= now)
     }
 
     fn connected_member(&mut self, session: &str) -> Result<&mut Member<S>, RoomError> {
@@ -602,7 +636,7 @@ impl<S> Room<S> {
                 format!("reply_to must name an earlier seq (1..={seq})"),
             ));
         }
-        if let Some(id) = &p.id {
+        if let Some(id) = p.id.as_ref().filter(|_| window > 0) {
             if m.recent_order.len() >= window {
                 if let Some(old) = m.recent_order.pop_front() {
                     m.recent_ids.remove(&old);

@@ -65,7 +65,8 @@ impl TicketBook {
         let before = self.tickets.len();
         // Keep expired tickets a little longer than their life so a late
         // redemption still says "expired" — but never unbounded.
-        self.tickets.retain(|_, t| t.expires_at + 60_000 > now);
+        self.tickets
+            .retain(|_, t| t.expires_at.saturating_add(60_000) > now);
         before - self.tickets.len()
     }
 

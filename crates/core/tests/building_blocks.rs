@@ -150,9 +150,9 @@ fn bucket_refill_does_not_depend_on_how_often_it_is_asked() {
     }
     assert!(idle.try_take(100));
     assert!(polled.try_take(100));
-    // and a third of a second per token at 3/s
-    let mut b = TokenBucket::new(3, 1, 0);
-    assert!(b.try_take(0));
+    // a third of a second per token at 3/s, fractions carried over
+    let mut b = TokenBucket::new(3, 10, 0);
+    assert_eq!((0..11).filter(|_| b.try_take(0)).count(), 10);
     let mut granted = Vec::new();
     for t in 1..=2_000 {
         if b.try_take(t) {
@@ -160,6 +160,16 @@ fn bucket_refill_does_not_depend_on_how_often_it_is_asked() {
         }
     }
     assert_eq!(granted, vec![334, 667, 1_000, 1_334, 1_667, 2_000]);
+}
+
+#[test]
+fn a_full_bucket_does_not_bank_refill() {
+    // with a burst of one, the refill that arrives while the bucket is full
+    // is lost: at 3/s and polled every ms, a token comes every 334 ms
+    let mut b = TokenBucket::new(3, 1, 0);
+    assert!(b.try_take(0));
+    let granted: Vec<u64> = (1..=2_000).filter(|t| b.try_take(*t)).collect();
+    assert_eq!(granted, vec![334, 668, 1_002, 1_336, 1_670]);
 }
 
 #[test]
