@@ -622,6 +622,13 @@ impl<S> Room<S> {
         p: PublishParams,
         now: Millis,
     ) -> Result<Published, RoomError> {
+        self.connected_member(session)?;
+        if p.channel.is_empty() || p.channel.len() > 64 {
+            return Err(RoomError::new(
+                ErrorCode::InvalidFrame,
+                format!("channel names have 1 to 64 bytes: {:?}", p.channel),
+            ));
+        }
         let seq = self.seq;
         let window = self.config.dedup_window;
         let m = self.connected_member(session)?;

@@ -187,3 +187,17 @@ fn publishing_needs_a_connected_member() {
     );
     assert_eq!(r.seq(), 2);
 }
+
+#[test]
+fn publish_refuses_empty_and_overlong_channel_names_without_using_a_seq() {
+    let mut room = common::room();
+    common::join(&mut room, 1, 0);
+    let before = room.seq();
+    for channel in ["".to_owned(), "c".repeat(65)] {
+        let e = room
+            .publish(&common::sid(1), common::msg(&channel, "chat"), 1)
+            .unwrap_err();
+        assert_eq!(e.code, plaza_protocol::ErrorCode::InvalidFrame);
+    }
+    assert_eq!(room.seq(), before);
+}
