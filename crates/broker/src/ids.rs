@@ -24,9 +24,9 @@ pub fn new_session_id() -> String {
     random_token(8)
 }
 
-/// A random 64-bit number, e.g. a room epoch.
-pub fn random_u64() -> u64 {
-    rand::rng().next_u64()
+/// A random room epoch below 2^53, so JavaScript clients read it exactly.
+pub fn new_epoch() -> u64 {
+    rand::rng().next_u64() >> 11
 }
 
 #[cfg(test)]
@@ -45,5 +45,6 @@ mod tests {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
         }
         assert_eq!(new_session_id().len(), 11);
+        assert!((0..1000).all(|_| new_epoch() < 1 << 53));
     }
 }

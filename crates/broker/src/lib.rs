@@ -8,7 +8,7 @@
 mod ids;
 mod memory;
 
-pub use ids::{new_resume_token, new_session_id, new_ticket_token, random_u64};
+pub use ids::{new_epoch, new_resume_token, new_session_id, new_ticket_token};
 pub use memory::MemoryBroker;
 
 use async_trait::async_trait;

@@ -40,7 +40,8 @@ impl RoomLog {
     /// An empty log keeping at most `capacity` entries (at least 1).
     pub fn new(capacity: usize) -> Self {
         RoomLog {
-            entries: VecDeque::with_capacity(capacity.min(1024)),
+            // Grows on demand: a quiet room holds no history memory.
+            entries: VecDeque::new(),
             capacity: capacity.max(1),
         }
     }

@@ -161,6 +161,18 @@ struct TypeOnly<'a> {
 /// assert_eq!(decode(br#"{"type":"leave"}"#).unwrap_err().code, ErrorCode::InvalidFrame);
 /// ```
 pub fn decode(bytes: &[u8]) -> Result<ClientFrame, DecodeError> {
+    // serde also reads a struct from a JSON array (fields by position), so
+    // `["leave"]` would otherwise decode as a `leave` of room "leave".
+    let first = bytes
+        .iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    if first != Some(&b'{') {
+        return Err(DecodeError {
+            code: ErrorCode::BadJson,
+            message: "frame is not a JSON object".into(),
+            frame_type: None,
+        });
+    }
     let head: TypeOnly = serde_json::from_slice(bytes).map_err(|e| DecodeError {
         code: ErrorCode::BadJson,
         message: format!("frame is not a JSON object: {e}"),
@@ -342,6 +354,13 @@ impl Request {
             raw: &'a Option<Box<RawValue>>,
         ) -> Result<T, (ErrorCode, String)> {
             let text = raw.as_deref().map(RawValue::get).unwrap_or("{}");
+            if !text.starts_with('{') {
+                // Reject arrays, which serde would read as positional fields.
+                return Err((
+                    ErrorCode::InvalidArgs,
+                    format!("invalid args for {op}: args must be a JSON object"),
+                ));
+            }
             serde_json::from_str(text).map_err(|e| {
                 (
                     ErrorCode::InvalidArgs,
@@ -451,6 +470,13 @@ mod tests {
             decode(br#"{"type":7}"#).unwrap_err().code,
             ErrorCode::BadJson
         );
+        // arrays are not frames, even when serde could read them positionally
+        assert_eq!(
+            decode(br#"["leave"]"#).unwrap_err().code,
+            ErrorCode::BadJson
+        );
+        assert_eq!(decode(br#"["join"]"#).unwrap_err().code, ErrorCode::BadJson);
+        assert!(decode(b" \r\n\t{\"type\":\"ping\"} ").is_ok());
     }
 
     #[test]
@@ -477,6 +503,19 @@ mod tests {
         let f = decode(br#"{"type":"request","room":"r","nonce":"n","op":"fly"}"#).unwrap();
         let ClientFrame::Request(r) = f else { panic!() };
         assert_eq!(r.op().unwrap_err().0, ErrorCode::UnknownOp);
+
+        let f = decode(
+            br#"{"type":"request","room":"r","nonce":1,"op":"entity.set","args":["e1",{"x":1}]}"#,
+        )
+        .unwrap();
+        let ClientFrame::Request(r) = f else { panic!() };
+        assert_eq!(r.op().unwrap_err().0, ErrorCode::InvalidArgs);
+
+        let f =
+            decode(br#"{"type":"request","room":"r","nonce":1,"op":"lock.release","args":null}"#)
+                .unwrap();
+        let ClientFrame::Request(r) = f else { panic!() };
+        assert_eq!(r.op().unwrap_err().0, ErrorCode::InvalidArgs);
 
         let e = decode(br#"{"type":"request","room":"r","nonce":{},"op":"fly"}"#).unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidFrame);

@@ -1,0 +1,735 @@
+//! Checks the protocol examples in `protocol/vectors/` against this crate and
+//! against `docs/protocol.md`:
+//!
+//! 1. every client vector decodes with [`client::decode`] into a frame holding
+//!    the vector's values, or fails with exactly the vector's `error` code
+//!    (`unknown_op` and `invalid_args` come from [`client::Request::op`]);
+//! 2. every server vector is exactly the encoding of a typed [`ServerFrame`]
+//!    built here for it;
+//! 3. every vector is shown in the doc, and every `<!-- vector: ... -->` block
+//!    of the doc equals its vector; every frame example of the doc is a vector;
+//! 4. the doc's error table lists every [`ErrorCode`] and its close code table
+//!    every [`CloseCode`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use plaza_protocol::client::{self, ClientFrame, Op};
+use plaza_protocol::server::{
+    EntityInfo, ErrorBody, ErrorRef, Event, EventBody, Joined, LeaveReason, LockInfo, MemberInfo,
+    ResyncReason, ServerFrame, Snapshot, UnlockReason,
+};
+use plaza_protocol::{CloseCode, ErrorCode};
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn vectors_dir() -> PathBuf {
+    root().join("protocol/vectors")
+}
+
+fn doc_text() -> String {
+    let path = root().join("docs/protocol.md");
+    fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// One vector file: its name relative to `protocol/vectors` and its content.
+struct Vector {
+    name: String,
+    frame: Value,
+    error: Option<String>,
+}
+
+/// Every vector file, by name (`client/publish.json`, ...).
+fn vectors() -> BTreeMap<String, Vector> {
+    let dir = vectors_dir();
+    let mut out = BTreeMap::new();
+    for entry in fs::read_dir(&dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display())) {
+        let entry = entry.unwrap();
+        let side = entry.file_name().into_string().unwrap();
+        assert!(
+            side == "client" || side == "server",
+            "protocol/vectors/{side}: only client/ and server/ belong here"
+        );
+        for file in fs::read_dir(entry.path()).unwrap() {
+            let file = file.unwrap();
+            let file_name = file.file_name().into_string().unwrap();
+            let name = format!("{side}/{file_name}");
+            assert!(
+                file_name.ends_with(".json") && file.path().is_file(),
+                "{name}: vectors are .json files"
+            );
+            let text = fs::read_to_string(file.path()).unwrap();
+            let v: Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: not JSON: {e}"));
+            let obj = v
+                .as_object()
+                .unwrap_or_else(|| panic!("{name}: not an object"));
+            for key in obj.keys() {
+                assert!(
+                    ["description", "frame", "error"].contains(&key.as_str()),
+                    "{name}: unexpected key {key:?}"
+                );
+            }
+            let description = obj.get("description").and_then(Value::as_str);
+            assert!(
+                description.is_some_and(|d| !d.trim().is_empty()),
+                "{name}: needs a description"
+            );
+            let frame = obj
+                .get("frame")
+                .cloned()
+                .unwrap_or_else(|| panic!("{name}: needs a frame"));
+            let error = obj.get("error").map(|e| {
+                assert_eq!(side, "client", "{name}: only client vectors have an error");
+                e.as_str()
+                    .unwrap_or_else(|| panic!("{name}: error must be a string"))
+                    .to_owned()
+            });
+            out.insert(name.clone(), Vector { name, frame, error });
+        }
+    }
+    assert!(!out.is_empty(), "no vectors in {}", dir.display());
+    out
+}
+
+// ---------------------------------------------------------------- client ---
+
+fn opt_str(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+fn req_str(v: &Value, key: &str) -> String {
+    opt_str(v, key).unwrap_or_else(|| panic!("vector lacks string {key:?}"))
+}
+
+/// A raw payload as a value; an absent or `null` payload is `None`.
+fn raw_value(raw: &Option<Box<RawValue>>) -> Option<Value> {
+    raw.as_ref()
+        .map(|r| serde_json::from_str(r.get()).expect("raw values are JSON"))
+}
+
+fn payload(v: &Value, key: &str) -> Option<Value> {
+    v.get(key).filter(|d| !d.is_null()).cloned()
+}
+
+/// The operation a request vector's `op` and `args` describe.
+fn expected_op(op: &str, args: &Value) -> Op {
+    let s = |k: &str| opt_str(args, k);
+    let id = || req_str(args, "id");
+    let u = |k: &str| args.get(k).and_then(Value::as_u64);
+    match op {
+        "entity.create" => Op::EntityCreate {
+            kind: s("kind"),
+            data: args.get("data").cloned().unwrap_or(Value::Null),
+        },
+        "entity.set" => Op::EntitySet {
+            id: id(),
+            data: args["data"].clone(),
+            version: u("version"),
+        },
+        "entity.patch" => Op::EntityPatch {
+            id: id(),
+            data: args["data"].as_object().expect("patch data").clone(),
+            version: u("version"),
+        },
+        "entity.delete" => Op::EntityDelete {
+            id: id(),
+            version: u("version"),
+        },
+        "lock.acquire" => Op::LockAcquire {
+            object: req_str(args, "object"),
+            ttl_ms: u("ttl_ms"),
+        },
+        "lock.renew" => Op::LockRenew {
+            object: req_str(args, "object"),
+            ttl_ms: u("ttl_ms"),
+        },
+        "lock.release" => Op::LockRelease {
+            object: req_str(args, "object"),
+        },
+        "channel.subscribe" => Op::ChannelSubscribe {
+            channel: req_str(args, "channel"),
+        },
+        "channel.unsubscribe" => Op::ChannelUnsubscribe {
+            channel: req_str(args, "channel"),
+        },
+        other => panic!("no expectation for op {other:?}"),
+    }
+}
+
+/// Checks that a decoded frame holds the values of its vector.
+fn check_client_fields(name: &str, decoded: &ClientFrame, f: &Value) {
+    let ty = f["type"].as_str().unwrap_or_default();
+    match decoded {
+        ClientFrame::Join(j) => {
+            assert_eq!(ty, "join", "{name}");
+            assert_eq!(j.room, opt_str(f, "room"), "{name}: room");
+            assert_eq!(j.ticket, opt_str(f, "ticket"), "{name}: ticket");
+            assert_eq!(j.name, opt_str(f, "name"), "{name}: name");
+            assert_eq!(j.platform, opt_str(f, "platform"), "{name}: platform");
+            let channels: Vec<String> = f
+                .get("channels")
+                .map(|c| serde_json::from_value(c.clone()).unwrap())
+                .unwrap_or_default();
+            assert_eq!(j.channels, channels, "{name}: channels");
+            match (&j.resume, f.get("resume")) {
+                (None, None) => {}
+                (Some(r), Some(v)) => {
+                    assert_eq!(r.token, req_str(v, "token"), "{name}: resume.token");
+                    assert_eq!(Some(r.last_seq), v["last_seq"].as_u64(), "{name}: last_seq");
+                }
+                (r, v) => panic!("{name}: resume {r:?} vs {v:?}"),
+            }
+        }
+        ClientFrame::Leave(l) => {
+            assert_eq!(ty, "leave", "{name}");
+            assert_eq!(l.room, req_str(f, "room"), "{name}: room");
+        }
+        ClientFrame::Publish(p) => {
+            assert_eq!(ty, "publish", "{name}");
+            assert_eq!(p.room, req_str(f, "room"), "{name}: room");
+            let channel = opt_str(f, "channel").unwrap_or_else(|| "main".into());
+            assert_eq!(p.channel, channel, "{name}: channel");
+            assert_eq!(p.event, req_str(f, "event"), "{name}: event");
+            assert_eq!(raw_value(&p.data), payload(f, "data"), "{name}: data");
+            assert_eq!(p.id, opt_str(f, "id"), "{name}: id");
+            assert_eq!(p.topic, opt_str(f, "topic"), "{name}: topic");
+            assert_eq!(p.reply_to, f.get("reply_to").and_then(Value::as_u64));
+            let echo = f.get("echo").and_then(Value::as_bool).unwrap_or(false);
+            assert_eq!(p.echo, echo, "{name}: echo");
+        }
+        ClientFrame::Request(r) => {
+            assert_eq!(ty, "request", "{name}");
+            assert_eq!(r.room, req_str(f, "room"), "{name}: room");
+            let nonce: Value = serde_json::from_str(r.nonce.get()).unwrap();
+            assert_eq!(nonce, f["nonce"], "{name}: nonce");
+            assert_eq!(r.op, req_str(f, "op"), "{name}: op");
+            assert_eq!(raw_value(&r.args), payload(f, "args"), "{name}: args");
+            let args = payload(f, "args").unwrap_or_else(|| json!({}));
+            let op = r
+                .op()
+                .unwrap_or_else(|e| panic!("{name}: op() failed: {e:?}"));
+            assert_eq!(op, expected_op(&r.op, &args), "{name}: op()");
+        }
+        ClientFrame::Direct(d) => {
+            assert_eq!(ty, "direct", "{name}");
+            assert_eq!(d.room, req_str(f, "room"), "{name}: room");
+            assert_eq!(d.to, req_str(f, "to"), "{name}: to");
+            assert_eq!(d.event, req_str(f, "event"), "{name}: event");
+            assert_eq!(raw_value(&d.data), payload(f, "data"), "{name}: data");
+        }
+        ClientFrame::Ping(p) => {
+            assert_eq!(ty, "ping", "{name}");
+            assert_eq!(p.ts, f.get("ts").and_then(Value::as_f64), "{name}: ts");
+        }
+    }
+}
+
+#[test]
+fn client_vectors_decode_or_fail_with_their_code() {
+    let mut ops_shown = BTreeSet::new();
+    let mut checked = 0;
+    for v in vectors().values().filter(|v| v.name.starts_with("client/")) {
+        let name = &v.name;
+        let bytes = serde_json::to_vec(&v.frame).unwrap();
+        let decoded = client::decode(&bytes);
+        match (decoded, v.error.as_deref()) {
+            (Ok(frame), None) => {
+                check_client_fields(name, &frame, &v.frame);
+                if let ClientFrame::Request(r) = &frame {
+                    ops_shown.insert(r.op.clone());
+                }
+            }
+            (Ok(ClientFrame::Request(r)), Some(code @ ("unknown_op" | "invalid_args"))) => {
+                // The frame is well-formed; the operation is refused.
+                let (got, message) = r
+                    .op()
+                    .expect_err(&format!("{name}: op() should fail with {code}"));
+                assert_eq!(got.as_str(), code, "{name}: {message}");
+            }
+            (Ok(frame), Some(code)) => {
+                panic!("{name}: should fail with {code} but decoded as {frame:?}")
+            }
+            (Err(e), Some(code)) => {
+                assert_eq!(e.code.as_str(), code, "{name}: {}", e.message);
+            }
+            (Err(e), None) => panic!("{name}: should decode but failed: {e:?}"),
+        }
+        checked += 1;
+    }
+    assert!(checked > 0);
+    for op in client::OPS {
+        assert!(
+            ops_shown.contains(*op),
+            "no client vector shows a successful {op:?} request"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- server ---
+
+const ROOM: &str = "lobby";
+const ANN: &str = "Hk3vQ9xLm2A";
+const BOB: &str = "p7Rt0ZcWq1E";
+const RESUME_TOKEN: &str = "Qm9uZ2lvcm5vLXJlc3VtZS10b2tlbi0x";
+const EPOCH: u64 = 7_203_114_298_161_803_265;
+const SDP: &str = "v=0\r\no=- 4611 2 IN IP4 127.0.0.1\r\n";
+
+fn raw(v: Value) -> Box<RawValue> {
+    RawValue::from_string(v.to_string()).unwrap()
+}
+
+fn member(session: &str, name: &str, platform: &str) -> MemberInfo {
+    MemberInfo {
+        session: session.into(),
+        name: name.into(),
+        platform: platform.into(),
+    }
+}
+
+fn ann() -> MemberInfo {
+    member(ANN, "ann", "browser")
+}
+
+fn bob() -> MemberInfo {
+    member(BOB, "bob", "xr")
+}
+
+fn entity(id: &str, kind: &str, data: Value, version: u64) -> EntityInfo {
+    EntityInfo {
+        id: id.into(),
+        kind: Some(kind.into()),
+        data,
+        version,
+    }
+}
+
+fn board() -> EntityInfo {
+    entity("e1", "board", json!({"title": "Sprint 12"}), 3)
+}
+
+fn note(version: u64) -> EntityInfo {
+    let data = match version {
+        1 => json!({"text": "buy milk", "x": 10, "y": 20}),
+        2 => json!({"text": "buy oat milk", "x": 10, "y": 20}),
+        _ => json!({"text": "buy oat milk", "x": 12}),
+    };
+    entity("e7", "note", data, version)
+}
+
+fn lock(object: &str, owner: &str, token: u64, expires_at: u64) -> LockInfo {
+    LockInfo {
+        object: object.into(),
+        owner: owner.into(),
+        token,
+        expires_at,
+    }
+}
+
+fn board_lock() -> LockInfo {
+    lock("e1", BOB, 5, 1_732_312_425_000)
+}
+
+fn note_lock() -> LockInfo {
+    lock("e7", ANN, 6, 1_732_312_410_300)
+}
+
+fn snapshot() -> Snapshot {
+    Snapshot {
+        entities: vec![board()],
+        locks: vec![board_lock()],
+    }
+}
+
+fn joined(seq: u64, snapshot: Option<Snapshot>, resumed: bool) -> Joined {
+    Joined {
+        room: ROOM.into(),
+        session: ANN.into(),
+        resume_token: RESUME_TOKEN.into(),
+        epoch: EPOCH,
+        seq,
+        members: vec![ann(), bob()],
+        snapshot,
+        channels: vec!["main".into(), "cursors".into()],
+        resumed,
+        reason: None,
+    }
+}
+
+fn ok(nonce: Value, result: Value) -> ServerFrame {
+    ServerFrame::Response {
+        room: ROOM.into(),
+        nonce: raw(nonce),
+        ok: true,
+        result: Some(result),
+        error: None,
+    }
+}
+
+fn event(seq: u64, ts: u64, from: Option<&str>, body: EventBody) -> ServerFrame {
+    ServerFrame::Event(Event {
+        room: ROOM.into(),
+        seq,
+        ts,
+        from: from.map(str::to_owned),
+        body,
+    })
+}
+
+/// The typed frame each server vector shows.
+fn expected_server_frame(name: &str) -> ServerFrame {
+    match name {
+        "server/joined.json" => ServerFrame::Joined(joined(42, Some(snapshot()), false)),
+        "server/joined-resumed.json" => ServerFrame::Joined(joined(61, None, true)),
+        "server/resync.json" => ServerFrame::Resync(Joined {
+            reason: Some(ResyncReason::HistoryTruncated),
+            ..joined(2051, Some(snapshot()), false)
+        }),
+        "server/left.json" => ServerFrame::Left { room: ROOM.into() },
+        "server/closed.json" => ServerFrame::Closed {
+            room: ROOM.into(),
+            reason: "room_deleted".into(),
+        },
+        "server/ack.json" => ServerFrame::Ack {
+            room: ROOM.into(),
+            seq: 43,
+            id: Some("m-17".into()),
+            duplicate: false,
+        },
+        "server/ack-duplicate.json" => ServerFrame::Ack {
+            room: ROOM.into(),
+            seq: 43,
+            id: Some("m-17".into()),
+            duplicate: true,
+        },
+        // Results are built as plaza-core's `Room::request` builds them.
+        "server/response-entity-create.json" => ok(json!(1), json!({"entity": note(1), "seq": 44})),
+        "server/response-lock-acquire.json" => {
+            ok(json!(2), json!({"lock": note_lock(), "seq": 45}))
+        }
+        "server/response-entity-set.json" => {
+            ok(json!("n-3"), json!({"entity": note(2), "seq": 46}))
+        }
+        "server/response-entity-patch.json" => {
+            ok(json!("n-4"), json!({"entity": note(3), "seq": 47}))
+        }
+        "server/response-lock-renew.json" => ok(
+            json!("n-5"),
+            json!({"lock": lock("e7", ANN, 6, 1_732_312_410_800), "seq": 48}),
+        ),
+        "server/response-lock-release.json" => {
+            ok(json!("n-6"), json!({"object": "e7", "token": 6, "seq": 49}))
+        }
+        "server/response-entity-delete.json" => {
+            ok(json!("n-7"), json!({"id": "e7", "version": 3, "seq": 50}))
+        }
+        "server/response-channel-subscribe.json" => {
+            ok(json!(8), json!({"channels": ["main", "cursors"]}))
+        }
+        "server/response-channel-unsubscribe.json" => ok(json!(9), json!({"channels": ["main"]})),
+        "server/response-error.json" => ServerFrame::Response {
+            room: ROOM.into(),
+            nonce: raw(json!("n-3")),
+            ok: false,
+            result: None,
+            error: Some(ErrorBody {
+                code: ErrorCode::VersionConflict,
+                message: "entity \"e7\" is at version 2, not 1".into(),
+            }),
+        },
+        "server/event-message.json" => event(
+            43,
+            1_732_312_400_120,
+            Some(ANN),
+            EventBody::Message {
+                channel: "main".into(),
+                event: "chat".into(),
+                data: Some(raw(json!({"text": "hi all"}))),
+                topic: Some("thread-3".into()),
+                reply_to: Some(40),
+                id: Some("m-17".into()),
+            },
+        ),
+        "server/event-presence-join.json" => event(
+            58,
+            1_732_312_460_050,
+            Some(BOB),
+            EventBody::PresenceJoin { member: bob() },
+        ),
+        "server/event-presence-leave.json" => event(
+            55,
+            1_732_312_450_000,
+            Some(BOB),
+            EventBody::PresenceLeave {
+                session: BOB.into(),
+                reason: LeaveReason::Disconnected,
+            },
+        ),
+        "server/event-entity-created.json" => event(
+            44,
+            1_732_312_400_200,
+            Some(ANN),
+            EventBody::EntityCreated { entity: note(1) },
+        ),
+        "server/event-entity-updated.json" => event(
+            46,
+            1_732_312_400_400,
+            Some(ANN),
+            EventBody::EntityUpdated { entity: note(2) },
+        ),
+        "server/event-entity-deleted.json" => event(
+            50,
+            1_732_312_401_000,
+            Some(ANN),
+            EventBody::EntityDeleted {
+                id: "e7".into(),
+                version: 3,
+            },
+        ),
+        "server/event-lock-acquired.json" => event(
+            45,
+            1_732_312_400_300,
+            Some(ANN),
+            EventBody::LockAcquired { lock: note_lock() },
+        ),
+        "server/event-lock-released.json" => event(
+            49,
+            1_732_312_400_900,
+            Some(ANN),
+            EventBody::LockReleased {
+                object: "e7".into(),
+                owner: ANN.into(),
+                token: 6,
+                reason: UnlockReason::Released,
+            },
+        ),
+        "server/event-lock-expired.json" => event(
+            53,
+            1_732_312_425_000,
+            None,
+            EventBody::LockReleased {
+                object: "e1".into(),
+                owner: BOB.into(),
+                token: 5,
+                reason: UnlockReason::Expired,
+            },
+        ),
+        "server/direct.json" => ServerFrame::Direct {
+            room: ROOM.into(),
+            from: ANN.into(),
+            event: "rtc.offer".into(),
+            data: Some(raw(json!({"sdp": SDP}))),
+        },
+        "server/error.json" => ServerFrame::Error {
+            code: ErrorCode::NotJoined,
+            message: "this connection has not joined the room".into(),
+            reference: Some(ErrorRef {
+                frame: Some("publish".into()),
+                room: Some(ROOM.into()),
+                id: Some("m-17".into()),
+            }),
+        },
+        "server/error-rate-limited.json" => ServerFrame::Error {
+            code: ErrorCode::RateLimited,
+            message: "too many frames; this one was dropped".into(),
+            reference: None,
+        },
+        "server/pong.json" => ServerFrame::Pong {
+            ts: Some(1_732_312_345_678.0),
+        },
+        other => {
+            panic!("{other}: no typed frame for this vector; add one to expected_server_frame")
+        }
+    }
+}
+
+#[test]
+fn server_vectors_are_exactly_what_the_encoder_produces() {
+    let mut checked = 0;
+    for v in vectors().values().filter(|v| v.name.starts_with("server/")) {
+        let encoded = expected_server_frame(&v.name).encode();
+        let got: Value = serde_json::from_slice(&encoded).unwrap();
+        assert_eq!(
+            got,
+            v.frame,
+            "{}: the encoder produces\n{}",
+            v.name,
+            serde_json::to_string_pretty(&got).unwrap()
+        );
+        checked += 1;
+    }
+    assert!(checked > 0);
+}
+
+// ------------------------------------------------------------------- doc ---
+
+/// A fenced block of the doc: its info string, its text, the vector named
+/// right before it (if any) and its line number.
+struct Block {
+    lang: String,
+    text: String,
+    vector: Option<String>,
+    line: usize,
+}
+
+fn doc_blocks(doc: &str) -> Vec<Block> {
+    let mut blocks = Vec::new();
+    let mut pending: Option<(String, usize)> = None;
+    let mut lines = doc.lines().enumerate();
+    while let Some((i, line)) = lines.next() {
+        let t = line.trim();
+        if let Some(rest) = t.strip_prefix("<!-- vector:") {
+            let name = rest
+                .strip_suffix("-->")
+                .unwrap_or_else(|| panic!("docs/protocol.md:{}: malformed vector comment", i + 1))
+                .trim();
+            assert!(
+                pending.is_none(),
+                "docs/protocol.md:{}: vector comment without a block",
+                i + 1
+            );
+            pending = Some((name.to_owned(), i + 1));
+        } else if let Some(lang) = t.strip_prefix("```") {
+            let mut text = String::new();
+            for (_, l) in lines.by_ref() {
+                if l.trim() == "```" {
+                    break;
+                }
+                text.push_str(l);
+                text.push('\n');
+            }
+            blocks.push(Block {
+                lang: lang.trim().to_owned(),
+                text,
+                vector: pending.take().map(|(n, _)| n),
+                line: i + 1,
+            });
+        } else if !t.is_empty() {
+            if let Some((name, at)) = &pending {
+                panic!("docs/protocol.md:{at}: <!-- vector: {name} --> must be followed by its ```json block");
+            }
+        }
+    }
+    assert!(
+        pending.is_none(),
+        "docs/protocol.md ends with a vector comment"
+    );
+    blocks
+}
+
+#[test]
+fn doc_examples_and_vectors_match() {
+    let doc = doc_text();
+    let vectors = vectors();
+    let mut shown = BTreeSet::new();
+    for b in doc_blocks(&doc) {
+        let at = format!("docs/protocol.md:{}", b.line);
+        if b.lang != "json" {
+            assert!(b.vector.is_none(), "{at}: a vector block must be ```json");
+            continue;
+        }
+        let value: Value = serde_json::from_str(&b.text)
+            .unwrap_or_else(|e| panic!("{at}: the json block is not JSON: {e}"));
+        match b.vector {
+            Some(name) => {
+                let v = vectors
+                    .get(&name)
+                    .unwrap_or_else(|| panic!("{at}: no vector file protocol/vectors/{name}"));
+                assert_eq!(
+                    value, v.frame,
+                    "{at}: the example differs from protocol/vectors/{name}"
+                );
+                assert!(shown.insert(name.clone()), "{at}: {name} is shown twice");
+            }
+            None => assert!(
+                value.get("type").is_none(),
+                "{at}: a frame example must be a vector: precede it with <!-- vector: ... -->"
+            ),
+        }
+    }
+    let missing: Vec<&String> = vectors.keys().filter(|n| !shown.contains(*n)).collect();
+    assert!(
+        missing.is_empty(),
+        "vectors not shown in docs/protocol.md: {missing:?}"
+    );
+}
+
+/// The first-column values of the table under the `## {heading}` heading.
+fn table_keys(doc: &str, heading: &str) -> Vec<String> {
+    let start = doc
+        .lines()
+        .position(|l| l.trim() == format!("## {heading}"))
+        .unwrap_or_else(|| panic!("docs/protocol.md has no \"## {heading}\" section"));
+    doc.lines()
+        .skip(start + 1)
+        .take_while(|l| !l.starts_with("## "))
+        .filter(|l| l.starts_with('|'))
+        .skip(2) // header and separator
+        .map(|l| {
+            l.split('|')
+                .nth(1)
+                .unwrap()
+                .trim()
+                .trim_matches('`')
+                .to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn doc_tables_list_every_error_and_close_code() {
+    let doc = doc_text();
+    let documented = table_keys(&doc, "Error codes");
+    let all: Vec<String> = ErrorCode::ALL
+        .iter()
+        .map(|c| c.as_str().to_owned())
+        .collect();
+    assert_eq!(
+        documented, all,
+        "the error table must list ErrorCode::ALL, in that order"
+    );
+
+    let mut documented: Vec<u16> = table_keys(&doc, "Close codes")
+        .iter()
+        .map(|c| c.parse().unwrap_or_else(|_| panic!("close code {c:?}")))
+        .collect();
+    documented.sort_unstable();
+    let mut all: Vec<u16> = ALL_CLOSE_CODES.iter().map(|c| c.code()).collect();
+    for c in ALL_CLOSE_CODES {
+        assert!(listed(*c));
+    }
+    all.sort_unstable();
+    assert_eq!(
+        documented, all,
+        "the close code table must list every CloseCode"
+    );
+}
+
+const ALL_CLOSE_CODES: &[CloseCode] = &[
+    CloseCode::Normal,
+    CloseCode::ProtocolError,
+    CloseCode::MessageTooBig,
+    CloseCode::Restarting,
+    CloseCode::HeartbeatTimeout,
+    CloseCode::SlowConsumer,
+    CloseCode::PolicyViolation,
+];
+
+/// Stops compiling when a close code is added, so that `ALL_CLOSE_CODES`
+/// (and with it the doc's table) is updated too.
+fn listed(c: CloseCode) -> bool {
+    match c {
+        CloseCode::Normal
+        | CloseCode::ProtocolError
+        | CloseCode::MessageTooBig
+        | CloseCode::Restarting
+        | CloseCode::HeartbeatTimeout
+        | CloseCode::SlowConsumer
+        | CloseCode::PolicyViolation => ALL_CLOSE_CODES.contains(&c),
+    }
+}
