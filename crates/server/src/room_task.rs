@@ -127,7 +127,7 @@ pub(crate) fn spawn(
         members: members.clone(),
         tx,
     };
-    let mut room = Room::new(id, name, config, plaza_broker::random_u64(), now);
+    let mut room = Room::new(id, name, config, plaza_broker::new_epoch(), now);
     for (kind, data) in entities {
         room.seed_entity(kind, data);
     }
