@@ -135,11 +135,17 @@ impl Connection {
                 let Some((room, session)) = self.rooms.remove(&l.room) else {
                     return self.not_joined("leave", l.room, None);
                 };
-                room.send(RoomCommand::Leave {
-                    session,
-                    outbox: self.outbox.clone(),
-                })
-                .await;
+                let delivered = room
+                    .send(RoomCommand::Leave {
+                        session,
+                        outbox: self.outbox.clone(),
+                    })
+                    .await;
+                if !delivered {
+                    // The room was deleted meanwhile: the member is out all the same.
+                    self.outbox
+                        .send(ServerFrame::Left { room: l.room }.encode(), None);
+                }
             }
             ClientFrame::Publish(p) => {
                 let Some((_, session)) = self.rooms.get(&p.room) else {
@@ -195,10 +201,23 @@ impl Connection {
                 let cmd = RoomCommand::Request {
                     session: session.clone(),
                     outbox: self.outbox.clone(),
-                    nonce: r.nonce,
+                    nonce: r.nonce.clone(),
                     op,
                 };
-                self.route(&r.room, cmd, "request").await;
+                if !self.forward(&r.room, cmd).await {
+                    // A request is answered by a response with its nonce, always.
+                    let code = ErrorCode::RoomNotFound;
+                    self.node.metrics.error(code);
+                    let message = format!("room {:?} was deleted", r.room);
+                    let frame = ServerFrame::Response {
+                        room: r.room,
+                        nonce: r.nonce,
+                        ok: false,
+                        result: None,
+                        error: Some(ErrorBody { code, message }),
+                    };
+                    self.outbox.send(frame.encode(), None);
+                }
             }
             ClientFrame::Direct(d) => {
                 let Some((_, session)) = self.rooms.get(&d.room) else {
@@ -220,13 +239,22 @@ impl Connection {
         }
     }
 
+    /// Sends a command to a joined room; false (and the room is forgotten) if
+    /// the room is gone.
+    async fn forward(&mut self, room_id: &str, cmd: RoomCommand) -> bool {
+        let Some((room, _)) = self.rooms.get(room_id) else {
+            return false;
+        };
+        if room.send(cmd).await {
+            return true;
+        }
+        self.rooms.remove(room_id);
+        false
+    }
+
     /// Sends a command to a joined room; if the room is gone, says so and forgets it.
     async fn route(&mut self, room_id: &str, cmd: RoomCommand, frame: &str) {
-        let Some((room, _)) = self.rooms.get(room_id) else {
-            return;
-        };
-        if !room.send(cmd).await {
-            self.rooms.remove(room_id);
+        if !self.forward(room_id, cmd).await {
             let r = ErrorRef {
                 frame: Some(frame.into()),
                 room: Some(room_id.into()),
@@ -281,6 +309,8 @@ impl Connection {
             }
         };
         r.room = Some(room_id.clone());
+        // Forget deleted rooms: their members were told `closed` and are out.
+        self.rooms.retain(|_, (room, _)| !room.is_closed());
         if name.is_empty() || name.len() > 64 || platform.is_empty() || platform.len() > 32 {
             let msg = "name must have 1 to 64 bytes and platform 1 to 32".into();
             return self.error(ErrorCode::InvalidFrame, msg, Some(r));
@@ -439,9 +469,13 @@ async fn write_loop(
         code,
         reason: Utf8Bytes::from_static(reason),
     };
-    let _ = tokio::time::timeout(
-        Duration::from_secs(2),
-        sink.send(Message::Close(Some(close))),
-    )
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        if sink.send(Message::Close(Some(close))).await.is_err() {
+            // The client closed first: the WebSocket refuses a Close of ours
+            // but holds the echo of the client's; flushing it completes the
+            // closing handshake.
+            let _ = sink.close().await;
+        }
+    })
     .await;
 }

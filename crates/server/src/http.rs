@@ -10,8 +10,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use plaza_core::{RoomError, TicketGrant};
 use plaza_protocol::ErrorCode;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::clock::now_ms;
 use crate::node::CreateRoom;
@@ -66,6 +67,26 @@ impl IntoResponse for ApiError {
 
 type ApiResult<T> = Result<T, ApiError>;
 
+/// Reads a JSON object body into `T`. serde would also read a struct from a
+/// JSON array (fields by position), so a top-level array must be refused here.
+fn json_object<T: DeserializeOwned>(body: Result<Json<Value>, JsonRejection>) -> ApiResult<T> {
+    let Json(v) = body?;
+    if !v.is_object() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidRequest,
+            "the request body must be a JSON object",
+        ));
+    }
+    serde_json::from_value(v).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidRequest,
+            format!("invalid request body: {e}"),
+        )
+    })
+}
+
 pub(crate) fn router(node: Arc<Node>) -> Router {
     Router::new()
         .route("/", get(index))
@@ -111,7 +132,7 @@ async fn list_rooms(State(node): State<Arc<Node>>) -> Response {
 
 async fn create_room(
     State(node): State<Arc<Node>>,
-    body: Result<Json<CreateRoom>, JsonRejection>,
+    body: Result<Json<Value>, JsonRejection>,
 ) -> ApiResult<Response> {
     if node.is_shutting_down() {
         return Err(ApiError::new(
@@ -120,7 +141,7 @@ async fn create_room(
             "shutting down",
         ));
     }
-    let Json(spec) = body?;
+    let spec: CreateRoom = json_object(body)?;
     let room = node.create_room(spec)?;
     Ok((StatusCode::CREATED, Json(room)).into_response())
 }
@@ -163,9 +184,9 @@ struct TicketRequest {
 async fn create_ticket(
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
-    body: Result<Json<TicketRequest>, JsonRejection>,
+    body: Result<Json<Value>, JsonRejection>,
 ) -> ApiResult<Response> {
-    let Json(req) = body?;
+    let req: TicketRequest = json_object(body)?;
     if node.room_summary(&id).is_none() {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,

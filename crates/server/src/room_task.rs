@@ -94,6 +94,11 @@ impl RoomHandle {
         }
     }
 
+    /// Whether the room was deleted (it takes no more commands).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
     /// Sends a command; false when the room is gone.
     pub(crate) async fn send(&self, cmd: RoomCommand) -> bool {
         self.tx.send(cmd).await.is_ok()
@@ -189,6 +194,9 @@ impl RoomTask {
             match cmd {
                 None => break,
                 Some(RoomCommand::Close { done }) => {
+                    // Refuse new commands before telling members: whoever saw
+                    // `closed` and acts on the room must hear it is gone.
+                    rx.close();
                     let frame = ServerFrame::Closed {
                         room: self.room.id().to_owned(),
                         reason: "room_deleted".into(),

@@ -1,18 +1,26 @@
 //! Test harness: a real node on an ephemeral port, real WebSocket clients.
 #![allow(dead_code)]
 
+use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::{SinkExt, StreamExt};
 use plaza_broker::MemoryBroker;
 use plaza_server::{Node, ServerConfig};
 use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_tungstenite::WebSocketStream;
 
 /// How long a test waits for an expected frame before failing.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -36,6 +44,25 @@ impl TestServer {
         let addr = listener.local_addr().unwrap();
         let node = Node::new(config, Arc::new(MemoryBroker::new()));
         let task = tokio::spawn(plaza_server::serve(node.clone(), listener));
+        TestServer {
+            addr,
+            node,
+            task,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// Like [`TestServer::with_config`], but serves the router with plain
+    /// `axum::serve`, without the node's graceful shutdown: after
+    /// `node.shutdown()` the HTTP API keeps answering, so what the handlers say
+    /// while the node shuts down can be observed.
+    pub async fn without_graceful_shutdown(mut config: ServerConfig) -> TestServer {
+        config.listen = "127.0.0.1:0".into();
+        let listener = tokio::net::TcpListener::bind(&config.listen).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let node = Node::new(config, Arc::new(MemoryBroker::new()));
+        let app = plaza_server::router(node.clone());
+        let task = tokio::spawn(async move { axum::serve(listener, app).await });
         TestServer {
             addr,
             node,
@@ -75,8 +102,120 @@ impl TestServer {
         v["ticket"].as_str().unwrap().to_owned()
     }
 
+    /// GET a path; returns the status and the JSON body (`Null` if the body is not JSON).
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self.http.get(self.url(path)).send().await.unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// GET a path; returns the status and the body text.
+    pub async fn get_text(&self, path: &str) -> (u16, String) {
+        let r = self.http.get(self.url(path)).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.text().await.unwrap())
+    }
+
+    /// POST a JSON body; returns the status and the JSON body.
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// POST a raw body with a JSON content type; returns the status and the JSON body.
+    pub async fn post_raw(&self, path: &str, body: &str) -> (u16, Value) {
+        let r = self
+            .http
+            .post(self.url(path))
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// DELETE a path; returns the status and the JSON body (`Null` when empty).
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        let r = self.http.delete(self.url(path)).send().await.unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// The value of one sample in `/metrics`, e.g. `plaza_errors_total{code="bad_json"}`.
+    pub async fn metric(&self, sample: &str) -> Option<f64> {
+        let (status, text) = self.get_text("/metrics").await;
+        assert_eq!(status, 200);
+        text.lines().find_map(|l| {
+            let rest = l.strip_prefix(sample)?;
+            rest.strip_prefix(' ')?.trim().parse().ok()
+        })
+    }
+
+    /// Polls GET /v1/rooms/{id} until its member count is `n` (bounded by [`WAIT`]).
+    pub async fn wait_members(&self, room: &str, n: u64) {
+        let path = format!("/v1/rooms/{room}");
+        let start = Instant::now();
+        loop {
+            let (status, v) = self.get(&path).await;
+            assert_eq!(status, 200, "GET {path}: {v}");
+            if v["members"] == n {
+                return;
+            }
+            assert!(
+                start.elapsed() < WAIT,
+                "room {room} never had {n} members; last: {v}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     pub async fn connect(&self) -> Client {
         Client::connect(self.addr).await
+    }
+
+    /// Connects and sends a `join` frame; returns the client and the answer
+    /// (`joined`, `resync` or `error`).
+    pub async fn join_with(&self, join: Value) -> (Client, Value) {
+        let mut c = self.connect().await;
+        c.send(join).await;
+        let answer = c.recv().await;
+        (c, answer)
+    }
+
+    /// Joins `names` to an open room one after the other, then waits until
+    /// every client has seen the `presence.join` of every later one, so that
+    /// nothing from the joins is left in flight.
+    pub async fn join_all(&self, room: &str, names: &[&str]) -> Vec<(Client, Value)> {
+        let mut out: Vec<(Client, Value)> = Vec::new();
+        for name in names {
+            let (c, joined) = self.join(room, name).await;
+            out.push((c, joined));
+        }
+        let sessions: Vec<Value> = out.iter().map(|(_, j)| j["session"].clone()).collect();
+        for (i, (c, _)) in out.iter_mut().enumerate() {
+            for s in &sessions[i + 1..] {
+                let ev = c.recv_type("event").await;
+                assert_eq!(ev["kind"], "presence.join", "{ev}");
+                assert_eq!(&ev["member"]["session"], s, "{ev}");
+            }
+        }
+        for (c, _) in out.iter_mut() {
+            assert_eq!(c.drain().await, Vec::<Value>::new());
+        }
+        out
     }
 
     /// Connects and joins an open room; returns the client and its `joined` frame.
@@ -89,9 +228,55 @@ impl TestServer {
     }
 }
 
+/// A TCP stream whose outgoing bytes can be cut: once muted, writes are
+/// silently discarded, so not even tungstenite's automatic pongs reach the
+/// server, while everything the server sends can still be read.
+pub struct Mutable {
+    tcp: TcpStream,
+    muted: Arc<AtomicBool>,
+}
+
+impl AsyncRead for Mutable {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Mutable {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if self.muted.load(Ordering::Acquire) {
+            return Poll::Ready(Ok(buf.len()));
+        }
+        Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.muted.load(Ordering::Acquire) {
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.muted.load(Ordering::Acquire) {
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
 /// A WebSocket client speaking Plaza JSON frames.
 pub struct Client {
-    pub ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    pub ws: WebSocketStream<Mutable>,
+    muted: Arc<AtomicBool>,
 }
 
 /// What ended a connection, as seen by the client.
@@ -103,10 +288,87 @@ pub enum Closed {
 
 impl Client {
     pub async fn connect(addr: SocketAddr) -> Client {
-        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/v1/ws"))
+        Self::try_connect(addr).await.unwrap()
+    }
+
+    /// Connects, returning the handshake error instead of panicking.
+    pub async fn try_connect(
+        addr: SocketAddr,
+    ) -> Result<Client, tokio_tungstenite::tungstenite::Error> {
+        let tcp = TcpStream::connect(addr).await?;
+        let muted = Arc::new(AtomicBool::new(false));
+        let stream = Mutable {
+            tcp,
+            muted: muted.clone(),
+        };
+        let (ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/v1/ws"), stream).await?;
+        Ok(Client { ws, muted })
+    }
+
+    /// From now on nothing this client writes reaches the server, not even
+    /// the automatic answers to the server's WebSocket pings.
+    pub fn mute(&self) {
+        self.muted.store(true, Ordering::Release);
+    }
+
+    /// Sends any WebSocket message.
+    pub async fn send_message(&mut self, m: Message) {
+        self.ws.send(m).await.unwrap();
+    }
+
+    /// Sends a text frame whose payload is `bytes`, valid UTF-8 or not.
+    pub async fn send_text_bytes(&mut self, bytes: &[u8]) {
+        let frame = Frame::message(bytes.to_vec(), OpCode::Data(Data::Text), true);
+        self.ws.send(Message::Frame(frame)).await.unwrap();
+    }
+
+    /// Sends a `publish` and waits for its `ack`; returns the ack and the frames before it.
+    pub async fn publish(&mut self, room: &str, event: &str, data: Value) -> (Value, Vec<Value>) {
+        self.send(json!({"type": "publish", "room": room, "event": event, "data": data}))
+            .await;
+        self.recv_until(|v| v["type"] == "ack").await
+    }
+
+    /// Receives until a frame matches `pred`; returns it and the frames before it.
+    pub async fn recv_until(
+        &mut self,
+        mut pred: impl FnMut(&Value) -> bool,
+    ) -> (Value, Vec<Value>) {
+        let mut before = Vec::new();
+        loop {
+            let v = self.recv().await;
+            if pred(&v) {
+                return (v, before);
+            }
+            before.push(v);
+        }
+    }
+
+    /// The next room event of this `kind`; returns it and the frames before it.
+    pub async fn recv_event(&mut self, kind: &str) -> (Value, Vec<Value>) {
+        self.recv_until(|v| v["type"] == "event" && v["kind"] == kind)
             .await
-            .unwrap();
-        Client { ws }
+    }
+
+    /// The next text frame, unparsed (skipping WebSocket pings/pongs).
+    pub async fn recv_text(&mut self) -> String {
+        loop {
+            let msg = tokio::time::timeout(WAIT, self.ws.next())
+                .await
+                .expect("timed out waiting for a frame")
+                .expect("connection ended")
+                .expect("websocket error");
+            match msg {
+                Message::Text(t) => return t.to_string(),
+                Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => continue,
+                other => panic!("expected a text frame, got {other:?}"),
+            }
+        }
+    }
+
+    /// Sends a ping and expects its pong right away: the connection still works.
+    pub async fn assert_alive(&mut self) {
+        assert_eq!(self.drain().await, Vec::<Value>::new());
     }
 
     pub async fn send(&mut self, v: Value) {
@@ -176,6 +438,15 @@ impl Client {
         }
     }
 
+    /// Sends a ready-made `request` frame and returns the response with its nonce
+    /// (frames before it are returned too).
+    pub async fn send_and_response(&mut self, frame: Value) -> (Value, Vec<Value>) {
+        let nonce = frame["nonce"].clone();
+        self.send(frame).await;
+        self.recv_until(|v| v["type"] == "response" && v["nonce"] == nonce)
+            .await
+    }
+
     /// Waits for the server to close the connection and returns its close code.
     pub async fn closed(&mut self) -> Closed {
         loop {
@@ -192,4 +463,40 @@ impl Client {
             }
         }
     }
+}
+
+/// Wall-clock Unix milliseconds, as the server reads them.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Polls `cond` until it holds, at most for [`WAIT`]; returns whether it did.
+/// Only for what no frame announces (time passing, counters the server updates
+/// after writing); never a substitute for awaiting a frame.
+pub async fn wait_until<F, Fut>(mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if cond().await {
+            return true;
+        }
+        if start.elapsed() > WAIT {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Only the frames of a list that are room events of `kind`.
+pub fn of_kind<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    frames
+        .iter()
+        .filter(|v| v["type"] == "event" && v["kind"] == kind)
+        .collect()
 }
