@@ -281,6 +281,24 @@ impl Connection {
                 Some(r),
             );
         }
+        // Checks that need no ticket come first, so a refused join does not
+        // spend the ticket.
+        self.rooms.retain(|_, (room, _)| !room.is_closed());
+        let max_rooms = self.node.config().max_rooms_per_connection;
+        if self.rooms.len() >= max_rooms {
+            let msg = format!("a connection may join {max_rooms} rooms at most");
+            return self.error(ErrorCode::TooManyRooms, msg, Some(r));
+        }
+        if j.room
+            .as_ref()
+            .is_some_and(|room| self.rooms.contains_key(room))
+        {
+            let msg = format!(
+                "already in room {:?}",
+                j.room.as_deref().unwrap_or_default()
+            );
+            return self.error(ErrorCode::AlreadyJoined, msg, Some(r));
+        }
         let (room_id, name, platform, ticket) = match &j.ticket {
             Some(t) => match self.node.broker().redeem_ticket(t, now_ms()).await {
                 Ok(g) => {
@@ -309,8 +327,6 @@ impl Connection {
             }
         };
         r.room = Some(room_id.clone());
-        // Forget deleted rooms: their members were told `closed` and are out.
-        self.rooms.retain(|_, (room, _)| !room.is_closed());
         if name.is_empty() || name.len() > 64 || platform.is_empty() || platform.len() > 32 {
             let msg = "name must have 1 to 64 bytes and platform 1 to 32".into();
             return self.error(ErrorCode::InvalidFrame, msg, Some(r));
@@ -321,13 +337,6 @@ impl Connection {
                 format!("already in room {room_id:?}"),
                 Some(r),
             );
-        }
-        if self.rooms.len() >= self.node.config().max_rooms_per_connection {
-            let msg = format!(
-                "a connection may join {} rooms at most",
-                self.node.config().max_rooms_per_connection
-            );
-            return self.error(ErrorCode::TooManyRooms, msg, Some(r));
         }
         let room = match self.node.room_for_join(&room_id) {
             Ok(h) => h,

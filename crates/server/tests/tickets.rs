@@ -179,3 +179,30 @@ async fn a_ticket_room_refuses_joins_without_a_ticket() {
     assert_eq!(j2["resumed"], true);
     assert_eq!(j2["session"], j["session"]);
 }
+
+/// Refusals that need no ticket come before redemption: they do not spend it.
+#[tokio::test]
+async fn a_join_refused_before_redemption_keeps_the_ticket() {
+    let s = TestServer::with_config(ServerConfig {
+        max_rooms_per_connection: 1,
+        ..Default::default()
+    })
+    .await;
+    s.create_room(json!({"id": "r1"})).await;
+    s.create_room(json!({"id": "r2"})).await;
+    let (mut c, _) = s.join("r1", "ann").await;
+    let t1 = s.ticket("r1", "tina", "xr").await;
+    c.send(json!({"type": "join", "room": "r1", "ticket": t1}))
+        .await;
+    assert_eq!(c.recv_type("error").await["code"], "too_many_rooms");
+    let t2 = s.ticket("r2", "tina", "xr").await;
+    c.send(json!({"type": "join", "ticket": t2})).await;
+    assert_eq!(c.recv_type("error").await["code"], "too_many_rooms");
+    // both tickets still work on another connection
+    let mut d = s.connect().await;
+    d.send(json!({"type": "join", "ticket": t2})).await;
+    assert_eq!(d.recv_type("joined").await["room"], "r2");
+    let mut e = s.connect().await;
+    e.send(json!({"type": "join", "ticket": t1})).await;
+    assert_eq!(e.recv_type("joined").await["room"], "r1");
+}
