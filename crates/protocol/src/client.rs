@@ -132,7 +132,7 @@ pub struct Direct {
 pub struct Ping {
     /// Any number the client wants echoed (e.g. its clock).
     #[serde(default)]
-    pub ts: Option<f64>,
+    pub ts: Option<serde_json::Number>,
 }
 
 /// A decoding failure: the stable code plus a human-readable message.

@@ -315,7 +315,7 @@ pub enum ServerFrame {
     Pong {
         /// The ping's `ts`.
         #[serde(skip_serializing_if = "Option::is_none")]
-        ts: Option<f64>,
+        ts: Option<serde_json::Number>,
     },
 }
 
