@@ -284,6 +284,9 @@ impl Connection {
         // Checks that need no ticket come first, so a refused join does not
         // spend the ticket.
         self.rooms.retain(|_, (room, _)| !room.is_closed());
+        for room in self.control.take_evicted() {
+            self.rooms.remove(&room);
+        }
         let max_rooms = self.node.config().max_rooms_per_connection;
         if self.rooms.len() >= max_rooms {
             let msg = format!("a connection may join {max_rooms} rooms at most");

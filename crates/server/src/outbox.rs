@@ -7,7 +7,7 @@
 //! the room history.
 
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -31,6 +31,9 @@ pub struct ConnectionControl {
     /// Cancelled when the connection must close.
     pub closed: CancellationToken,
     close_code: AtomicU16,
+    /// Rooms whose session on this connection was taken over by a resume on
+    /// another connection; the reader forgets them.
+    evicted: Mutex<Vec<String>>,
 }
 
 impl ConnectionControl {
@@ -39,7 +42,21 @@ impl ConnectionControl {
         Arc::new(ConnectionControl {
             closed: CancellationToken::new(),
             close_code: AtomicU16::new(0),
+            evicted: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Notes that this connection's session in `room` now lives on another connection.
+    pub fn evict(&self, room: &str) {
+        self.evicted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(room.to_owned());
+    }
+
+    /// Takes the rooms evicted since the last call.
+    pub fn take_evicted(&self) -> Vec<String> {
+        std::mem::take(&mut *self.evicted.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Closes the connection with `code`, unless it is closing already.

@@ -231,6 +231,7 @@ impl RoomTask {
                                 room: self.room.id().to_owned(),
                                 reason: "resumed_elsewhere".into(),
                             };
+                            old.control().evict(self.room.id());
                             old.send(frame.encode(), None);
                         }
                         outbox.send(joined.server_frame().encode(), None);

@@ -369,3 +369,25 @@ async fn a_recreated_room_does_not_know_old_tokens() {
     assert_ne!(j["epoch"], ja["epoch"]);
     assert_eq!(j["seq"], 1);
 }
+
+#[tokio::test]
+async fn a_connection_whose_session_was_taken_over_can_join_again() {
+    let s = TestServer::with_config(plaza_server::ServerConfig {
+        max_rooms_per_connection: 1,
+        ..Default::default()
+    })
+    .await;
+    s.create_room(json!({"id": ROOM})).await;
+    let (mut a1, ja) = s.join(ROOM, "ann").await;
+    let (_a2, j) = s
+        .join_with(resume_frame(&ja, "ann", ja["seq"].as_u64().unwrap()))
+        .await;
+    assert_eq!(j["resumed"], true);
+    assert_eq!(a1.recv_type("closed").await["reason"], "resumed_elsewhere");
+    // The old connection is out of the room: neither `already_joined` nor
+    // `too_many_rooms` (the limit is one room) stops a new join.
+    a1.send(json!({"type": "join", "room": ROOM, "name": "ann again"}))
+        .await;
+    let again = a1.recv_type("joined").await;
+    assert_ne!(again["session"], ja["session"]);
+}
