@@ -20,6 +20,9 @@ use crate::outbox::{ConnectionControl, Outbox, OutboxReceiver};
 use crate::room_task::{RoomCommand, RoomHandle};
 use crate::Node;
 
+/// How long a server-initiated close waits for the client's Close.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
 /// Frames written per flush at most, so one busy connection cannot hog its writer.
 const MAX_BATCH: usize = 512;
 
@@ -28,7 +31,7 @@ pub(crate) async fn run(node: Arc<Node>, socket: WebSocket) {
     node.connection_opened();
     let control = ConnectionControl::new();
     let (outbox, rx) = Outbox::new(node.config().send_queue_frames, control.clone());
-    let (sink, stream) = socket.split();
+    let (sink, mut stream) = socket.split();
     let writer = tokio::spawn(write_loop(node.clone(), sink, rx, control.clone()));
     let mut conn = Connection {
         bucket: TokenBucket::new(
@@ -36,12 +39,13 @@ pub(crate) async fn run(node: Arc<Node>, socket: WebSocket) {
             node.config().rate_limit_burst,
             now_ms(),
         ),
+        refused_in_a_row: 0,
         node: node.clone(),
         outbox,
         control: control.clone(),
         rooms: HashMap::new(),
     };
-    conn.read_loop(stream).await;
+    let peer_done = conn.read_loop(&mut stream).await;
     for (_, (room, session)) in conn.rooms.drain() {
         room.send(RoomCommand::Disconnect {
             session,
@@ -51,6 +55,19 @@ pub(crate) async fn run(node: Arc<Node>, socket: WebSocket) {
     }
     control.close(CloseCode::Normal);
     let _ = writer.await;
+    if !peer_done {
+        // We sent Close: read (and drop) what the client still sends until
+        // its Close, so the socket ends cleanly instead of with a reset that
+        // could destroy our Close frame before the client reads it.
+        let _ = tokio::time::timeout(CLOSE_WAIT, async {
+            while let Some(Ok(m)) = stream.next().await {
+                if matches!(m, Message::Close(_)) {
+                    break;
+                }
+            }
+        })
+        .await;
+    }
     node.connection_closed();
 }
 
@@ -59,29 +76,33 @@ struct Connection {
     outbox: Outbox,
     control: Arc<ConnectionControl>,
     bucket: TokenBucket,
+    /// Frames refused by the rate limit since the last accepted one.
+    refused_in_a_row: u32,
     /// Joined rooms: room id → (room, this connection's session there).
     rooms: HashMap<String, (RoomHandle, String)>,
 }
 
 impl Connection {
-    async fn read_loop(&mut self, mut stream: SplitStream<WebSocket>) {
+    /// Reads until the connection ends. Returns true when the peer ended it
+    /// (Close, EOF or a broken stream), false when the server decided to.
+    async fn read_loop(&mut self, stream: &mut SplitStream<WebSocket>) -> bool {
         let idle = Duration::from_millis(self.node.config().idle_timeout_ms);
         let shutdown = self.node.shutdown_token();
         loop {
             let next = tokio::select! {
-                _ = self.control.closed.cancelled() => return,
+                _ = self.control.closed.cancelled() => return false,
                 _ = shutdown.cancelled() => {
                     self.control.close(CloseCode::Restarting);
-                    return;
+                    return false;
                 }
                 next = tokio::time::timeout(idle, stream.next()) => next,
             };
             let msg = match next {
                 Err(_) => {
                     self.control.close(CloseCode::HeartbeatTimeout);
-                    return;
+                    return false;
                 }
-                Ok(None) => return,
+                Ok(None) => return true,
                 Ok(Some(Err(e))) => {
                     let text = e.to_string();
                     tracing::debug!(error = %text, "websocket read failed");
@@ -90,7 +111,7 @@ impl Connection {
                     } else {
                         self.control.close(CloseCode::ProtocolError);
                     }
-                    return;
+                    return true;
                 }
                 Ok(Some(Ok(msg))) => msg,
             };
@@ -98,7 +119,7 @@ impl Connection {
                 Message::Text(t) => self.on_frame(t.as_bytes()).await,
                 Message::Binary(b) => self.on_frame(&b).await,
                 Message::Ping(_) | Message::Pong(_) => {}
-                Message::Close(_) => return,
+                Message::Close(_) => return true,
             }
         }
     }
@@ -113,12 +134,26 @@ impl Connection {
             return self.error(ErrorCode::FrameTooLarge, msg, None);
         }
         if !self.bucket.try_take(now_ms()) {
+            self.refused_in_a_row += 1;
+            // A client that keeps sending through this many refusals is not
+            // reading its errors: cut it off rather than spend CPU on it.
+            let limit = self
+                .node
+                .config()
+                .rate_limit_burst
+                .saturating_mul(10)
+                .max(100);
+            if self.refused_in_a_row > limit {
+                self.control.close(CloseCode::PolicyViolation);
+                return;
+            }
             return self.error(
                 ErrorCode::RateLimited,
                 "too many frames; this one was dropped".into(),
                 None,
             );
         }
+        self.refused_in_a_row = 0;
         let frame = match client::decode(bytes) {
             Ok(f) => f,
             Err(e) => {
@@ -472,6 +507,7 @@ async fn write_loop(
         4002 => "slow consumer: resume to catch up",
         1009 => "message too big",
         1002 => "protocol error",
+        4003 => "rate limit ignored",
         _ => "",
     };
     if code == CloseCode::SlowConsumer.code() {

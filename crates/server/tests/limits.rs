@@ -3,9 +3,11 @@
 
 mod support;
 
+use futures_util::SinkExt;
 use plaza_server::ServerConfig;
 use serde_json::{json, Value};
 use support::{wait_until, Client, Closed, TestServer};
+use tokio_tungstenite::tungstenite::Message;
 
 const ROOM: &str = "lim";
 
@@ -265,4 +267,30 @@ async fn a_client_that_does_not_read_is_closed_as_slow_consumer() {
     assert!(
         wait_until(|| async { s.metric("plaza_slow_consumers_total").await >= Some(1.0) }).await
     );
+}
+
+#[tokio::test]
+async fn a_client_that_ignores_the_rate_limit_is_closed_with_4003() {
+    let s = TestServer::with_config(ServerConfig {
+        rate_limit_per_sec: 1,
+        rate_limit_burst: 5,
+        ..Default::default()
+    })
+    .await;
+    let (mut other, _) = {
+        s.create_room(json!({"id": ROOM})).await;
+        s.join(ROOM, "bob").await
+    };
+    let mut a = s.connect().await;
+    // burst 5, then 10 × burst (at least 100) refusals in a row are tolerated
+    for i in 0..200 {
+        // the server may close mid-way: later sends are allowed to fail
+        let ping = json!({"type": "ping", "ts": i}).to_string();
+        if a.ws.send(Message::text(ping)).await.is_err() {
+            break;
+        }
+    }
+    assert_eq!(a.closed().await, Closed::Code(4003));
+    // nobody else is affected
+    assert_eq!(other.drain().await, Vec::<Value>::new());
 }
