@@ -139,6 +139,8 @@ pub enum CloseCode {
     ProtocolError = 1002,
     /// The server restarts or shuts down: reconnect (to any node) and resume.
     Restarting = 1012,
+    /// A text message or close reason was not valid UTF-8.
+    InvalidPayload = 1007,
     /// A frame exceeded the hard WebSocket message limit (4 × `max_frame_bytes`).
     MessageTooBig = 1009,
     /// Nothing was heard from the client within `idle_timeout`.

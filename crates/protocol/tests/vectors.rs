@@ -717,6 +717,7 @@ fn doc_tables_list_every_error_and_close_code() {
 const ALL_CLOSE_CODES: &[CloseCode] = &[
     CloseCode::Normal,
     CloseCode::ProtocolError,
+    CloseCode::InvalidPayload,
     CloseCode::MessageTooBig,
     CloseCode::Restarting,
     CloseCode::HeartbeatTimeout,
@@ -730,6 +731,7 @@ fn listed(c: CloseCode) -> bool {
     match c {
         CloseCode::Normal
         | CloseCode::ProtocolError
+        | CloseCode::InvalidPayload
         | CloseCode::MessageTooBig
         | CloseCode::Restarting
         | CloseCode::HeartbeatTimeout

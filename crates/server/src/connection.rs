@@ -1,14 +1,9 @@
-//! One WebSocket connection: a reader that decodes, checks and routes client
-//! frames, and a writer that drains the connection's outbox.
+//! One client's protocol state on one connection: decodes, checks and routes
+//! its frames to room tasks. The socket itself is handled by [`crate::ws`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
-use bytes::Bytes;
-use futures_util::stream::{SplitSink, SplitStream};
-use futures_util::{SinkExt, StreamExt};
 use plaza_core::{JoinParams, PublishParams, Resume, TokenBucket};
 use plaza_protocol::client::{self, ClientFrame};
 use plaza_protocol::server::{ErrorBody, ErrorRef, ServerFrame};
@@ -16,62 +11,11 @@ use plaza_protocol::{CloseCode, ErrorCode};
 use tokio::sync::oneshot;
 
 use crate::clock::now_ms;
-use crate::outbox::{ConnectionControl, Outbox, OutboxReceiver};
+use crate::outbox::{ConnectionControl, Outbox};
 use crate::room_task::{RoomCommand, RoomHandle};
 use crate::Node;
 
-/// How long a server-initiated close waits for the client's Close.
-const CLOSE_WAIT: Duration = Duration::from_secs(2);
-
-/// Frames written per flush at most, so one busy connection cannot hog its writer.
-const MAX_BATCH: usize = 512;
-
-/// Runs a connection until it closes.
-pub(crate) async fn run(node: Arc<Node>, socket: WebSocket) {
-    node.connection_opened();
-    let control = ConnectionControl::new();
-    let (outbox, rx) = Outbox::new(node.config().send_queue_frames, control.clone());
-    let (sink, mut stream) = socket.split();
-    let writer = tokio::spawn(write_loop(node.clone(), sink, rx, control.clone()));
-    let mut conn = Connection {
-        bucket: TokenBucket::new(
-            node.config().rate_limit_per_sec,
-            node.config().rate_limit_burst,
-            now_ms(),
-        ),
-        refused_in_a_row: 0,
-        node: node.clone(),
-        outbox,
-        control: control.clone(),
-        rooms: HashMap::new(),
-    };
-    let peer_done = conn.read_loop(&mut stream).await;
-    for (_, (room, session)) in conn.rooms.drain() {
-        room.send(RoomCommand::Disconnect {
-            session,
-            outbox: conn.outbox.clone(),
-        })
-        .await;
-    }
-    control.close(CloseCode::Normal);
-    let _ = writer.await;
-    if !peer_done {
-        // We sent Close: read (and drop) what the client still sends until
-        // its Close, so the socket ends cleanly instead of with a reset that
-        // could destroy our Close frame before the client reads it.
-        let _ = tokio::time::timeout(CLOSE_WAIT, async {
-            while let Some(Ok(m)) = stream.next().await {
-                if matches!(m, Message::Close(_)) {
-                    break;
-                }
-            }
-        })
-        .await;
-    }
-    node.connection_closed();
-}
-
-struct Connection {
+pub(crate) struct Connection {
     node: Arc<Node>,
     outbox: Outbox,
     control: Arc<ConnectionControl>,
@@ -83,48 +27,31 @@ struct Connection {
 }
 
 impl Connection {
-    /// Reads until the connection ends. Returns true when the peer ended it
-    /// (Close, EOF or a broken stream), false when the server decided to.
-    async fn read_loop(&mut self, stream: &mut SplitStream<WebSocket>) -> bool {
-        let idle = Duration::from_millis(self.node.config().idle_timeout_ms);
-        let shutdown = self.node.shutdown_token();
-        loop {
-            let next = tokio::select! {
-                _ = self.control.closed.cancelled() => return false,
-                _ = shutdown.cancelled() => {
-                    self.control.close(CloseCode::Restarting);
-                    return false;
-                }
-                next = tokio::time::timeout(idle, stream.next()) => next,
-            };
-            let msg = match next {
-                Err(_) => {
-                    self.control.close(CloseCode::HeartbeatTimeout);
-                    return false;
-                }
-                Ok(None) => return true,
-                Ok(Some(Err(e))) => {
-                    let text = e.to_string();
-                    tracing::debug!(error = %text, "websocket read failed");
-                    if text.contains("too long") || text.contains("too big") {
-                        self.control.close(CloseCode::MessageTooBig);
-                    } else {
-                        self.control.close(CloseCode::ProtocolError);
-                    }
-                    return true;
-                }
-                Ok(Some(Ok(msg))) => msg,
-            };
-            match msg {
-                Message::Text(t) => self.on_frame(t.as_bytes()).await,
-                Message::Binary(b) => self.on_frame(&b).await,
-                Message::Ping(_) | Message::Pong(_) => {}
-                Message::Close(_) => return true,
-            }
+    pub(crate) fn new(node: Arc<Node>, outbox: Outbox, control: Arc<ConnectionControl>) -> Self {
+        let config = node.config();
+        Connection {
+            bucket: TokenBucket::new(config.rate_limit_per_sec, config.rate_limit_burst, now_ms()),
+            refused_in_a_row: 0,
+            node,
+            outbox,
+            control,
+            rooms: HashMap::new(),
         }
     }
 
-    async fn on_frame(&mut self, bytes: &[u8]) {
+    /// The connection ended: its sessions are disconnected (resumable).
+    pub(crate) async fn disconnect_all(&mut self) {
+        for (_, (room, session)) in self.rooms.drain() {
+            let cmd = RoomCommand::Disconnect {
+                session,
+                outbox: self.outbox.clone(),
+            };
+            room.send(cmd).await;
+        }
+    }
+
+    /// Handles one complete client message.
+    pub(crate) async fn on_frame(&mut self, bytes: &[u8]) {
         let m = &self.node.metrics;
         m.frames_in.increment(1);
         m.bytes_in.increment(bytes.len() as u64);
@@ -446,84 +373,4 @@ impl Connection {
             None,
         );
     }
-}
-
-/// Drains the outbox: everything queued goes out with one flush.
-async fn write_loop(
-    node: Arc<Node>,
-    mut sink: SplitSink<WebSocket, Message>,
-    mut rx: OutboxReceiver,
-    control: Arc<ConnectionControl>,
-) {
-    let period = Duration::from_millis(node.config().heartbeat_interval_ms.max(1));
-    let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let m = &node.metrics;
-    loop {
-        tokio::select! {
-            biased;
-            _ = control.closed.cancelled() => break,
-            _ = heartbeat.tick() => {
-                if sink.send(Message::Ping(Bytes::new())).await.is_err() {
-                    break;
-                }
-            }
-            first = rx.recv() => {
-                let Some(first) = first else { break };
-                let oldest = first.ordered_at;
-                let (mut frames, mut bytes) = (0u64, 0u64);
-                let mut next = Some(first);
-                let mut ok = true;
-                while let Some(item) = next.take() {
-                    frames += 1;
-                    bytes += item.frame.len() as u64;
-                    let text = match Utf8Bytes::try_from(item.frame) {
-                        Ok(t) => t,
-                        Err(_) => continue, // frames are encoded by serde_json: always UTF-8
-                    };
-                    if sink.feed(Message::Text(text)).await.is_err() {
-                        ok = false;
-                        break;
-                    }
-                    if frames < MAX_BATCH as u64 {
-                        next = rx.try_recv().ok();
-                    }
-                }
-                if !ok || sink.flush().await.is_err() {
-                    break;
-                }
-                m.frames_out.increment(frames);
-                m.bytes_out.increment(bytes);
-                if let Some(t) = oldest {
-                    m.latency(t.elapsed());
-                }
-            }
-        }
-    }
-    let code = control.close_code().unwrap_or(CloseCode::Normal.code());
-    let reason = match code {
-        1012 => "server restarting: reconnect and resume",
-        4001 => "heartbeat timeout",
-        4002 => "slow consumer: resume to catch up",
-        1009 => "message too big",
-        1002 => "protocol error",
-        4003 => "rate limit ignored",
-        _ => "",
-    };
-    if code == CloseCode::SlowConsumer.code() {
-        node.metrics.slow_consumers.increment(1);
-    }
-    let close = CloseFrame {
-        code,
-        reason: Utf8Bytes::from_static(reason),
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(2), async {
-        if sink.send(Message::Close(Some(close))).await.is_err() {
-            // The client closed first: the WebSocket refuses a Close of ours
-            // but holds the echo of the client's; flushing it completes the
-            // closing handshake.
-            let _ = sink.close().await;
-        }
-    })
-    .await;
 }

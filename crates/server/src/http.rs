@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State, WebSocketUpgrade};
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::clock::now_ms;
 use crate::node::CreateRoom;
-use crate::{connection, Node};
+use crate::Node;
 
 /// An HTTP error: status plus `{"error":{"code","message"}}`.
 pub(crate) struct ApiError {
@@ -26,7 +26,7 @@ pub(crate) struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -96,7 +96,7 @@ pub(crate) fn router(node: Arc<Node>) -> Router {
         .route("/v1/rooms", get(list_rooms).post(create_room))
         .route("/v1/rooms/{id}", get(get_room).delete(delete_room))
         .route("/v1/rooms/{id}/tickets", post(create_ticket))
-        .route("/v1/ws", get(websocket))
+        .route("/v1/ws", get(crate::ws::upgrade))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, "no such route")
         })
@@ -216,22 +216,4 @@ async fn create_ticket(
         Json(json!({"ticket": t.ticket, "expires_at": t.expires_at})),
     )
         .into_response())
-}
-
-async fn websocket(State(node): State<Arc<Node>>, ws: WebSocketUpgrade) -> Response {
-    if node.is_shutting_down() {
-        return ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            ErrorCode::ShuttingDown,
-            "shutting down",
-        )
-        .into_response();
-    }
-    let max = node.config().max_frame_bytes;
-    ws.read_buffer_size(4 * 1024)
-        .write_buffer_size(16 * 1024)
-        .max_write_buffer_size(4 * 1024 * 1024)
-        .max_message_size(max.saturating_mul(4).max(1024))
-        .max_frame_size(max.saturating_mul(4).max(1024))
-        .on_upgrade(move |socket| connection::run(node, socket))
 }

@@ -15,6 +15,7 @@ pub mod metrics;
 mod node;
 pub mod outbox;
 mod room_task;
+mod ws;
 
 pub use config::ServerConfig;
 pub use node::{Node, RoomSummary};

@@ -318,7 +318,7 @@ async fn invalid_utf8_closes_only_that_connection() {
 
     c.send_text_bytes(b"{\"type\":\"ping\",\"x\":\"\xff\xfe\"}")
         .await;
-    assert_eq!(c.closed().await, Closed::Code(1002));
+    assert_eq!(c.closed().await, Closed::Code(1007));
     let (ev, _) = b.recv_event("presence.leave").await;
     assert_eq!(ev["reason"], "disconnected");
     assert_ne!(ev["session"], ja["session"]);

@@ -454,7 +454,11 @@ impl Client {
                 .await
                 .expect("timed out waiting for close")
             {
-                None | Some(Err(_)) => return Closed::NoFrame,
+                None => return Closed::NoFrame,
+                Some(Err(e)) => {
+                    eprintln!("closed(): read error {e}");
+                    return Closed::NoFrame;
+                }
                 Some(Ok(Message::Close(Some(CloseFrame { code, .. })))) => {
                     return Closed::Code(code.into())
                 }

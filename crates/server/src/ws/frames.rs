@@ -1,0 +1,339 @@
+//! Incremental WebSocket frame reading (client → server) and frame headers
+//! for server → client frames.
+//!
+//! Header parsing and formatting are tungstenite's; what is here is the
+//! RFC 6455 rules a server must enforce on what it reads: masking, control
+//! frame limits, fragmentation, message size, UTF-8 of text and close reasons.
+
+use std::io::Cursor;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tungstenite::protocol::frame::coding::{Control, Data, OpCode};
+use tungstenite::protocol::frame::FrameHeader;
+
+/// What the reader found in the bytes it was given.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Incoming {
+    /// A complete text message (valid UTF-8).
+    Text(Bytes),
+    /// A complete binary message.
+    Binary(Bytes),
+    /// A ping with its payload (to be echoed in a pong).
+    Ping(Bytes),
+    /// A pong.
+    Pong,
+    /// The client's Close: its code (if any) and reason.
+    Close(Option<u16>),
+}
+
+/// A violation that ends the connection with this close code.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// 1002 protocol error, 1007 invalid payload, 1009 too big.
+    pub code: u16,
+    /// What was wrong.
+    pub reason: &'static str,
+}
+
+fn violation(code: u16, reason: &'static str) -> Violation {
+    Violation { code, reason }
+}
+
+/// Reassembles client frames into messages.
+#[derive(Debug)]
+pub struct FrameReader {
+    max_message: usize,
+    /// The message being reassembled from fragments: (is text, bytes so far).
+    fragments: Option<(bool, BytesMut)>,
+}
+
+impl FrameReader {
+    /// A reader refusing messages larger than `max_message` bytes.
+    pub fn new(max_message: usize) -> Self {
+        FrameReader {
+            max_message,
+            fragments: None,
+        }
+    }
+
+    /// Takes the next complete frame off the front of `buf`, if there is one.
+    /// Returns `Ok(None)` when `buf` holds only part of a frame (nothing is
+    /// consumed), and also for a fragment that does not complete a message.
+    pub fn next(&mut self, buf: &mut BytesMut) -> Result<Option<Incoming>, Violation> {
+        loop {
+            let mut cursor = Cursor::new(&buf[..]);
+            let (header, len) = match FrameHeader::parse(&mut cursor) {
+                Ok(Some(h)) => h,
+                Ok(None) => return Ok(None),
+                Err(_) => return Err(violation(1002, "invalid frame header")),
+            };
+            let header_len = cursor.position() as usize;
+            if header.rsv1 || header.rsv2 || header.rsv3 {
+                return Err(violation(1002, "reserved bits set"));
+            }
+            let Some(mask) = header.mask else {
+                return Err(violation(1002, "client frames must be masked"));
+            };
+            let is_control = matches!(header.opcode, OpCode::Control(_));
+            if is_control && (!header.is_final || len > 125) {
+                return Err(violation(1002, "invalid control frame"));
+            }
+            let held = self.fragments.as_ref().map_or(0, |(_, b)| b.len());
+            if len > (self.max_message.saturating_sub(held)) as u64 {
+                return Err(violation(1009, "message too big"));
+            }
+            let len = len as usize;
+            if buf.len() < header_len + len {
+                buf.reserve(header_len + len - buf.len());
+                return Ok(None);
+            }
+            buf.advance(header_len);
+            let mut payload = buf.split_to(len);
+            unmask(&mut payload, mask);
+            let fin = header.is_final;
+            match header.opcode {
+                OpCode::Control(Control::Ping) => {
+                    return Ok(Some(Incoming::Ping(payload.freeze())))
+                }
+                OpCode::Control(Control::Pong) => return Ok(Some(Incoming::Pong)),
+                OpCode::Control(Control::Close) => return close(&payload).map(Some),
+                OpCode::Data(Data::Text) | OpCode::Data(Data::Binary) => {
+                    if self.fragments.is_some() {
+                        return Err(violation(1002, "new message inside a fragmented one"));
+                    }
+                    let text = header.opcode == OpCode::Data(Data::Text);
+                    if fin {
+                        return message(text, payload.freeze()).map(Some);
+                    }
+                    self.fragments = Some((text, payload));
+                }
+                OpCode::Data(Data::Continue) => {
+                    let Some((_, held)) = self.fragments.as_mut() else {
+                        return Err(violation(1002, "continuation without a message"));
+                    };
+                    held.extend_from_slice(&payload);
+                    if fin {
+                        let (text, whole) = self.fragments.take().expect("checked above");
+                        return message(text, whole.freeze()).map(Some);
+                    }
+                }
+                OpCode::Data(Data::Reserved(_)) | OpCode::Control(Control::Reserved(_)) => {
+                    return Err(violation(1002, "reserved opcode"));
+                }
+            }
+        }
+    }
+}
+
+fn message(text: bool, payload: Bytes) -> Result<Incoming, Violation> {
+    if !text {
+        return Ok(Incoming::Binary(payload));
+    }
+    match std::str::from_utf8(&payload) {
+        Ok(_) => Ok(Incoming::Text(payload)),
+        Err(_) => Err(violation(1007, "text message is not UTF-8")),
+    }
+}
+
+fn close(payload: &[u8]) -> Result<Incoming, Violation> {
+    match payload.len() {
+        0 => Ok(Incoming::Close(None)),
+        1 => Err(violation(1002, "close payload of one byte")),
+        _ => {
+            let code = u16::from_be_bytes([payload[0], payload[1]]);
+            let valid = matches!(code, 1000..=1003 | 1007..=1011 | 3000..=4999);
+            if !valid {
+                return Err(violation(1002, "invalid close code"));
+            }
+            if std::str::from_utf8(&payload[2..]).is_err() {
+                return Err(violation(1007, "close reason is not UTF-8"));
+            }
+            Ok(Incoming::Close(Some(code)))
+        }
+    }
+}
+
+fn unmask(buf: &mut [u8], mask: [u8; 4]) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b ^= mask[i & 3];
+    }
+}
+
+/// Server frame opcodes.
+#[derive(Debug, Clone, Copy)]
+pub enum ServerOp {
+    /// Text message.
+    Text,
+    /// Ping.
+    Ping,
+    /// Pong.
+    Pong,
+    /// Close.
+    Close,
+}
+
+/// Appends an unmasked, final server frame header for a `len`-byte payload.
+pub fn put_header(out: &mut Vec<u8>, op: ServerOp, len: usize) {
+    let opcode = match op {
+        ServerOp::Text => OpCode::Data(Data::Text),
+        ServerOp::Ping => OpCode::Control(Control::Ping),
+        ServerOp::Pong => OpCode::Control(Control::Pong),
+        ServerOp::Close => OpCode::Control(Control::Close),
+    };
+    let header = FrameHeader {
+        is_final: true,
+        rsv1: false,
+        rsv2: false,
+        rsv3: false,
+        opcode,
+        mask: None,
+    };
+    header
+        .format(len as u64, out)
+        .expect("writing to a Vec cannot fail");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A masked client frame.
+    fn frame(first: u8, payload: &[u8]) -> Vec<u8> {
+        let mask = [1, 2, 3, 4];
+        let mut out = vec![first];
+        match payload.len() {
+            n if n < 126 => out.push(0x80 | n as u8),
+            n if n < 65536 => {
+                out.push(0x80 | 126);
+                out.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                out.push(0x80 | 127);
+                out.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        out.extend_from_slice(&mask);
+        out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i & 3]));
+        out
+    }
+
+    fn read_all(bytes: &[u8]) -> Vec<Result<Incoming, Violation>> {
+        let mut r = FrameReader::new(1 << 20);
+        let mut buf = BytesMut::from(bytes);
+        let mut out = Vec::new();
+        loop {
+            match r.next(&mut buf) {
+                Ok(Some(m)) => out.push(Ok(m)),
+                Ok(None) => return out,
+                Err(e) => {
+                    out.push(Err(e));
+                    return out;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn text_binary_and_control_frames() {
+        let mut bytes = frame(0x81, b"hello");
+        bytes.extend(frame(0x82, &[0, 159]));
+        bytes.extend(frame(0x89, b"p"));
+        bytes.extend(frame(0x8A, b""));
+        bytes.extend(frame(0x88, &[3, 232, b'o', b'k']));
+        assert_eq!(
+            read_all(&bytes),
+            vec![
+                Ok(Incoming::Text(Bytes::from_static(b"hello"))),
+                Ok(Incoming::Binary(Bytes::from_static(&[0, 159]))),
+                Ok(Incoming::Ping(Bytes::from_static(b"p"))),
+                Ok(Incoming::Pong),
+                Ok(Incoming::Close(Some(1000))),
+            ]
+        );
+    }
+
+    #[test]
+    fn partial_input_consumes_nothing_until_complete() {
+        let long = vec![b'x'; 300];
+        let whole = frame(0x81, &long);
+        let mut r = FrameReader::new(1 << 20);
+        for cut in [0, 1, 2, 3, 7, 200, whole.len() - 1] {
+            let mut buf = BytesMut::from(&whole[..cut]);
+            assert_eq!(r.next(&mut buf), Ok(None), "cut at {cut}");
+            assert_eq!(buf.len(), cut);
+        }
+        let mut buf = BytesMut::from(&whole[..]);
+        assert_eq!(
+            r.next(&mut buf),
+            Ok(Some(Incoming::Text(Bytes::from(long))))
+        );
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn fragments_reassemble_with_control_frames_between() {
+        let mut bytes = frame(0x01, b"hel");
+        bytes.extend(frame(0x89, b""));
+        bytes.extend(frame(0x00, b"lo "));
+        bytes.extend(frame(0x80, "wörld".as_bytes()));
+        assert_eq!(
+            read_all(&bytes),
+            vec![
+                Ok(Incoming::Ping(Bytes::new())),
+                Ok(Incoming::Text(Bytes::from("hello wörld")))
+            ]
+        );
+    }
+
+    #[test]
+    fn violations_carry_their_close_codes() {
+        let code = |bytes: Vec<u8>| read_all(&bytes).pop().unwrap().unwrap_err().code;
+        // unmasked
+        assert_eq!(code(vec![0x81, 0x01, b'x']), 1002);
+        // reserved bit, reserved opcode
+        assert_eq!(code(frame(0xC1, b"x")), 1002);
+        assert_eq!(code(frame(0x83, b"x")), 1002);
+        // fragmented or oversize control frame
+        assert_eq!(code(frame(0x09, b"")), 1002);
+        assert_eq!(code(frame(0x89, &[0; 126])), 1002);
+        // continuation without a start; a new message inside a fragmented one
+        assert_eq!(code(frame(0x80, b"x")), 1002);
+        let mut two = frame(0x01, b"a");
+        two.extend(frame(0x81, b"b"));
+        assert_eq!(code(two), 1002);
+        // invalid UTF-8 in text (also split across fragments) and close reasons
+        assert_eq!(code(frame(0x81, &[0xff])), 1007);
+        let mut split = frame(0x01, &[0xc3]);
+        split.extend(frame(0x80, &[0xb6]));
+        assert_eq!(read_all(&split), vec![Ok(Incoming::Text(Bytes::from("ö")))]);
+        assert_eq!(code(frame(0x88, &[3, 232, 0xff])), 1007);
+        // close payloads: one byte, or a code that may not be sent
+        assert_eq!(code(frame(0x88, &[3])), 1002);
+        assert_eq!(code(frame(0x88, &[3, 237])), 1002);
+    }
+
+    #[test]
+    fn size_limit_counts_the_whole_message() {
+        let mut r = FrameReader::new(10);
+        let mut buf = BytesMut::from(&frame(0x81, &[b'x'; 11])[..]);
+        assert_eq!(r.next(&mut buf).unwrap_err().code, 1009);
+        let mut r = FrameReader::new(10);
+        let mut bytes = frame(0x01, &[b'x'; 6]);
+        bytes.extend(frame(0x80, &[b'x'; 5]));
+        let mut buf = BytesMut::from(&bytes[..]);
+        assert_eq!(r.next(&mut buf).unwrap_err().code, 1009);
+    }
+
+    #[test]
+    fn server_headers() {
+        let mut out = Vec::new();
+        put_header(&mut out, ServerOp::Text, 5);
+        assert_eq!(out, [0x81, 5]);
+        out.clear();
+        put_header(&mut out, ServerOp::Text, 300);
+        assert_eq!(out, [0x81, 126, 1, 44]);
+        out.clear();
+        put_header(&mut out, ServerOp::Close, 2);
+        assert_eq!(out, [0x88, 2]);
+    }
+}
