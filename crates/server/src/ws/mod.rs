@@ -130,7 +130,10 @@ pub(crate) async fn serve_socket(node: Arc<Node>, stream: TcpStream, pre: Bytes)
     let (outbox, mut rx) = Outbox::new(config.send_queue_frames, control.clone());
     let mut conn = Connection::new(node.clone(), outbox, control.clone());
     let mut reader = FrameReader::new(config.max_frame_bytes.saturating_mul(4).max(1024));
+    // `pre` is a view into hyper's 16 KiB HTTP read buffer: copy out what it
+    // holds (usually nothing) and let the buffer go.
     let mut pending = BytesMut::from(&pre[..]);
+    drop(pre);
     let heartbeat = Duration::from_millis(config.heartbeat_interval_ms.max(1));
     let idle = Duration::from_millis(config.idle_timeout_ms.max(1));
     let shutdown = node.shutdown_token();
