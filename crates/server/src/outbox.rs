@@ -6,13 +6,14 @@
 //! the server's memory without bound. The client resumes and catches up from
 //! the room history.
 
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
 use plaza_protocol::CloseCode;
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// One queued frame. `ordered_at` is shared by every copy of an event, taken
@@ -79,39 +80,116 @@ impl ConnectionControl {
     }
 }
 
+/// The queue between room tasks (producers) and the connection's task.
+///
+/// A `VecDeque` under a mutex rather than a channel: it holds no memory while
+/// empty (a channel keeps its blocks), and the consumer gives the memory of a
+/// burst back once it has drained it.
+#[derive(Debug)]
+struct Queue {
+    items: Mutex<VecDeque<Outgoing>>,
+    ready: Notify,
+    capacity: usize,
+    open: AtomicBool,
+}
+
+/// Capacity kept after a drain; larger buffers are given back.
+const KEEP: usize = 16;
+
 /// A cheap, clonable handle that queues frames for one connection.
 #[derive(Debug, Clone)]
 pub struct Outbox {
-    tx: mpsc::Sender<Outgoing>,
+    queue: Arc<Queue>,
     control: Arc<ConnectionControl>,
 }
 
-/// The receiving end, owned by the connection's writer.
-pub type OutboxReceiver = mpsc::Receiver<Outgoing>;
+/// The receiving end, owned by the connection's task.
+#[derive(Debug)]
+pub struct OutboxReceiver {
+    queue: Arc<Queue>,
+}
+
+/// Returned by [`OutboxReceiver::try_recv`] when nothing is queued.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Empty;
 
 impl Outbox {
     /// A queue holding at most `capacity` frames.
     pub fn new(capacity: usize, control: Arc<ConnectionControl>) -> (Outbox, OutboxReceiver) {
-        let (tx, rx) = mpsc::channel(capacity.max(1));
-        (Outbox { tx, control }, rx)
+        let queue = Arc::new(Queue {
+            items: Mutex::new(VecDeque::new()),
+            ready: Notify::new(),
+            capacity: capacity.max(1),
+            open: AtomicBool::new(true),
+        });
+        (
+            Outbox {
+                queue: queue.clone(),
+                control,
+            },
+            OutboxReceiver { queue },
+        )
     }
 
     /// Queues a frame without waiting. Returns false if the connection is
     /// gone or was just closed as a slow consumer.
     pub fn send(&self, frame: Bytes, ordered_at: Option<Instant>) -> bool {
-        match self.tx.try_send(Outgoing { frame, ordered_at }) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.control.close(CloseCode::SlowConsumer);
-                false
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        let q = &self.queue;
+        if !q.open.load(Ordering::Acquire) {
+            return false;
         }
+        let mut items = q.items.lock().unwrap_or_else(|p| p.into_inner());
+        if items.len() >= q.capacity {
+            drop(items);
+            self.control.close(CloseCode::SlowConsumer);
+            return false;
+        }
+        items.push_back(Outgoing { frame, ordered_at });
+        let first = items.len() == 1;
+        drop(items);
+        if first {
+            // Stores a permit if the consumer is not waiting yet: no lost wake-up.
+            q.ready.notify_one();
+        }
+        true
     }
 
     /// The connection this outbox feeds.
     pub fn control(&self) -> &Arc<ConnectionControl> {
         &self.control
+    }
+}
+
+impl OutboxReceiver {
+    /// Waits for the next frame.
+    pub async fn recv(&mut self) -> Outgoing {
+        loop {
+            if let Ok(item) = self.try_recv() {
+                return item;
+            }
+            self.queue.ready.notified().await;
+        }
+    }
+
+    /// Takes the next frame if one is queued.
+    pub fn try_recv(&mut self) -> Result<Outgoing, Empty> {
+        let mut items = self.queue.items.lock().unwrap_or_else(|p| p.into_inner());
+        let item = items.pop_front().ok_or(Empty)?;
+        if items.is_empty() && items.capacity() > KEEP {
+            *items = VecDeque::new();
+        }
+        Ok(item)
+    }
+}
+
+impl Drop for OutboxReceiver {
+    fn drop(&mut self) {
+        self.queue.open.store(false, Ordering::Release);
+        self.queue
+            .items
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 }
 
@@ -132,5 +210,35 @@ mod tests {
         // a later close does not overwrite the first reason
         control.close(CloseCode::Restarting);
         assert_eq!(control.close_code(), Some(4002));
+    }
+
+    #[test]
+    fn a_drained_burst_gives_its_memory_back_and_a_dropped_receiver_refuses() {
+        let (out, mut rx) = Outbox::new(1000, ConnectionControl::new());
+        for i in 0..100u8 {
+            assert!(out.send(Bytes::from(vec![i]), None));
+        }
+        for i in 0..100u8 {
+            assert_eq!(rx.try_recv().unwrap().frame, Bytes::from(vec![i]));
+        }
+        assert_eq!(rx.try_recv().unwrap_err(), Empty);
+        assert_eq!(out.queue.items.lock().unwrap().capacity(), 0);
+        drop(rx);
+        assert!(!out.send(Bytes::from_static(b"late"), None));
+        assert!(
+            out.control().close_code().is_none(),
+            "a closed connection is not a slow consumer"
+        );
+    }
+
+    #[tokio::test]
+    async fn recv_wakes_for_a_frame_sent_before_it_waits() {
+        let (out, mut rx) = Outbox::new(4, ConnectionControl::new());
+        out.send(Bytes::from_static(b"a"), None);
+        assert_eq!(rx.try_recv().unwrap().frame, "a");
+        // the permit stored by that first send must not hide the next frame
+        let task = tokio::spawn(async move { rx.recv().await.frame });
+        out.send(Bytes::from_static(b"b"), None);
+        assert_eq!(task.await.unwrap(), "b");
     }
 }

@@ -201,8 +201,7 @@ pub(crate) async fn serve_socket(node: Arc<Node>, stream: TcpStream, pre: Bytes)
                     Err(_) => break End::Gone,
                 }
             }
-            item = rx.recv() => {
-                let Some(first) = item else { break End::Server };
+            first = rx.recv() => {
                 if write_batch(&node, &stream, &control, first, &mut rx, &mut unfinished).await.is_err() {
                     break failed_write(&control);
                 }
