@@ -38,6 +38,19 @@ pub async fn serve(node: Arc<Node>, listener: TcpListener) -> std::io::Result<()
     let addr: Option<SocketAddr> = listener.local_addr().ok();
     tracing::info!(?addr, broker = node.broker_kind(), "plaza listening");
     let token = node.shutdown_token();
+    tokio::spawn({
+        let node = node.clone();
+        let token = token.clone();
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => node.metrics.upkeep(),
+                    _ = token.cancelled() => return,
+                }
+            }
+        }
+    });
     let app = router(node.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let server =
         axum::serve(listener, app).with_graceful_shutdown(async move { token.cancelled().await });

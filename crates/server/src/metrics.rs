@@ -102,6 +102,13 @@ impl NodeMetrics {
         self.delivery_latency.record(d.as_secs_f64());
     }
 
+    /// Folds recorded histogram samples into their buckets. The exporter keeps
+    /// raw samples until then, so this must run periodically even when
+    /// nobody scrapes `/metrics`, or memory grows with every sample.
+    pub fn upkeep(&self) {
+        self.handle.run_upkeep();
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         self.handle.run_upkeep();
