@@ -95,8 +95,16 @@ pub struct Member<S> {
     pub sink: Option<S>,
     resume_token: String,
     disconnected_at: Option<Millis>,
-    recent_ids: HashMap<String, u64>,
-    recent_order: VecDeque<String>,
+    /// Client message ids seen lately; boxed and created on the first id, so
+    /// members that never send ids (most) pay one pointer.
+    recent: Option<Box<RecentIds>>,
+}
+
+/// The last `dedup_window` client message ids of a member and their seqs.
+#[derive(Debug, Default)]
+struct RecentIds {
+    seqs: HashMap<String, u64>,
+    order: VecDeque<String>,
 }
 
 /// What a caller supplies to join: identity, fresh ids and the delivery sink.
@@ -355,8 +363,7 @@ impl<S> Room<S> {
                 sink: Some(p.sink),
                 resume_token: p.resume_token,
                 disconnected_at: None,
-                recent_ids: HashMap::new(),
-                recent_order: VecDeque::new(),
+                recent: None,
             },
         );
         self.connected += 1;
@@ -633,7 +640,7 @@ impl<S> Room<S> {
         let window = self.config.dedup_window;
         let m = self.connected_member(session)?;
         if let Some(id) = &p.id {
-            if let Some(&seq) = m.recent_ids.get(id) {
+            if let Some(&seq) = m.recent.as_ref().and_then(|r| r.seqs.get(id)) {
                 return Ok(Published { seq, entry: None });
             }
         }
@@ -644,13 +651,14 @@ impl<S> Room<S> {
             ));
         }
         if let Some(id) = p.id.as_ref().filter(|_| window > 0) {
-            if m.recent_order.len() >= window {
-                if let Some(old) = m.recent_order.pop_front() {
-                    m.recent_ids.remove(&old);
+            let recent = m.recent.get_or_insert_with(Default::default);
+            if recent.order.len() >= window {
+                if let Some(old) = recent.order.pop_front() {
+                    recent.seqs.remove(&old);
                 }
             }
-            m.recent_ids.insert(id.clone(), seq + 1);
-            m.recent_order.push_back(id.clone());
+            recent.seqs.insert(id.clone(), seq + 1);
+            recent.order.push_back(id.clone());
         }
         let body = EventBody::Message {
             channel: p.channel.clone(),

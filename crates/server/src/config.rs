@@ -19,6 +19,9 @@ pub struct ServerConfig {
     pub rate_limit_burst: u32,
     /// Frames queued for one connection before it is closed as a slow consumer.
     pub send_queue_frames: usize,
+    /// A busy connection writes at most once per this window (0: write at
+    /// once): queued frames go out together, in one write.
+    pub write_coalesce_ms: u64,
     /// Interval of server WebSocket pings.
     pub heartbeat_interval_ms: u64,
     /// A connection silent this long is dropped (close code 4001).
@@ -54,6 +57,7 @@ impl Default for ServerConfig {
             rate_limit_per_sec: 200,
             rate_limit_burst: 400,
             send_queue_frames: 4096,
+            write_coalesce_ms: 2,
             heartbeat_interval_ms: 25_000,
             idle_timeout_ms: 30_000,
             ticket_ttl_ms: 30_000,

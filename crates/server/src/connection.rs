@@ -1,7 +1,6 @@
 //! One client's protocol state on one connection: decodes, checks and routes
 //! its frames to room tasks. The socket itself is handled by [`crate::ws`].
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use plaza_core::{JoinParams, PublishParams, Resume, TokenBucket};
@@ -11,8 +10,9 @@ use plaza_protocol::{CloseCode, ErrorCode};
 use tokio::sync::oneshot;
 
 use crate::clock::now_ms;
+use crate::joined_rooms::JoinedRooms;
 use crate::outbox::{ConnectionControl, Outbox};
-use crate::room_task::{RoomCommand, RoomHandle};
+use crate::room_task::{DirectMessage, JoinCommand, RequestCall, RoomCommand};
 use crate::Node;
 
 pub(crate) struct Connection {
@@ -22,8 +22,8 @@ pub(crate) struct Connection {
     bucket: TokenBucket,
     /// Frames refused by the rate limit since the last accepted one.
     refused_in_a_row: u32,
-    /// Joined rooms: room id → (room, this connection's session there).
-    rooms: HashMap<String, (RoomHandle, String)>,
+    /// Joined rooms and this connection's session in each.
+    rooms: JoinedRooms,
 }
 
 impl Connection {
@@ -35,13 +35,13 @@ impl Connection {
             node,
             outbox,
             control,
-            rooms: HashMap::new(),
+            rooms: JoinedRooms::default(),
         }
     }
 
     /// The connection ended: its sessions are disconnected (resumable).
     pub(crate) async fn disconnect_all(&mut self) {
-        for (_, (room, session)) in self.rooms.drain() {
+        for (room, session) in self.rooms.take_all() {
             let cmd = RoomCommand::Disconnect {
                 session,
                 outbox: self.outbox.clone(),
@@ -125,7 +125,7 @@ impl Connection {
                 let cmd = RoomCommand::Publish {
                     session: session.clone(),
                     outbox: self.outbox.clone(),
-                    params,
+                    params: Box::new(params),
                 };
                 self.route(&p.room, cmd, "publish").await;
             }
@@ -163,8 +163,10 @@ impl Connection {
                 let cmd = RoomCommand::Request {
                     session: session.clone(),
                     outbox: self.outbox.clone(),
-                    nonce: r.nonce.clone(),
-                    op,
+                    call: Box::new(RequestCall {
+                        nonce: r.nonce.clone(),
+                        op,
+                    }),
                 };
                 if !self.forward(&r.room, cmd).await {
                     // A request is answered by a response with its nonce, always.
@@ -188,9 +190,11 @@ impl Connection {
                 let cmd = RoomCommand::Direct {
                     session: session.clone(),
                     outbox: self.outbox.clone(),
-                    to: d.to,
-                    event: d.event,
-                    data: d.data,
+                    message: Box::new(DirectMessage {
+                        to: d.to,
+                        event: d.event,
+                        data: d.data,
+                    }),
                 };
                 self.route(&d.room, cmd, "direct").await;
             }
@@ -245,7 +249,7 @@ impl Connection {
         }
         // Checks that need no ticket come first, so a refused join does not
         // spend the ticket.
-        self.rooms.retain(|_, (room, _)| !room.is_closed());
+        self.rooms.retain(|room| !room.is_closed());
         for room in self.control.take_evicted() {
             self.rooms.remove(&room);
         }
@@ -256,7 +260,7 @@ impl Connection {
         }
         if j.room
             .as_ref()
-            .is_some_and(|room| self.rooms.contains_key(room))
+            .is_some_and(|room| self.rooms.contains(room))
         {
             let msg = format!(
                 "already in room {:?}",
@@ -296,7 +300,7 @@ impl Connection {
             let msg = "name must have 1 to 64 bytes and platform 1 to 32".into();
             return self.error(ErrorCode::InvalidFrame, msg, Some(r));
         }
-        if self.rooms.contains_key(&room_id) {
+        if self.rooms.contains(&room_id) {
             return self.error(
                 ErrorCode::AlreadyJoined,
                 format!("already in room {room_id:?}"),
@@ -322,11 +326,11 @@ impl Connection {
         });
         let (reply, answer) = oneshot::channel();
         if !room
-            .send(RoomCommand::Join {
+            .send(RoomCommand::Join(Box::new(JoinCommand {
                 params,
                 resume,
                 reply,
-            })
+            })))
             .await
         {
             return self.error(
@@ -337,7 +341,7 @@ impl Connection {
         }
         match answer.await {
             Ok(Ok(session)) => {
-                self.rooms.insert(room.id().to_owned(), (room, session));
+                self.rooms.insert(room, session);
             }
             Ok(Err(e)) => self.error(e.code, e.message, Some(r)),
             Err(_) => self.error(

@@ -11,6 +11,7 @@ mod clock;
 pub mod config;
 mod connection;
 mod http;
+mod joined_rooms;
 pub mod metrics;
 mod node;
 pub mod outbox;

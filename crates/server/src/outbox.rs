@@ -180,6 +180,15 @@ impl OutboxReceiver {
         }
         Ok(item)
     }
+
+    /// Gives back the small buffer a drain keeps, if nothing is queued: for
+    /// connections that have gone quiet, so an idle connection holds none.
+    pub fn release_idle_memory(&mut self) {
+        let mut items = self.queue.items.lock().unwrap_or_else(|p| p.into_inner());
+        if items.is_empty() && items.capacity() > 0 {
+            *items = VecDeque::new();
+        }
+    }
 }
 
 impl Drop for OutboxReceiver {
@@ -229,6 +238,17 @@ mod tests {
             out.control().close_code().is_none(),
             "a closed connection is not a slow consumer"
         );
+    }
+
+    #[test]
+    fn a_quiet_connection_keeps_no_queue_memory() {
+        let (out, mut rx) = Outbox::new(1000, ConnectionControl::new());
+        out.send(Bytes::from_static(b"a"), None);
+        rx.release_idle_memory();
+        assert_eq!(rx.try_recv().unwrap().frame, "a", "a queued frame stays");
+        assert!(out.queue.items.lock().unwrap().capacity() > 0);
+        rx.release_idle_memory();
+        assert_eq!(out.queue.items.lock().unwrap().capacity(), 0);
     }
 
     #[tokio::test]

@@ -22,11 +22,7 @@ use crate::outbox::Outbox;
 /// Commands a room task accepts. `outbox` is always the sender's, so errors
 /// reach it and the room can check that the session belongs to that connection.
 pub(crate) enum RoomCommand {
-    Join {
-        params: JoinParams<Outbox>,
-        resume: Option<Resume>,
-        reply: oneshot::Sender<Result<String, RoomError>>,
-    },
+    Join(Box<JoinCommand>),
     Leave {
         session: String,
         outbox: Outbox,
@@ -38,31 +34,56 @@ pub(crate) enum RoomCommand {
     Publish {
         session: String,
         outbox: Outbox,
-        params: PublishParams,
+        params: Box<PublishParams>,
     },
     Request {
         session: String,
         outbox: Outbox,
-        nonce: Box<RawValue>,
-        op: Op,
+        call: Box<RequestCall>,
     },
     Direct {
         session: String,
         outbox: Outbox,
-        to: String,
-        event: String,
-        data: Option<Box<RawValue>>,
+        message: Box<DirectMessage>,
     },
     Close {
         done: oneshot::Sender<()>,
     },
 }
 
-/// A cheap handle to a room task.
+// The larger payloads are boxed: a room's mailbox allocates its slots in
+// blocks of 32 commands up front, so every byte of `RoomCommand` costs 32
+// bytes in every room, busy or not.
+
+/// A join, answered with the session id.
+pub(crate) struct JoinCommand {
+    pub(crate) params: JoinParams<Outbox>,
+    pub(crate) resume: Option<Resume>,
+    pub(crate) reply: oneshot::Sender<Result<String, RoomError>>,
+}
+
+/// A request and the nonce its response carries.
+pub(crate) struct RequestCall {
+    pub(crate) nonce: Box<RawValue>,
+    pub(crate) op: Op,
+}
+
+/// A message for one session.
+pub(crate) struct DirectMessage {
+    pub(crate) to: String,
+    pub(crate) event: String,
+    pub(crate) data: Option<Box<RawValue>>,
+}
+
+/// A cheap handle to a room task: one pointer, since every connection keeps
+/// one per joined room.
 #[derive(Clone)]
-pub(crate) struct RoomHandle {
-    id: Arc<str>,
-    name: Arc<str>,
+pub(crate) struct RoomHandle(Arc<RoomShared>);
+
+/// What every handle of one room shares.
+struct RoomShared {
+    id: Box<str>,
+    name: Box<str>,
     created_at: Millis,
     access: Access,
     history_size: usize,
@@ -76,37 +97,38 @@ const MAILBOX: usize = 4096;
 
 impl RoomHandle {
     pub(crate) fn id(&self) -> &str {
-        &self.id
+        &self.0.id
     }
 
     pub(crate) fn summary(&self) -> RoomSummary {
+        let s = &self.0;
         RoomSummary {
-            id: self.id.to_string(),
-            name: self.name.to_string(),
-            members: self.members.load(Ordering::Relaxed),
-            created_at: self.created_at,
-            access: match self.access {
+            id: s.id.to_string(),
+            name: s.name.to_string(),
+            members: s.members.load(Ordering::Relaxed),
+            created_at: s.created_at,
+            access: match s.access {
                 Access::Open => "open".into(),
                 Access::TicketOnly => "ticket".into(),
             },
-            history_size: self.history_size,
-            max_members: self.max_members,
+            history_size: s.history_size,
+            max_members: s.max_members,
         }
     }
 
     /// Whether the room was deleted (it takes no more commands).
     pub(crate) fn is_closed(&self) -> bool {
-        self.tx.is_closed()
+        self.0.tx.is_closed()
     }
 
     /// Sends a command; false when the room is gone.
     pub(crate) async fn send(&self, cmd: RoomCommand) -> bool {
-        self.tx.send(cmd).await.is_ok()
+        self.0.tx.send(cmd).await.is_ok()
     }
 
     pub(crate) async fn close(&self) {
         let (done, wait) = oneshot::channel();
-        if self.tx.send(RoomCommand::Close { done }).await.is_ok() {
+        if self.0.tx.send(RoomCommand::Close { done }).await.is_ok() {
             let _ = wait.await;
         }
     }
@@ -122,7 +144,7 @@ pub(crate) fn spawn(
 ) -> RoomHandle {
     let (tx, rx) = mpsc::channel(MAILBOX);
     let members = Arc::new(AtomicUsize::new(0));
-    let handle = RoomHandle {
+    let handle = RoomHandle(Arc::new(RoomShared {
         id: id.as_str().into(),
         name: name.as_str().into(),
         created_at: now,
@@ -131,7 +153,7 @@ pub(crate) fn spawn(
         max_members: config.max_members,
         members: members.clone(),
         tx,
-    };
+    }));
     let mut room = Room::new(id, name, config, plaza_broker::new_epoch(), now);
     for (kind, data) in entities {
         room.seed_entity(kind, data);
@@ -218,11 +240,12 @@ impl RoomTask {
     fn handle(&mut self, cmd: RoomCommand) {
         let now = now_ms();
         match cmd {
-            RoomCommand::Join {
-                params,
-                resume,
-                reply,
-            } => {
+            RoomCommand::Join(join) => {
+                let JoinCommand {
+                    params,
+                    resume,
+                    reply,
+                } = *join;
                 let outbox = params.sink.clone();
                 match self.room.join(params, resume, now) {
                     Ok(joined) => {
@@ -274,7 +297,7 @@ impl RoomTask {
                 if !self.owns(&session, &outbox) {
                     return self.refuse(&outbox, not_joined(), "publish", id);
                 }
-                match self.room.publish(&session, params, now) {
+                match self.room.publish(&session, *params, now) {
                     Ok(p) => {
                         if let Some(e) = &p.entry {
                             self.deliver(std::slice::from_ref(e));
@@ -293,9 +316,9 @@ impl RoomTask {
             RoomCommand::Request {
                 session,
                 outbox,
-                nonce,
-                op,
+                call,
             } => {
+                let RequestCall { nonce, op } = *call;
                 let result = if self.owns(&session, &outbox) {
                     self.room.request(&session, op, now)
                 } else {
@@ -316,10 +339,9 @@ impl RoomTask {
             RoomCommand::Direct {
                 session,
                 outbox,
-                to,
-                event,
-                data,
+                message,
             } => {
+                let DirectMessage { to, event, data } = *message;
                 if !self.owns(&session, &outbox) {
                     return self.refuse(&outbox, not_joined(), "direct", None);
                 }

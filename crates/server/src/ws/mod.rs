@@ -8,6 +8,7 @@
 //! encoded frames with one freshly built buffer and as few syscalls as the
 //! socket allows. Header parsing and formatting are tungstenite's.
 
+mod coalesce;
 mod frames;
 
 use std::io;
@@ -140,6 +141,8 @@ pub(crate) async fn serve_socket(node: Arc<Node>, stream: TcpStream, pre: Bytes)
     let mut last_heard = Instant::now();
     let mut next_ping = last_heard + heartbeat;
     let mut unfinished = Vec::new();
+    let coalesce = Duration::from_millis(config.write_coalesce_ms);
+    let mut last_write = None;
 
     let end = 'conn: loop {
         // Handle every complete frame already read.
@@ -207,9 +210,12 @@ pub(crate) async fn serve_socket(node: Arc<Node>, stream: TcpStream, pre: Bytes)
                 }
             }
             first = rx.recv() => {
-                if Box::pin(write_batch(&node, &stream, &control, first, &mut rx, &mut unfinished)).await.is_err() {
+                let hold = coalesce::hold_until(last_write, Instant::now(), coalesce);
+                let batch = write_batch(&node, &stream, &control, hold, first, &mut rx, &mut unfinished);
+                if Box::pin(batch).await.is_err() {
                     break failed_write(&control);
                 }
+                last_write = Some(Instant::now());
             }
             _ = tokio::time::sleep_until(deadline) => {
                 let now = Instant::now();
@@ -219,6 +225,8 @@ pub(crate) async fn serve_socket(node: Arc<Node>, stream: TcpStream, pre: Bytes)
                 }
                 if now >= next_ping {
                     next_ping = now + heartbeat;
+                    // Quiet for a heartbeat interval, most likely: keep nothing.
+                    rx.release_idle_memory();
                     if write_control(&stream, &control, ServerOp::Ping, &[], &mut unfinished).await.is_err() {
                         break failed_write(&control);
                     }
@@ -302,16 +310,25 @@ fn close_reason(code: u16) -> &'static str {
     }
 }
 
-/// Writes the first queued frame and everything else already queued (up to
-/// [`MAX_BATCH`]) in one buffer.
+/// Writes the first queued frame and everything else queued (up to
+/// [`MAX_BATCH`]) in one buffer, after waiting until `hold` (see
+/// [`coalesce`]) so that frames arriving meanwhile join the batch.
 async fn write_batch(
     node: &Node,
     stream: &TcpStream,
     control: &ConnectionControl,
+    hold: Option<Instant>,
     first: Outgoing,
     rx: &mut OutboxReceiver,
     unfinished: &mut Vec<u8>,
 ) -> io::Result<()> {
+    if let Some(at) = hold {
+        tokio::select! {
+            biased;
+            _ = control.closed.cancelled() => return Err(io::ErrorKind::ConnectionAborted.into()),
+            _ = tokio::time::sleep_until(at) => {}
+        }
+    }
     let oldest = first.ordered_at;
     let mut out = Vec::with_capacity(first.frame.len() + 16);
     let mut frames = 0u64;
