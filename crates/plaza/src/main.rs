@@ -1,5 +1,12 @@
 //! `plaza`: the Plaza real-time room server.
 
+/// jemalloc rather than glibc malloc: after a burst (say, a thousand members
+/// joining one room, each join a presence event to every other member) glibc
+/// kept the freed memory, and an idle connection cost 8.5 KiB of RSS for
+/// 1 KiB of live heap; jemalloc returns idle pages to the OS.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
