@@ -1,0 +1,475 @@
+//! Scenario files: what a load test does, as YAML.
+//!
+//! A scenario has `params` (defaults, overridden by `--set name=value`),
+//! `phases` (when virtual users arrive and which stretch is measured), weighted
+//! `flows` (what each virtual user does) and `expect` (the pass criteria).
+//! Any string `"${name}"` is replaced by the parameter's value, keeping its
+//! type; `${name}` inside a longer string is interpolated as text.
+//!
+//! ```
+//! let yaml = r#"
+//! name: tiny
+//! params: { members: 3 }
+//! rooms: 1
+//! phases:
+//!   - { name: join, arrival_rate: 100, users: "${members}" }
+//!   - { name: measure, duration_s: 1, record: true }
+//! flows:
+//!   - name: member
+//!     steps:
+//!       - connect
+//!       - join: { room: "r-{room}" }
+//!       - idle
+//! "#;
+//! let s = plaza_bench::Scenario::parse(yaml, &[("members".into(), "5".into())]).unwrap();
+//! assert_eq!(s.phases[0].users, Some(5));
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_norway::Value;
+
+/// A parsed scenario with every parameter substituted.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Short name, used in reports.
+    pub name: String,
+    /// What the workload reproduces.
+    #[serde(default)]
+    pub description: String,
+    /// Parameter values after `--set` overrides (kept for the report).
+    #[serde(default, skip_deserializing)]
+    pub params: BTreeMap<String, Value>,
+    /// Number of rooms; virtual user `i` is in room `i % rooms` (`{room}` in templates).
+    #[serde(default = "one")]
+    pub rooms: u64,
+    /// Phases, run one after the other.
+    pub phases: Vec<Phase>,
+    /// What virtual users do; each user gets one flow, chosen by weight.
+    pub flows: Vec<Flow>,
+    /// Pass criteria, checked on the recorded phases.
+    #[serde(default)]
+    pub expect: Expectations,
+    /// After the last phase: how long deliveries must pause before the run
+    /// counts them as complete, and the longest wait for that.
+    #[serde(default)]
+    pub drain: Drain,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// One stretch of the run.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Phase {
+    /// Name shown in reports.
+    pub name: String,
+    /// Length in seconds. Without it, a phase with arrivals lasts until its
+    /// `users` have arrived.
+    pub duration_s: Option<f64>,
+    /// New users per second at the start of the phase (0 or absent: none).
+    pub arrival_rate: Option<f64>,
+    /// New users per second at the end of the phase: the rate ramps linearly.
+    pub ramp_to: Option<f64>,
+    /// Most users arriving in this phase.
+    pub users: Option<u64>,
+    /// Whether measurements taken in this phase count.
+    #[serde(default)]
+    pub record: bool,
+}
+
+/// A weighted sequence of steps.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Flow {
+    /// Name shown in reports.
+    pub name: String,
+    /// Relative share of users running this flow.
+    #[serde(default = "one_u32")]
+    pub weight: u32,
+    /// The steps.
+    pub steps: Vec<Step>,
+}
+
+fn one_u32() -> u32 {
+    1
+}
+
+/// One action of a virtual user. Templates in strings: `{vu}` (the user's
+/// index), `{room}` (its room index), `{flow}` (its flow's name).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Step {
+    /// Open the WebSocket.
+    Connect,
+    /// Join a room.
+    Join {
+        /// Room id template, e.g. `"bench-{room}"`.
+        room: String,
+        /// Channels besides the default one.
+        #[serde(default)]
+        channels: Vec<String>,
+        /// Platform (Plaza), default `browser`.
+        #[serde(default)]
+        platform: Option<String>,
+    },
+    /// Send a sync message that every other member receives.
+    Publish {
+        /// Channel (default: the room's main channel).
+        #[serde(default)]
+        channel: Option<String>,
+        /// Event name (default `"b"`).
+        #[serde(default)]
+        event: Option<String>,
+        /// Payload size in bytes, about (timestamp and padding included).
+        #[serde(default = "hundred")]
+        bytes: usize,
+    },
+    /// Send a request and wait for its response (matched by nonce).
+    Request {
+        /// Operation name (Plaza: e.g. `entity.create`).
+        op: String,
+        /// Its arguments; string values are templates.
+        #[serde(default)]
+        args: Option<serde_json::Value>,
+    },
+    /// Wait.
+    Think {
+        /// Milliseconds.
+        ms: u64,
+    },
+    /// Repeat steps.
+    Loop {
+        /// Times to repeat; absent: until the run ends.
+        #[serde(default)]
+        count: Option<u64>,
+        /// Start an iteration at most this often (a fixed cadence, not a
+        /// pause after each iteration).
+        #[serde(default)]
+        every_ms: Option<u64>,
+        /// The steps to repeat.
+        steps: Vec<Step>,
+    },
+    /// Wait until every user of the run has joined (after the last arrival).
+    WaitAllJoined,
+    /// Stay connected, doing nothing, until the run ends.
+    Idle,
+    /// Leave the room and close the connection.
+    Disconnect,
+}
+
+fn hundred() -> usize {
+    100
+}
+
+/// Pass criteria for the recorded phases.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Expectations {
+    /// Mean delivery latency at most this (ms).
+    pub latency_mean_ms: Option<f64>,
+    /// 99th percentile delivery latency at most this (ms).
+    pub latency_p99_ms: Option<f64>,
+    /// Mean request round trip at most this (ms).
+    pub request_mean_ms: Option<f64>,
+    /// Errors / operations at most this.
+    pub error_rate: Option<f64>,
+    /// Deliveries / expected deliveries at least this.
+    pub delivery_ratio: Option<f64>,
+}
+
+/// How the run ends after its last phase.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Drain {
+    /// Deliveries must pause this long (ms).
+    pub quiet_ms: u64,
+    /// Longest wait (ms).
+    pub max_ms: u64,
+}
+
+impl Default for Drain {
+    fn default() -> Self {
+        Drain {
+            quiet_ms: 500,
+            max_ms: 10_000,
+        }
+    }
+}
+
+/// Why a scenario cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// Not valid YAML or not the expected shape.
+    #[error("scenario: {0}")]
+    Yaml(#[from] serde_norway::Error),
+    /// A `${name}` with no such parameter.
+    #[error("scenario: unknown parameter ${{{0}}}")]
+    UnknownParam(String),
+    /// `--set` names a parameter the scenario does not declare.
+    #[error("--set {0}: the scenario has no such parameter (it has: {1})")]
+    UnknownOverride(String, String),
+    /// Consistency checks.
+    #[error("scenario: {0}")]
+    Invalid(String),
+}
+
+impl Scenario {
+    /// Parses YAML, applies `overrides` (`name`, `value` parsed as YAML) to
+    /// `params`, substitutes them and checks the result.
+    pub fn parse(yaml: &str, overrides: &[(String, String)]) -> Result<Scenario, ScenarioError> {
+        let mut doc: Value = serde_norway::from_str(yaml)?;
+        let mut params: BTreeMap<String, Value> = match doc.get("params") {
+            Some(p) => serde_norway::from_value(p.clone())?,
+            None => BTreeMap::new(),
+        };
+        for (name, value) in overrides {
+            if !params.contains_key(name) {
+                let known = params.keys().cloned().collect::<Vec<_>>().join(", ");
+                return Err(ScenarioError::UnknownOverride(name.clone(), known));
+            }
+            params.insert(name.clone(), serde_norway::from_str(value)?);
+        }
+        if let Value::Mapping(m) = &mut doc {
+            m.remove("params");
+        }
+        substitute(&mut doc, &params)?;
+        // Typed through JSON's data model: serde_norway wants enum variants as
+        // YAML tags (`!join`), serde_json takes the `- join: {...}` form.
+        let json = serde_json::to_value(&doc).map_err(|e| ScenarioError::Invalid(e.to_string()))?;
+        let mut s: Scenario =
+            serde_json::from_value(json).map_err(|e| ScenarioError::Invalid(e.to_string()))?;
+        s.params = params;
+        s.check()?;
+        Ok(s)
+    }
+
+    fn check(&self) -> Result<(), ScenarioError> {
+        let bad = |m: String| Err(ScenarioError::Invalid(m));
+        if self.rooms == 0 {
+            return bad("rooms must be at least 1".into());
+        }
+        if self.phases.is_empty() {
+            return bad("at least one phase is needed".into());
+        }
+        for p in &self.phases {
+            let rate = p.arrival_rate.unwrap_or(0.0);
+            let end_rate = p.ramp_to.unwrap_or(rate);
+            if !(rate >= 0.0 && end_rate >= 0.0 && rate.is_finite() && end_rate.is_finite()) {
+                return bad(format!("phase {}: arrival rates must be ≥ 0", p.name));
+            }
+            match p.duration_s {
+                Some(d) if !(d.is_finite() && d >= 0.0) => {
+                    return bad(format!("phase {}: duration_s must be ≥ 0", p.name))
+                }
+                None if rate <= 0.0 || p.users.is_none() || p.ramp_to.is_some() => {
+                    return bad(format!(
+                        "phase {}: give duration_s, or a constant arrival_rate and users",
+                        p.name
+                    ))
+                }
+                _ => {}
+            }
+        }
+        if self.flows.is_empty() || self.flows.iter().all(|f| f.weight == 0) {
+            return bad("at least one flow with a positive weight is needed".into());
+        }
+        Ok(())
+    }
+
+    /// The flow of virtual user `vu`: a deterministic weighted round robin,
+    /// so that runs are reproducible and any prefix of users is mixed as
+    /// evenly as the weights allow.
+    pub fn flow_of(&self, vu: u64) -> &Flow {
+        let total: u64 = self.flows.iter().map(|f| u64::from(f.weight)).sum();
+        // Smooth weighted round robin over one period of `total` users.
+        let slot = vu % total;
+        let mut current: Vec<i64> = vec![0; self.flows.len()];
+        let mut chosen = 0;
+        for _ in 0..=slot {
+            for (c, f) in current.iter_mut().zip(&self.flows) {
+                *c += i64::from(f.weight);
+            }
+            chosen = (0..current.len())
+                .max_by_key(|&i| (current[i], -(i as i64)))
+                .unwrap_or(0);
+            current[chosen] -= total as i64;
+        }
+        &self.flows[chosen]
+    }
+}
+
+/// Replaces `${name}` in every string of the document.
+fn substitute(v: &mut Value, params: &BTreeMap<String, Value>) -> Result<(), ScenarioError> {
+    match v {
+        Value::String(s) => {
+            if let Some(name) = s.strip_prefix("${").and_then(|r| r.strip_suffix('}')) {
+                if name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    *v = params
+                        .get(name)
+                        .cloned()
+                        .ok_or_else(|| ScenarioError::UnknownParam(name.into()))?;
+                    return Ok(());
+                }
+            }
+            let mut out = String::new();
+            let mut rest = s.as_str();
+            while let Some(at) = rest.find("${") {
+                out.push_str(&rest[..at]);
+                let end = rest[at..]
+                    .find('}')
+                    .ok_or_else(|| ScenarioError::Invalid(format!("unclosed ${{ in {s:?}")))?;
+                let name = &rest[at + 2..at + end];
+                let value = params
+                    .get(name)
+                    .ok_or_else(|| ScenarioError::UnknownParam(name.into()))?;
+                out.push_str(&scalar_text(value));
+                rest = &rest[at + end + 1..];
+            }
+            out.push_str(rest);
+            *s = out;
+        }
+        Value::Sequence(items) => {
+            for i in items {
+                substitute(i, params)?;
+            }
+        }
+        Value::Mapping(m) => {
+            for (_, i) in m.iter_mut() {
+                substitute(i, params)?;
+            }
+        }
+        Value::Tagged(t) => substitute(&mut t.value, params)?,
+        _ => {}
+    }
+    Ok(())
+}
+
+fn scalar_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Null => String::new(),
+        other => serde_norway::to_string(other)
+            .unwrap_or_default()
+            .trim()
+            .to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+name: t
+params:
+  members: 4
+  every: 500
+  prefix: room
+phases:
+  - { name: join, arrival_rate: 50, users: "${members}" }
+  - { name: measure, duration_s: 2.5, record: true }
+flows:
+  - name: member
+    weight: 3
+    steps:
+      - connect
+      - join: { room: "${prefix}-{room}", channels: [xr] }
+      - wait_all_joined
+      - loop:
+          every_ms: "${every}"
+          count: 10
+          steps:
+            - publish: { bytes: 120 }
+            - think: { ms: 5 }
+      - idle
+  - name: watcher
+    steps: [connect, { join: { room: "x" } }, idle]
+expect: { latency_mean_ms: 100, error_rate: 0.01 }
+"#;
+
+    #[test]
+    fn parses_every_step_kind_with_parameters_substituted() {
+        let s = Scenario::parse(BASE, &[]).unwrap();
+        assert_eq!(s.rooms, 1);
+        assert_eq!(s.phases[0].users, Some(4));
+        assert_eq!(s.phases[1].duration_s, Some(2.5));
+        assert!(s.phases[1].record);
+        let steps = &s.flows[0].steps;
+        assert_eq!(steps[0], Step::Connect);
+        assert_eq!(
+            steps[1],
+            Step::Join {
+                room: "room-{room}".into(),
+                channels: vec!["xr".into()],
+                platform: None
+            }
+        );
+        assert_eq!(steps[2], Step::WaitAllJoined);
+        let Step::Loop {
+            count,
+            every_ms,
+            steps: inner,
+        } = &steps[3]
+        else {
+            panic!("{:?}", steps[3]);
+        };
+        assert_eq!((*count, *every_ms), (Some(10), Some(500)));
+        assert_eq!(
+            inner[0],
+            Step::Publish {
+                channel: None,
+                event: None,
+                bytes: 120
+            }
+        );
+        assert_eq!(inner[1], Step::Think { ms: 5 });
+        assert_eq!(s.flows[1].weight, 1);
+        assert_eq!(s.expect.latency_mean_ms, Some(100.0));
+        assert_eq!(s.drain, Drain::default());
+    }
+
+    #[test]
+    fn overrides_replace_parameters_and_unknown_ones_are_refused() {
+        let over = [("members".to_string(), "300".to_string())];
+        let s = Scenario::parse(BASE, &over).unwrap();
+        assert_eq!(s.phases[0].users, Some(300));
+        assert_eq!(s.params["members"], Value::from(300));
+        let e = Scenario::parse(BASE, &[("nope".into(), "1".into())]).unwrap_err();
+        assert!(e.to_string().contains("no such parameter"), "{e}");
+        assert!(e.to_string().contains("members"), "{e}");
+    }
+
+    #[test]
+    fn unknown_parameters_fields_and_inconsistent_phases_are_errors() {
+        let e = Scenario::parse(&BASE.replace("${every}", "${evry}"), &[]).unwrap_err();
+        assert!(
+            matches!(e, ScenarioError::UnknownParam(ref n) if n == "evry"),
+            "{e}"
+        );
+        let e = Scenario::parse(&BASE.replace("record: true", "recrd: true"), &[]).unwrap_err();
+        assert!(e.to_string().contains("recrd"), "{e}");
+        let e = Scenario::parse(&BASE.replace("duration_s: 2.5, ", ""), &[]).unwrap_err();
+        assert!(e.to_string().contains("phase measure"), "{e}");
+        let e = Scenario::parse(&BASE.replace("- publish", "- shout"), &[]).unwrap_err();
+        assert!(e.to_string().contains("shout"), "{e}");
+    }
+
+    #[test]
+    fn flows_are_mixed_by_weight_deterministically() {
+        let s = Scenario::parse(BASE, &[]).unwrap();
+        let names: Vec<&str> = (0..8).map(|vu| s.flow_of(vu).name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["member", "member", "watcher", "member", "member", "member", "watcher", "member"]
+        );
+        let members = (0..400).filter(|&v| s.flow_of(v).name == "member").count();
+        assert_eq!(members, 300);
+    }
+}
