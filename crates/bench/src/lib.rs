@@ -8,3 +8,5 @@ pub mod schedule;
 
 pub use scenario::{Scenario, ScenarioError, Step};
 pub use schedule::Schedule;
+pub mod driver;
+pub mod wsclient;

@@ -1,0 +1,172 @@
+//! Protocol drivers: how a virtual user joins, publishes, requests and
+//! recognises what it receives, for each kind of server.
+//!
+//! The runner owns sockets, timing and counting; a driver only builds frames
+//! and classifies received messages. Classification runs for every received
+//! message, so it looks at a few bytes first and parses JSON only for the rare
+//! frames that need it (joins, responses, errors).
+
+mod broadcast;
+mod plaza;
+
+pub use broadcast::BroadcastDriver;
+pub use plaza::PlazaDriver;
+
+/// The marker publishers put before their send timestamp in every payload:
+/// `{"bt":<unix µs>,...}`. Receivers count deliveries by counting markers, so
+/// servers that pack several messages in one frame are counted right.
+pub const MARKER: &[u8] = b"\"bt\":";
+
+/// What a virtual user joins with.
+#[derive(Debug, Clone)]
+pub struct JoinSpec {
+    /// Room id.
+    pub room: String,
+    /// Display name.
+    pub name: String,
+    /// Platform (Plaza).
+    pub platform: String,
+    /// Channels besides the main one.
+    pub channels: Vec<String>,
+}
+
+/// The next step of a join handshake.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Handshake {
+    /// Send these messages, then wait for more.
+    Send(Vec<String>),
+    /// Send these messages; the user has joined.
+    Joined(Vec<String>),
+    /// Nothing to do: wait for the next message.
+    Wait,
+    /// The join failed.
+    Failed(String),
+}
+
+/// What a received message is, once the user has joined.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Inbound {
+    /// This many published messages (markers).
+    Deliveries(usize),
+    /// The acknowledgement of one of this user's publishes.
+    Ack,
+    /// The response to request `nonce`.
+    Response {
+        /// The nonce the runner gave the request.
+        nonce: u64,
+        /// Whether it succeeded.
+        ok: bool,
+    },
+    /// Send this message back (protocol-level pings of some servers).
+    Reply(String),
+    /// The server reported an error.
+    Error(String),
+    /// Anything else (presence, other events).
+    Other,
+}
+
+/// Setup the server needs before users arrive (Plaza: create the rooms).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpCall {
+    /// `POST`, `GET`, ...
+    pub method: &'static str,
+    /// Path under the target's base URL.
+    pub path: String,
+    /// JSON body.
+    pub body: Option<serde_json::Value>,
+    /// Status codes that count as success besides 2xx (e.g. 409: exists).
+    pub also_ok: Vec<u16>,
+}
+
+/// A protocol.
+pub trait Driver: Send + Sync {
+    /// Short name (`plaza`, `broadcast`, ...).
+    fn name(&self) -> &'static str;
+    /// Path (and query) of the WebSocket endpoint.
+    fn ws_path(&self) -> String;
+    /// Whether the publisher receives its own messages (then it counts as a
+    /// recipient).
+    fn echoes_sender(&self) -> bool {
+        false
+    }
+    /// HTTP calls to make once before the run, for these room ids.
+    fn setup(&self, rooms: &[String]) -> Vec<HttpCall> {
+        let _ = rooms;
+        Vec::new()
+    }
+    /// The handshake step after the socket opened (`msg` is `None`) or after
+    /// message `msg` arrived.
+    fn handshake(&self, msg: Option<&[u8]>, join: &JoinSpec) -> Handshake;
+    /// Appends one publish message carrying `payload` (a JSON object) to `out`.
+    fn publish(
+        &self,
+        room: &str,
+        channel: Option<&str>,
+        event: &str,
+        payload: &str,
+        out: &mut String,
+    );
+    /// Appends one request message to `out`; false if the protocol has no requests.
+    fn request(
+        &self,
+        room: &str,
+        nonce: u64,
+        op: &str,
+        args: &serde_json::Value,
+        out: &mut String,
+    ) -> bool;
+    /// Classifies a message received after joining.
+    fn classify(&self, msg: &[u8]) -> Inbound;
+    /// Whether this user's publishes are acknowledged (then the runner
+    /// counts acks).
+    fn acks_publishes(&self) -> bool {
+        false
+    }
+}
+
+/// The driver called `name`.
+pub fn by_name(name: &str) -> Option<Box<dyn Driver>> {
+    match name {
+        "plaza" => Some(Box::new(PlazaDriver)),
+        "broadcast" | "reference" => Some(Box::new(BroadcastDriver)),
+        _ => None,
+    }
+}
+
+/// Names accepted by [`by_name`].
+pub const DRIVERS: &[&str] = &["plaza", "broadcast"];
+
+/// Counts markers in `msg`.
+pub fn count_markers(msg: &[u8]) -> usize {
+    memchr::memmem::find_iter(msg, MARKER).count()
+}
+
+/// The send timestamp after the first marker in `msg`, in unix µs.
+pub fn first_timestamp(msg: &[u8]) -> Option<u64> {
+    let at = memchr::memmem::find(msg, MARKER)? + MARKER.len();
+    let digits = msg[at..].iter().take_while(|b| b.is_ascii_digit());
+    let mut v: u64 = 0;
+    let mut any = false;
+    for d in digits {
+        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+        any = true;
+    }
+    any.then_some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_are_counted_and_the_first_timestamp_read() {
+        let one = br#"{"type":"event","data":{"bt":1732350000123456,"p":"xx"}}"#;
+        assert_eq!(count_markers(one), 1);
+        assert_eq!(first_timestamp(one), Some(1_732_350_000_123_456));
+        let two = b"{\"push\":{\"data\":{\"bt\":5}}}\n{\"push\":{\"data\":{\"bt\":6}}}";
+        assert_eq!(count_markers(two), 2);
+        assert_eq!(first_timestamp(two), Some(5));
+        assert_eq!(count_markers(b"{\"type\":\"ack\"}"), 0);
+        assert_eq!(first_timestamp(b"{\"bt\":x}"), None);
+    }
+}

@@ -1,0 +1,180 @@
+//! Plaza's own protocol (docs/protocol.md).
+
+use serde_json::json;
+
+use super::{count_markers, Driver, Handshake, HttpCall, Inbound, JoinSpec};
+
+/// Plaza over `/v1/ws`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PlazaDriver;
+
+impl Driver for PlazaDriver {
+    fn name(&self) -> &'static str {
+        "plaza"
+    }
+
+    fn ws_path(&self) -> String {
+        "/v1/ws".into()
+    }
+
+    fn setup(&self, rooms: &[String]) -> Vec<HttpCall> {
+        rooms
+            .iter()
+            .map(|id| HttpCall {
+                method: "POST",
+                path: "/v1/rooms".into(),
+                body: Some(json!({"id": id, "name": id, "options": {"max_members": 1_000_000}})),
+                also_ok: vec![409],
+            })
+            .collect()
+    }
+
+    fn handshake(&self, msg: Option<&[u8]>, join: &JoinSpec) -> Handshake {
+        let Some(msg) = msg else {
+            let frame = json!({
+                "type": "join",
+                "room": join.room,
+                "name": join.name,
+                "platform": join.platform,
+                "channels": join.channels,
+            });
+            return Handshake::Send(vec![frame.to_string()]);
+        };
+        if msg.starts_with(br#"{"type":"joined""#) {
+            return Handshake::Joined(Vec::new());
+        }
+        if msg.starts_with(br#"{"type":"error""#) || msg.starts_with(br#"{"type":"resync""#) {
+            return Handshake::Failed(String::from_utf8_lossy(msg).into_owned());
+        }
+        Handshake::Wait
+    }
+
+    fn publish(
+        &self,
+        room: &str,
+        channel: Option<&str>,
+        event: &str,
+        payload: &str,
+        out: &mut String,
+    ) {
+        let room = serde_json::to_string(room).unwrap_or_default();
+        let event = serde_json::to_string(event).unwrap_or_default();
+        out.push_str(r#"{"type":"publish","room":"#);
+        out.push_str(&room);
+        if let Some(c) = channel {
+            out.push_str(r#","channel":"#);
+            out.push_str(&serde_json::to_string(c).unwrap_or_default());
+        }
+        out.push_str(r#","event":"#);
+        out.push_str(&event);
+        out.push_str(r#","data":"#);
+        out.push_str(payload);
+        out.push('}');
+    }
+
+    fn request(
+        &self,
+        room: &str,
+        nonce: u64,
+        op: &str,
+        args: &serde_json::Value,
+        out: &mut String,
+    ) -> bool {
+        let frame =
+            json!({"type": "request", "room": room, "nonce": nonce, "op": op, "args": args});
+        out.push_str(&frame.to_string());
+        true
+    }
+
+    fn classify(&self, msg: &[u8]) -> Inbound {
+        if msg.starts_with(br#"{"type":"event""#) {
+            return match count_markers(msg) {
+                0 => Inbound::Other,
+                n => Inbound::Deliveries(n),
+            };
+        }
+        if msg.starts_with(br#"{"type":"ack""#) {
+            return Inbound::Ack;
+        }
+        if msg.starts_with(br#"{"type":"response""#) {
+            let v: serde_json::Value = serde_json::from_slice(msg).unwrap_or_default();
+            return match v["nonce"].as_u64() {
+                Some(nonce) => Inbound::Response {
+                    nonce,
+                    ok: v["ok"] == true,
+                },
+                None => Inbound::Error(format!("response without a numeric nonce: {v}")),
+            };
+        }
+        if msg.starts_with(br#"{"type":"error""#) {
+            let v: serde_json::Value = serde_json::from_slice(msg).unwrap_or_default();
+            return Inbound::Error(v["code"].as_str().unwrap_or("error").to_owned());
+        }
+        Inbound::Other
+    }
+
+    fn acks_publishes(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> JoinSpec {
+        JoinSpec {
+            room: "r-0".into(),
+            name: "u1".into(),
+            platform: "browser".into(),
+            channels: vec![],
+        }
+    }
+
+    #[test]
+    fn joins_with_a_join_frame_and_waits_for_joined() {
+        let d = PlazaDriver;
+        let Handshake::Send(frames) = d.handshake(None, &spec()) else {
+            panic!()
+        };
+        let v: serde_json::Value = serde_json::from_str(&frames[0]).unwrap();
+        assert_eq!(v["type"], "join");
+        assert_eq!(v["room"], "r-0");
+        assert_eq!(
+            d.handshake(Some(br#"{"type":"joined","room":"r-0"}"#), &spec()),
+            Handshake::Joined(vec![])
+        );
+        assert!(matches!(
+            d.handshake(Some(br#"{"type":"error","code":"room_full"}"#), &spec()),
+            Handshake::Failed(_)
+        ));
+    }
+
+    #[test]
+    fn publishes_valid_frames_and_classifies_what_comes_back() {
+        let d = PlazaDriver;
+        let mut out = String::new();
+        d.publish("r\"0", Some("xr"), "b", r#"{"bt":12,"p":"x"}"#, &mut out);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["room"], "r\"0");
+        assert_eq!(v["channel"], "xr");
+        assert_eq!(v["data"]["bt"], 12);
+        assert_eq!(
+            d.classify(br#"{"type":"event","kind":"message","data":{"bt":12}}"#),
+            Inbound::Deliveries(1)
+        );
+        assert_eq!(
+            d.classify(br#"{"type":"event","kind":"presence.join"}"#),
+            Inbound::Other
+        );
+        assert_eq!(d.classify(br#"{"type":"ack","seq":4}"#), Inbound::Ack);
+        assert_eq!(
+            d.classify(br#"{"type":"response","room":"r","nonce":7,"ok":true}"#),
+            Inbound::Response { nonce: 7, ok: true }
+        );
+        assert_eq!(
+            d.classify(br#"{"type":"error","code":"rate_limited"}"#),
+            Inbound::Error("rate_limited".into())
+        );
+    }
+}
