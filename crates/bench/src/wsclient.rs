@@ -138,10 +138,7 @@ impl WsReader {
     /// Hands every complete frame in the buffer to `on` and drops its bytes.
     fn parse(&mut self, on: &mut impl FnMut(Incoming<'_>)) -> io::Result<()> {
         let mut at = 0;
-        loop {
-            let Some((fin, opcode, start, len)) = header(&self.buf[at..])? else {
-                break;
-            };
+        while let Some((fin, opcode, start, len)) = header(&self.buf[at..])? {
             let body = &self.buf[at + start..at + start + len];
             match opcode {
                 0x1 | 0x2 if fin && self.partial.is_none() => on(Incoming::Message(body)),
