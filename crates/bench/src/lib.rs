@@ -2,11 +2,21 @@
 //!
 //! - [`scenario`]: scenario files (YAML): parameters, phases, weighted flows, expectations.
 //! - [`schedule`]: phase stepping and arrival times, pure.
+//! - [`wsclient`]: a WebSocket client that receives without allocating per message.
+//! - [`driver`]: one module per protocol (Plaza, plain broadcast, ...).
+//! - [`runner`]: runs a scenario against a target and counts.
+//! - [`report`]: the result, as JSON and Markdown, checked against expectations.
+//! - [`procstat`]: CPU and memory of processes from `/proc`.
 
+pub mod driver;
+pub mod procstat;
+pub mod report;
+pub mod runner;
 pub mod scenario;
 pub mod schedule;
+pub mod wsclient;
 
+pub use report::Report;
+pub use runner::{run, RunError, RunOptions};
 pub use scenario::{Scenario, ScenarioError, Step};
 pub use schedule::Schedule;
-pub mod driver;
-pub mod wsclient;

@@ -1,0 +1,391 @@
+//! What a run measured: built from the runner's counters, written as JSON and
+//! as a Markdown summary, and checked against the scenario's expectations.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::scenario::Scenario;
+
+/// CPU and memory readings over the recorded stretch.
+#[derive(Debug, Clone, Default)]
+pub struct ResourceUse {
+    /// Server CPU time used while recording.
+    pub server_cpu: Option<Duration>,
+    /// Server RSS at the end of the recorded stretch.
+    pub server_rss_kib: Option<u64>,
+    /// Largest server RSS sampled during the run.
+    pub server_rss_max_kib: Option<u64>,
+    /// This process's CPU time while recording.
+    pub generator_cpu: Option<Duration>,
+}
+
+/// The runner's raw figures.
+pub struct Inputs<'a> {
+    /// The scenario run.
+    pub scenario: &'a Scenario,
+    /// Driver name.
+    pub driver: &'static str,
+    /// Users scheduled.
+    pub users: u64,
+    /// Users that joined.
+    pub joined: u64,
+    /// Length of the recorded stretch.
+    pub recorded: Duration,
+    /// Deliveries over the whole run (drain included).
+    pub deliveries_total: u64,
+    /// Deliveries expected from every publish of the run.
+    pub expected_total: u64,
+    /// Deliveries received while recording.
+    pub deliveries: u64,
+    /// Deliveries expected from publishes sent while recording.
+    pub expected: u64,
+    /// Publishes over the whole run.
+    pub publishes_total: u64,
+    /// Publishes sent while recording.
+    pub publishes: u64,
+    /// Acknowledgements received.
+    pub acks: u64,
+    /// Successful requests.
+    pub requests_ok: u64,
+    /// Failed or unanswered requests.
+    pub requests_failed: u64,
+    /// Bytes received while recording.
+    pub bytes_in: u64,
+    /// Bytes sent while recording (publishes).
+    pub bytes_out: u64,
+    /// Errors by kind.
+    pub errors: BTreeMap<String, u64>,
+    /// Delivery latency (µs) of observers while recording.
+    pub latency: &'a Histogram<u64>,
+    /// Request round trips (µs) while recording.
+    pub request_rt: &'a Histogram<u64>,
+    /// Resource readings.
+    pub resources: ResourceUse,
+}
+
+/// Latency summary in milliseconds.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Latency {
+    /// Samples.
+    pub count: u64,
+    /// Mean.
+    pub mean_ms: f64,
+    /// Median.
+    pub p50_ms: f64,
+    /// 95th percentile.
+    pub p95_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// 99.9th percentile.
+    pub p999_ms: f64,
+    /// Largest.
+    pub max_ms: f64,
+}
+
+impl Latency {
+    fn of(h: &Histogram<u64>) -> Option<Latency> {
+        if h.is_empty() {
+            return None;
+        }
+        let ms = |us: u64| us as f64 / 1000.0;
+        Some(Latency {
+            count: h.len(),
+            mean_ms: h.mean() / 1000.0,
+            p50_ms: ms(h.value_at_quantile(0.5)),
+            p95_ms: ms(h.value_at_quantile(0.95)),
+            p99_ms: ms(h.value_at_quantile(0.99)),
+            p999_ms: ms(h.value_at_quantile(0.999)),
+            max_ms: ms(h.max()),
+        })
+    }
+}
+
+/// One expectation and whether it held.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Check {
+    /// What was checked.
+    pub name: String,
+    /// The limit.
+    pub limit: f64,
+    /// The measured value (`None`: nothing to measure, which fails).
+    pub value: Option<f64>,
+    /// Whether it held.
+    pub passed: bool,
+}
+
+/// The result of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// Driver (protocol) used.
+    pub driver: String,
+    /// Scenario parameters after overrides.
+    pub params: BTreeMap<String, serde_json::Value>,
+    /// Users scheduled.
+    pub users: u64,
+    /// Users that joined.
+    pub joined: u64,
+    /// Seconds recorded.
+    pub recorded_s: f64,
+    /// Publishes sent while recording.
+    pub publishes: u64,
+    /// Deliveries received while recording.
+    pub deliveries: u64,
+    /// Deliveries expected from the publishes sent while recording (edges
+    /// of the window make the two differ slightly).
+    pub expected_deliveries: u64,
+    /// Deliveries over the whole run, drain included.
+    pub deliveries_total: u64,
+    /// Deliveries expected from every publish of the run.
+    pub expected_deliveries_total: u64,
+    /// deliveries_total / expected_deliveries_total.
+    pub delivery_ratio: Option<f64>,
+    /// Publishes over the whole run.
+    pub publishes_total: u64,
+    /// Acknowledgements received (drivers that acknowledge publishes).
+    pub acks: u64,
+    /// Messages received per second while recording.
+    pub received_per_s: f64,
+    /// Messages sent per second while recording.
+    pub sent_per_s: f64,
+    /// Bytes received per second while recording.
+    pub bytes_in_per_s: f64,
+    /// Bytes sent per second while recording.
+    pub bytes_out_per_s: f64,
+    /// Delivery latency measured by observers.
+    pub latency: Option<Latency>,
+    /// Request round trips.
+    pub request_rt: Option<Latency>,
+    /// Successful requests.
+    pub requests_ok: u64,
+    /// Failed or unanswered requests.
+    pub requests_failed: u64,
+    /// Errors by kind.
+    pub errors: BTreeMap<String, u64>,
+    /// Errors / (users + publishes + requests).
+    pub error_rate: f64,
+    /// Server CPU use while recording, % of one core.
+    pub server_cpu_percent: Option<f64>,
+    /// Server CPU µs per delivery while recording.
+    pub server_cpu_us_per_delivery: Option<f64>,
+    /// Server RSS at the end of recording, KiB.
+    pub server_rss_kib: Option<u64>,
+    /// Largest server RSS sampled, KiB.
+    pub server_rss_max_kib: Option<u64>,
+    /// Generator CPU while recording, % of one core.
+    pub generator_cpu_percent: Option<f64>,
+    /// Expectations and their outcome.
+    pub checks: Vec<Check>,
+    /// Whether every expectation held.
+    pub passed: bool,
+    /// Things a reader must know (e.g. the generator was saturated).
+    pub warnings: Vec<String>,
+}
+
+impl Report {
+    /// Builds the report from the runner's figures.
+    pub fn build(i: Inputs<'_>) -> Report {
+        let secs = i.recorded.as_secs_f64().max(1e-9);
+        let per_s = |v: u64| v as f64 / secs;
+        let pct = |d: Option<Duration>| d.map(|d| d.as_secs_f64() / secs * 100.0);
+        let errors_total: u64 = i.errors.values().sum();
+        let ops = i.users + i.publishes_total + i.requests_ok + i.requests_failed;
+        let error_rate = if ops == 0 {
+            0.0
+        } else {
+            errors_total as f64 / ops as f64
+        };
+        let delivery_ratio =
+            (i.expected_total > 0).then(|| i.deliveries_total as f64 / i.expected_total as f64);
+        let latency = Latency::of(i.latency);
+        let request_rt = Latency::of(i.request_rt);
+        let server_cpu_us_per_delivery = i
+            .resources
+            .server_cpu
+            .filter(|_| i.deliveries > 0)
+            .map(|d| d.as_secs_f64() * 1e6 / i.deliveries as f64);
+        let generator_cpu_percent = pct(i.resources.generator_cpu);
+        let mut warnings = Vec::new();
+        if generator_cpu_percent.is_some_and(|p| p > 90.0) {
+            warnings.push(format!(
+                "the load generator used {:.0} % of a core while recording: it may be the bottleneck; \
+                 run with more threads or processes",
+                generator_cpu_percent.unwrap_or_default()
+            ));
+        }
+        if i.joined < i.users {
+            warnings.push(format!("only {} of {} users joined", i.joined, i.users));
+        }
+        let e = &i.scenario.expect;
+        let mut checks = Vec::new();
+        let mut check = |name: &str, limit: Option<f64>, value: Option<f64>, at_most: bool| {
+            if let Some(limit) = limit {
+                let passed = value.is_some_and(|v| if at_most { v <= limit } else { v >= limit });
+                checks.push(Check {
+                    name: name.into(),
+                    limit,
+                    value,
+                    passed,
+                });
+            }
+        };
+        check(
+            "latency_mean_ms",
+            e.latency_mean_ms,
+            latency.as_ref().map(|l| l.mean_ms),
+            true,
+        );
+        check(
+            "latency_p99_ms",
+            e.latency_p99_ms,
+            latency.as_ref().map(|l| l.p99_ms),
+            true,
+        );
+        check(
+            "request_mean_ms",
+            e.request_mean_ms,
+            request_rt.as_ref().map(|l| l.mean_ms),
+            true,
+        );
+        check("error_rate", e.error_rate, Some(error_rate), true);
+        check("delivery_ratio", e.delivery_ratio, delivery_ratio, false);
+        let passed = checks.iter().all(|c| c.passed);
+        Report {
+            scenario: i.scenario.name.clone(),
+            driver: i.driver.into(),
+            params: i
+                .scenario
+                .params
+                .iter()
+                .map(|(k, v)| (k.clone(), serde_json::to_value(v).unwrap_or_default()))
+                .collect(),
+            users: i.users,
+            joined: i.joined,
+            recorded_s: i.recorded.as_secs_f64(),
+            publishes: i.publishes,
+            deliveries: i.deliveries,
+            expected_deliveries: i.expected,
+            deliveries_total: i.deliveries_total,
+            expected_deliveries_total: i.expected_total,
+            delivery_ratio,
+            publishes_total: i.publishes_total,
+            acks: i.acks,
+            received_per_s: per_s(i.deliveries),
+            sent_per_s: per_s(i.publishes),
+            bytes_in_per_s: per_s(i.bytes_in),
+            bytes_out_per_s: per_s(i.bytes_out),
+            latency,
+            request_rt,
+            requests_ok: i.requests_ok,
+            requests_failed: i.requests_failed,
+            errors: i.errors,
+            error_rate,
+            server_cpu_percent: pct(i.resources.server_cpu),
+            server_cpu_us_per_delivery,
+            server_rss_kib: i.resources.server_rss_kib,
+            server_rss_max_kib: i.resources.server_rss_max_kib,
+            generator_cpu_percent,
+            checks,
+            passed,
+            warnings,
+        }
+    }
+
+    /// A Markdown summary.
+    pub fn markdown(&self) -> String {
+        let mut s = String::new();
+        let opt =
+            |v: Option<f64>, unit: &str| v.map_or("—".to_owned(), |v| format!("{v:.2}{unit}"));
+        let _ = writeln!(
+            s,
+            "### {} — {} ({} users)\n",
+            self.scenario, self.driver, self.users
+        );
+        let _ = writeln!(s, "| measure | value |\n|---|---|");
+        let _ = writeln!(s, "| joined | {} / {} |", self.joined, self.users);
+        let _ = writeln!(s, "| recorded | {:.1} s |", self.recorded_s);
+        let _ = writeln!(s, "| publishes/s | {:.0} |", self.sent_per_s);
+        let _ = writeln!(s, "| deliveries/s | {:.0} |", self.received_per_s);
+        let _ = writeln!(
+            s,
+            "| deliveries (whole run) | {} of {} expected ({}) |",
+            self.deliveries_total,
+            self.expected_deliveries_total,
+            opt(self.delivery_ratio.map(|r| r * 100.0), " %")
+        );
+        let _ = writeln!(
+            s,
+            "| bytes in/s, out/s | {:.0}, {:.0} |",
+            self.bytes_in_per_s, self.bytes_out_per_s
+        );
+        if let Some(l) = &self.latency {
+            let _ = writeln!(
+                s,
+                "| delivery latency ms (mean, p50, p95, p99, p99.9, max; {} samples) | {:.2}, {:.2}, {:.2}, {:.2}, {:.2}, {:.2} |",
+                l.count, l.mean_ms, l.p50_ms, l.p95_ms, l.p99_ms, l.p999_ms, l.max_ms
+            );
+        }
+        if let Some(l) = &self.request_rt {
+            let _ = writeln!(
+                s,
+                "| request RT ms (mean, p50, p95, p99, max; {} ok, {} failed) | {:.2}, {:.2}, {:.2}, {:.2}, {:.2} |",
+                self.requests_ok, self.requests_failed, l.mean_ms, l.p50_ms, l.p95_ms, l.p99_ms, l.max_ms
+            );
+        }
+        let _ = writeln!(s, "| server CPU | {} |", opt(self.server_cpu_percent, " %"));
+        let _ = writeln!(
+            s,
+            "| server CPU per delivery | {} |",
+            opt(self.server_cpu_us_per_delivery, " µs")
+        );
+        let rss = |v: Option<u64>| {
+            v.map_or("—".to_owned(), |k| {
+                format!("{:.1} MiB", k as f64 / 1024.0)
+            })
+        };
+        let _ = writeln!(
+            s,
+            "| server RSS (end, max) | {}, {} |",
+            rss(self.server_rss_kib),
+            rss(self.server_rss_max_kib)
+        );
+        let _ = writeln!(
+            s,
+            "| generator CPU | {} |",
+            opt(self.generator_cpu_percent, " %")
+        );
+        let errors: Vec<String> = self
+            .errors
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "| errors | {} |",
+            if errors.is_empty() {
+                "none".to_owned()
+            } else {
+                errors.join("; ")
+            }
+        );
+        for c in &self.checks {
+            let _ = writeln!(
+                s,
+                "| expect {} ≤/≥ {} | {} {} |",
+                c.name,
+                c.limit,
+                opt(c.value, ""),
+                if c.passed { "pass" } else { "FAIL" }
+            );
+        }
+        for w in &self.warnings {
+            let _ = writeln!(s, "\n**Warning:** {w}");
+        }
+        s
+    }
+}

@@ -1,0 +1,816 @@
+//! Runs a scenario against a target: virtual users arrive on schedule, run
+//! their flows, and every received message is counted; observers (the first
+//! few users of each room) also time what they receive.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hdrhistogram::Histogram;
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::driver::{first_timestamp, Driver, Handshake, Inbound, JoinSpec};
+use crate::procstat;
+use crate::report::{Report, ResourceUse};
+use crate::scenario::{Scenario, Step};
+use crate::schedule::Schedule;
+use crate::wsclient::{self, Incoming, WsWriter};
+
+/// Where and how to run.
+pub struct RunOptions {
+    /// The server's address (WebSocket and HTTP).
+    pub addr: SocketAddr,
+    /// Host header value.
+    pub host: String,
+    /// The protocol.
+    pub driver: Arc<dyn Driver>,
+    /// Users per room whose receipts are timestamped.
+    pub observers_per_room: u64,
+    /// The server's pid, for CPU and memory figures.
+    pub server_pid: Option<u32>,
+    /// Local addresses to connect from, round robin (empty: the default).
+    pub bind: Vec<IpAddr>,
+    /// Longest wait for a connect, handshake or response.
+    pub timeout: Duration,
+}
+
+/// Why a run could not be carried out at all.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A setup call failed.
+    #[error("setup: {0}")]
+    Setup(String),
+}
+
+/// Counters shared by every task of a run.
+struct Shared {
+    driver: Arc<dyn Driver>,
+    opts_addr: SocketAddr,
+    host: String,
+    bind: Vec<IpAddr>,
+    timeout: Duration,
+    observers_per_room: u64,
+    rooms: u64,
+    room_sizes: Vec<u64>,
+    users: u64,
+    stop: CancellationToken,
+    recording: AtomicBool,
+    joined: AtomicU64,
+    all_joined: Notify,
+    deliveries: AtomicU64,
+    deliveries_rec: AtomicU64,
+    expected: AtomicU64,
+    expected_rec: AtomicU64,
+    bytes_in_rec: AtomicU64,
+    bytes_out_rec: AtomicU64,
+    publishes: AtomicU64,
+    publishes_rec: AtomicU64,
+    acks: AtomicU64,
+    requests_ok: AtomicU64,
+    requests_failed: AtomicU64,
+    next_nonce: AtomicU64,
+    errors: Mutex<BTreeMap<String, u64>>,
+    latency: Mutex<Histogram<u64>>,
+    request_rt: Mutex<Histogram<u64>>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<bool>>>,
+}
+
+impl Shared {
+    fn error(&self, kind: impl Into<String>) {
+        *self
+            .errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(kind.into())
+            .or_default() += 1;
+    }
+
+    fn recording(&self) -> bool {
+        self.recording.load(Ordering::Relaxed)
+    }
+
+    /// Waits `d` unless the run stops first (then false).
+    async fn pause_until(&self, at: Instant) -> bool {
+        tokio::select! {
+            _ = self.stop.cancelled() => false,
+            _ = tokio::time::sleep_until(at) => true,
+        }
+    }
+}
+
+fn histogram() -> Histogram<u64> {
+    // 1 µs .. 1 h, 3 significant digits.
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
+}
+
+fn unix_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Runs `scenario` and reports what happened.
+pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunError> {
+    let schedule = Schedule::new(&scenario.phases);
+    let users = schedule.arrivals.len() as u64;
+    let rooms = scenario.rooms;
+    let mut room_sizes = vec![0u64; rooms as usize];
+    for vu in 0..users {
+        room_sizes[(vu % rooms) as usize] += 1;
+    }
+    setup(&opts, scenario).await?;
+
+    let shared = Arc::new(Shared {
+        driver: opts.driver.clone(),
+        opts_addr: opts.addr,
+        host: opts.host.clone(),
+        bind: opts.bind.clone(),
+        timeout: opts.timeout,
+        observers_per_room: opts.observers_per_room,
+        rooms,
+        room_sizes,
+        users,
+        stop: CancellationToken::new(),
+        recording: AtomicBool::new(false),
+        joined: AtomicU64::new(0),
+        all_joined: Notify::new(),
+        deliveries: AtomicU64::new(0),
+        deliveries_rec: AtomicU64::new(0),
+        expected: AtomicU64::new(0),
+        expected_rec: AtomicU64::new(0),
+        bytes_in_rec: AtomicU64::new(0),
+        bytes_out_rec: AtomicU64::new(0),
+        publishes: AtomicU64::new(0),
+        publishes_rec: AtomicU64::new(0),
+        acks: AtomicU64::new(0),
+        requests_ok: AtomicU64::new(0),
+        requests_failed: AtomicU64::new(0),
+        next_nonce: AtomicU64::new(1),
+        errors: Mutex::new(BTreeMap::new()),
+        latency: Mutex::new(histogram()),
+        request_rt: Mutex::new(histogram()),
+        pending: Mutex::new(HashMap::new()),
+    });
+
+    let start = Instant::now();
+    let scenario = Arc::new(scenario.clone());
+    let arrivals = {
+        let shared = shared.clone();
+        let scenario = scenario.clone();
+        let times = schedule.arrivals.clone();
+        tokio::spawn(async move {
+            let mut tasks = Vec::with_capacity(times.len());
+            for (vu, at) in times.into_iter().enumerate() {
+                if !shared.pause_until(start + at).await {
+                    break;
+                }
+                let (shared, scenario) = (shared.clone(), scenario.clone());
+                tasks.push(tokio::spawn(async move {
+                    virtual_user(shared, scenario, vu as u64).await;
+                }));
+            }
+            tasks
+        })
+    };
+
+    // Phases: switch recording on and off, and take resource readings at the
+    // edges of the recorded stretch.
+    let mut resources = ResourceUse::default();
+    let mut rec_started: Option<Instant> = None;
+    let mut rec_len = Duration::ZERO;
+    let mut server_cpu_at_start = None;
+    let mut self_cpu_at_start = None;
+    let mut rss_max = 0u64;
+    for p in &schedule.phases {
+        wait_sampling(start + p.start, opts.server_pid, &mut rss_max).await;
+        tracing::info!(phase = %p.name, record = p.record, "phase");
+        if p.record && rec_started.is_none() {
+            rec_started = Some(Instant::now());
+            server_cpu_at_start = opts
+                .server_pid
+                .and_then(|pid| procstat::cpu_time(Some(pid)));
+            self_cpu_at_start = procstat::cpu_time(None);
+        }
+        shared.recording.store(p.record, Ordering::Relaxed);
+        if !p.record {
+            if let Some(at) = rec_started.take() {
+                rec_len += at.elapsed();
+            }
+        }
+    }
+    wait_sampling(start + schedule.end(), opts.server_pid, &mut rss_max).await;
+    shared.recording.store(false, Ordering::Relaxed);
+    if let Some(at) = rec_started.take() {
+        rec_len += at.elapsed();
+    }
+    if let (Some(pid), Some(before)) = (opts.server_pid, server_cpu_at_start) {
+        resources.server_cpu = procstat::cpu_time(Some(pid)).map(|t| t.saturating_sub(before));
+        resources.server_rss_kib = procstat::rss_kib(pid);
+        resources.server_rss_max_kib = Some(rss_max);
+    }
+    if let Some(before) = self_cpu_at_start {
+        resources.generator_cpu = procstat::cpu_time(None).map(|t| t.saturating_sub(before));
+    }
+
+    // Let in-flight messages arrive before counting.
+    let drain_start = Instant::now();
+    let mut last = shared.deliveries.load(Ordering::Relaxed);
+    let mut last_change = Instant::now();
+    while drain_start.elapsed() < Duration::from_millis(scenario.drain.max_ms) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = shared.deliveries.load(Ordering::Relaxed);
+        if now != last {
+            last = now;
+            last_change = Instant::now();
+        } else if last_change.elapsed() >= Duration::from_millis(scenario.drain.quiet_ms) {
+            break;
+        }
+    }
+    shared.stop.cancel();
+    if let Ok(tasks) = arrivals.await {
+        for t in tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+
+    let s = &shared;
+    let latency = s.latency.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let request_rt = s
+        .request_rt
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let errors = s.errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let report = Report::build(crate::report::Inputs {
+        scenario: &scenario,
+        driver: opts.driver.name(),
+        users,
+        joined: s.joined.load(Ordering::Relaxed),
+        recorded: rec_len,
+        deliveries_total: s.deliveries.load(Ordering::Relaxed),
+        expected_total: s.expected.load(Ordering::Relaxed),
+        deliveries: s.deliveries_rec.load(Ordering::Relaxed),
+        expected: s.expected_rec.load(Ordering::Relaxed),
+        publishes_total: s.publishes.load(Ordering::Relaxed),
+        publishes: s.publishes_rec.load(Ordering::Relaxed),
+        acks: s.acks.load(Ordering::Relaxed),
+        requests_ok: s.requests_ok.load(Ordering::Relaxed),
+        requests_failed: s.requests_failed.load(Ordering::Relaxed),
+        bytes_in: s.bytes_in_rec.load(Ordering::Relaxed),
+        bytes_out: s.bytes_out_rec.load(Ordering::Relaxed),
+        errors,
+        latency: &latency,
+        request_rt: &request_rt,
+        resources,
+    });
+    Ok(report)
+}
+
+/// Sleeps until `at`, sampling the server's RSS every second meanwhile.
+async fn wait_sampling(at: Instant, pid: Option<u32>, rss_max: &mut u64) {
+    loop {
+        if let Some(rss) = pid.and_then(procstat::rss_kib) {
+            *rss_max = (*rss_max).max(rss);
+        }
+        let now = Instant::now();
+        if now >= at {
+            return;
+        }
+        tokio::time::sleep_until(at.min(now + Duration::from_secs(1))).await;
+    }
+}
+
+async fn setup(opts: &RunOptions, scenario: &Scenario) -> Result<(), RunError> {
+    let room_ids: Vec<String> = (0..scenario.rooms)
+        .map(|r| room_template_for_setup(scenario, r))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .flatten()
+        .collect();
+    let calls = opts.driver.setup(&room_ids);
+    if calls.is_empty() {
+        return Ok(());
+    }
+    let client = reqwest::Client::new();
+    for c in calls {
+        let url = format!("http://{}{}", opts.addr, c.path);
+        let method = reqwest::Method::from_bytes(c.method.as_bytes())
+            .map_err(|e| RunError::Setup(e.to_string()))?;
+        let mut req = client.request(method, &url);
+        if let Some(b) = &c.body {
+            req = req.json(b);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| RunError::Setup(format!("{url}: {e}")))?;
+        let status = resp.status();
+        if !status.is_success() && !c.also_ok.contains(&status.as_u16()) {
+            let body = resp.text().await.unwrap_or_default();
+            return Err(RunError::Setup(format!(
+                "{} {url}: {status} {body}",
+                c.method
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Room ids the flows join (the first `join` step of each flow), for room `r`.
+fn room_template_for_setup(scenario: &Scenario, r: u64) -> Vec<String> {
+    let mut out: Vec<String> = scenario
+        .flows
+        .iter()
+        .filter_map(|f| {
+            f.steps.iter().find_map(|s| match s {
+                Step::Join { room, .. } => Some(expand(room, 0, r, &f.name)),
+                _ => None,
+            })
+        })
+        .collect();
+    out.dedup();
+    out
+}
+
+/// Expands `{vu}`, `{room}` and `{flow}`.
+fn expand(template: &str, vu: u64, room: u64, flow: &str) -> String {
+    template
+        .replace("{vu}", &vu.to_string())
+        .replace("{room}", &room.to_string())
+        .replace("{flow}", flow)
+}
+
+/// One user's connection once joined.
+struct Joined {
+    writer: Arc<tokio::sync::Mutex<WsWriter>>,
+    room: String,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+/// What a user has while running its flow.
+struct UserState {
+    vu: u64,
+    room_index: u64,
+    flow: String,
+    conn: Option<(wsclient::WsReader, WsWriter)>,
+    joined: Option<Joined>,
+    out: String,
+}
+
+async fn virtual_user(shared: Arc<Shared>, scenario: Arc<Scenario>, vu: u64) {
+    let flow = scenario.flow_of(vu);
+    let mut st = UserState {
+        vu,
+        room_index: vu % shared.rooms,
+        flow: flow.name.clone(),
+        conn: None,
+        joined: None,
+        out: String::with_capacity(256),
+    };
+    let ok = run_steps(&shared, &mut st, &flow.steps).await;
+    if ok {
+        // A flow that ends without `idle` or `disconnect` stays connected
+        // until the run ends: leaving early would change what others receive.
+        shared.stop.cancelled().await;
+    }
+    if let Some(j) = st.joined.take() {
+        let _ = j.writer.lock().await.close(1000).await;
+        j.reader.abort();
+    }
+}
+
+type StepFuture<'a> = Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
+
+/// Runs `steps`; false when the user must stop (run over or failure).
+fn run_steps<'a>(
+    shared: &'a Arc<Shared>,
+    st: &'a mut UserState,
+    steps: &'a [Step],
+) -> StepFuture<'a> {
+    Box::pin(async move {
+        for step in steps {
+            if shared.stop.is_cancelled() || !run_step(shared, st, step).await {
+                return false;
+            }
+        }
+        true
+    })
+}
+
+async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &Step) -> bool {
+    match step {
+        Step::Connect => {
+            let bind = (!shared.bind.is_empty())
+                .then(|| shared.bind[(st.vu as usize) % shared.bind.len()]);
+            let path = shared.driver.ws_path();
+            let fut = wsclient::connect(shared.opts_addr, &shared.host, &path, bind);
+            match tokio::time::timeout(shared.timeout, fut).await {
+                Ok(Ok(c)) => {
+                    st.conn = Some(c);
+                    true
+                }
+                Ok(Err(e)) => {
+                    shared.error(format!("connect: {}", e.kind()));
+                    false
+                }
+                Err(_) => {
+                    shared.error("connect: timeout");
+                    false
+                }
+            }
+        }
+        Step::Join {
+            room,
+            channels,
+            platform,
+        } => join(shared, st, room, channels, platform.as_deref()).await,
+        Step::Publish {
+            channel,
+            event,
+            bytes,
+        } => {
+            publish(
+                shared,
+                st,
+                channel.as_deref(),
+                event.as_deref().unwrap_or("b"),
+                *bytes,
+            )
+            .await
+        }
+        Step::Request { op, args } => request(shared, st, op, args.as_ref()).await,
+        Step::Think { ms } => {
+            shared
+                .pause_until(Instant::now() + Duration::from_millis(*ms))
+                .await
+        }
+        Step::Loop {
+            count,
+            every_ms,
+            steps,
+        } => {
+            let mut i = 0u64;
+            let mut next = Instant::now();
+            while count.is_none_or(|c| i < c) {
+                if let Some(every) = every_ms {
+                    if !shared.pause_until(next).await {
+                        return false;
+                    }
+                    next += Duration::from_millis(*every);
+                }
+                if !run_steps(shared, st, steps).await {
+                    return false;
+                }
+                i += 1;
+            }
+            true
+        }
+        Step::WaitAllJoined => loop {
+            let notified = shared.all_joined.notified();
+            if shared.joined.load(Ordering::Acquire) >= shared.users {
+                return true;
+            }
+            tokio::select! {
+                _ = shared.stop.cancelled() => return false,
+                _ = notified => {}
+            }
+        },
+        Step::Idle => {
+            shared.stop.cancelled().await;
+            false
+        }
+        Step::Disconnect => {
+            if let Some(j) = st.joined.take() {
+                let _ = j.writer.lock().await.close(1000).await;
+                j.reader.abort();
+            }
+            st.conn = None;
+            true
+        }
+    }
+}
+
+async fn join(
+    shared: &Arc<Shared>,
+    st: &mut UserState,
+    room: &str,
+    channels: &[String],
+    platform: Option<&str>,
+) -> bool {
+    let Some((mut reader, mut writer)) = st.conn.take() else {
+        shared.error("join: not connected");
+        return false;
+    };
+    let spec = JoinSpec {
+        room: expand(room, st.vu, st.room_index, &st.flow),
+        name: format!("u{}", st.vu),
+        platform: platform.unwrap_or("browser").to_owned(),
+        channels: channels.to_vec(),
+    };
+    let driver = shared.driver.clone();
+    let handshake = async {
+        let mut step = driver.handshake(None, &spec);
+        loop {
+            match step {
+                Handshake::Joined(frames) => {
+                    for f in frames {
+                        writer
+                            .send_text(f.as_bytes())
+                            .await
+                            .map_err(|e| format!("join: {}", e.kind()))?;
+                    }
+                    return Ok(());
+                }
+                Handshake::Send(frames) => {
+                    for f in frames {
+                        writer
+                            .send_text(f.as_bytes())
+                            .await
+                            .map_err(|e| format!("join: {}", e.kind()))?;
+                    }
+                }
+                Handshake::Failed(why) => return Err(format!("join refused: {}", short(&why))),
+                Handshake::Wait => {}
+            }
+            let mut msgs: Vec<Vec<u8>> = Vec::new();
+            let mut pings: Vec<Vec<u8>> = Vec::new();
+            let n = reader
+                .read_some(|m| match m {
+                    Incoming::Message(b) => msgs.push(b.to_vec()),
+                    Incoming::Ping(p) => pings.push(p.to_vec()),
+                    Incoming::Close(c) => msgs.push(format!("close {c:?}").into_bytes()),
+                })
+                .await
+                .map_err(|e| format!("join: {}", e.kind()))?;
+            if n == 0 {
+                return Err("join: closed by server".to_owned());
+            }
+            for p in pings {
+                writer
+                    .pong(&p)
+                    .await
+                    .map_err(|e| format!("join: {}", e.kind()))?;
+            }
+            step = Handshake::Wait;
+            for m in msgs {
+                match driver.handshake(Some(&m), &spec) {
+                    Handshake::Wait => {}
+                    other => {
+                        step = other;
+                        break;
+                    }
+                }
+            }
+        }
+    };
+    match tokio::time::timeout(shared.timeout, handshake).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            shared.error(e);
+            return false;
+        }
+        Err(_) => {
+            shared.error("join: timeout");
+            return false;
+        }
+    }
+    let writer = Arc::new(tokio::sync::Mutex::new(writer));
+    let observer = st.vu / shared.rooms < shared.observers_per_room;
+    let reader = tokio::spawn(receive(shared.clone(), reader, writer.clone(), observer));
+    st.joined = Some(Joined {
+        writer,
+        room: spec.room,
+        reader,
+    });
+    if shared.joined.fetch_add(1, Ordering::AcqRel) + 1 >= shared.users {
+        shared.all_joined.notify_waiters();
+    }
+    true
+}
+
+fn short(s: &str) -> String {
+    s.chars().take(200).collect()
+}
+
+/// Receives until the run stops: counts deliveries, times them if this user
+/// observes, routes responses, answers pings.
+async fn receive(
+    shared: Arc<Shared>,
+    mut reader: wsclient::WsReader,
+    writer: Arc<tokio::sync::Mutex<WsWriter>>,
+    observer: bool,
+) {
+    let driver = shared.driver.clone();
+    let mut replies: Vec<Vec<u8>> = Vec::new();
+    let mut pongs: Vec<Vec<u8>> = Vec::new();
+    let mut local = if observer { Some(histogram()) } else { None };
+    loop {
+        let mut deliveries = 0u64;
+        let mut acks = 0u64;
+        let mut closed = None;
+        let recording = shared.recording();
+        let now_us = unix_micros();
+        let read = tokio::select! {
+            _ = shared.stop.cancelled() => break,
+            r = reader.read_some(|m| match m {
+                Incoming::Message(b) => match driver.classify(b) {
+                    Inbound::Deliveries(n) => {
+                        deliveries += n as u64;
+                        if let (Some(h), true) = (local.as_mut(), recording) {
+                            if let Some(sent) = first_timestamp(b) {
+                                let _ = h.record(now_us.saturating_sub(sent).max(1));
+                            }
+                        }
+                    }
+                    Inbound::Ack => acks += 1,
+                    Inbound::Response { nonce, ok } => {
+                        let waiter = shared.pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&nonce);
+                        if let Some(w) = waiter {
+                            let _ = w.send(ok);
+                        }
+                    }
+                    Inbound::Reply(r) => replies.push(r.into_bytes()),
+                    Inbound::Error(e) => shared.error(format!("server: {e}")),
+                    Inbound::Other => {}
+                },
+                Incoming::Ping(p) => pongs.push(p.to_vec()),
+                Incoming::Close(c) => closed = Some(c),
+            }) => r,
+        };
+        match read {
+            Ok(0) => {
+                shared.error("closed by server");
+                break;
+            }
+            Ok(n) => {
+                shared.deliveries.fetch_add(deliveries, Ordering::Relaxed);
+                if recording {
+                    shared
+                        .deliveries_rec
+                        .fetch_add(deliveries, Ordering::Relaxed);
+                    shared.bytes_in_rec.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                if acks > 0 {
+                    shared.acks.fetch_add(acks, Ordering::Relaxed);
+                }
+            }
+            Err(e) => {
+                shared.error(format!("read: {}", e.kind()));
+                break;
+            }
+        }
+        if let Some(code) = closed {
+            shared.error(format!("closed by server: {code:?}"));
+            break;
+        }
+        if !replies.is_empty() || !pongs.is_empty() {
+            let mut w = writer.lock().await;
+            for r in replies.drain(..) {
+                let _ = w.send_text(&r).await;
+            }
+            for p in pongs.drain(..) {
+                let _ = w.pong(&p).await;
+            }
+        }
+    }
+    if let Some(h) = local {
+        let _ = shared
+            .latency
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(&h);
+    }
+}
+
+async fn publish(
+    shared: &Arc<Shared>,
+    st: &mut UserState,
+    channel: Option<&str>,
+    event: &str,
+    bytes: usize,
+) -> bool {
+    let Some(j) = &st.joined else {
+        shared.error("publish: not joined");
+        return false;
+    };
+    let sent = unix_micros();
+    let head = format!(r#"{{"bt":{sent},"vu":{},"p":""#, st.vu);
+    let pad = bytes.saturating_sub(head.len() + 2);
+    let mut payload = head;
+    payload.extend(std::iter::repeat_n('x', pad));
+    payload.push_str("\"}");
+    st.out.clear();
+    shared
+        .driver
+        .publish(&j.room, channel, event, &payload, &mut st.out);
+    let len = st.out.len() as u64;
+    if let Err(e) = j.writer.lock().await.send_text(st.out.as_bytes()).await {
+        shared.error(format!("publish: {}", e.kind()));
+        return false;
+    }
+    let size = shared.room_sizes[st.room_index as usize];
+    let recipients = if shared.driver.echoes_sender() {
+        size
+    } else {
+        size.saturating_sub(1)
+    };
+    shared.publishes.fetch_add(1, Ordering::Relaxed);
+    shared.expected.fetch_add(recipients, Ordering::Relaxed);
+    if shared.recording() {
+        shared.publishes_rec.fetch_add(1, Ordering::Relaxed);
+        shared.expected_rec.fetch_add(recipients, Ordering::Relaxed);
+        shared.bytes_out_rec.fetch_add(len, Ordering::Relaxed);
+    }
+    true
+}
+
+async fn request(
+    shared: &Arc<Shared>,
+    st: &mut UserState,
+    op: &str,
+    args: Option<&serde_json::Value>,
+) -> bool {
+    let Some(j) = &st.joined else {
+        shared.error("request: not joined");
+        return false;
+    };
+    let nonce = shared.next_nonce.fetch_add(1, Ordering::Relaxed);
+    let args = args.cloned().unwrap_or(serde_json::json!({}));
+    let args = expand_json(args, st.vu, st.room_index, &st.flow);
+    st.out.clear();
+    if !shared
+        .driver
+        .request(&j.room, nonce, op, &args, &mut st.out)
+    {
+        shared.error(format!("request: {} has no requests", shared.driver.name()));
+        return false;
+    }
+    let (tx, rx) = oneshot::channel();
+    shared
+        .pending
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(nonce, tx);
+    let sent = Instant::now();
+    if let Err(e) = j.writer.lock().await.send_text(st.out.as_bytes()).await {
+        shared.error(format!("request: {}", e.kind()));
+        return false;
+    }
+    let answer = tokio::select! {
+        _ = shared.stop.cancelled() => return false,
+        a = tokio::time::timeout(shared.timeout, rx) => a,
+    };
+    let rt = sent.elapsed();
+    match answer {
+        Ok(Ok(ok)) => {
+            if ok {
+                shared.requests_ok.fetch_add(1, Ordering::Relaxed);
+            } else {
+                shared.requests_failed.fetch_add(1, Ordering::Relaxed);
+                shared.error(format!("request {op}: refused"));
+            }
+            if shared.recording() {
+                let _ = shared
+                    .request_rt
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .record((rt.as_micros() as u64).max(1));
+            }
+            true
+        }
+        _ => {
+            shared
+                .pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&nonce);
+            shared.requests_failed.fetch_add(1, Ordering::Relaxed);
+            shared.error(format!("request {op}: no response"));
+            true
+        }
+    }
+}
+
+fn expand_json(v: serde_json::Value, vu: u64, room: u64, flow: &str) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => Value::String(expand(&s, vu, room, flow)),
+        Value::Array(a) => Value::Array(
+            a.into_iter()
+                .map(|x| expand_json(x, vu, room, flow))
+                .collect(),
+        ),
+        Value::Object(o) => Value::Object(
+            o.into_iter()
+                .map(|(k, x)| (k, expand_json(x, vu, room, flow)))
+                .collect(),
+        ),
+        other => other,
+    }
+}

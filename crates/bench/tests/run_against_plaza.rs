@@ -1,0 +1,80 @@
+//! A small scenario against an in-process Plaza: every publish reaches every
+//! other member, and the runner's count says exactly that.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use plaza_bench::driver::PlazaDriver;
+use plaza_bench::{run, RunOptions, Scenario};
+use plaza_broker::MemoryBroker;
+use plaza_server::{Node, ServerConfig};
+
+const SCENARIO: &str = r#"
+name: count-check
+params: { members: 6, rooms: 2, publishes: 5 }
+rooms: ${rooms}
+phases:
+  - { name: join, arrival_rate: 200, users: 12 }
+  - { name: publish, duration_s: 0.5, record: true }
+flows:
+  - name: member
+    steps:
+      - connect
+      - join: { room: "count-{room}" }
+      - wait_all_joined
+      - loop:
+          count: ${publishes}
+          every_ms: 20
+          steps:
+            - publish: { bytes: 100 }
+      - request: { op: entity.create, args: { kind: "note", data: { by: "{vu}" } } }
+      - idle
+expect: { delivery_ratio: 1.0, error_rate: 0.0 }
+drain: { quiet_ms: 300, max_ms: 10000 }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_publish_is_counted_once_for_every_other_member() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let node = Node::new(ServerConfig::default(), Arc::new(MemoryBroker::new()));
+    tokio::spawn(plaza_server::serve(node.clone(), listener));
+
+    let scenario = Scenario::parse(SCENARIO, &[]).unwrap();
+    let report = run(
+        &scenario,
+        RunOptions {
+            addr,
+            host: addr.to_string(),
+            driver: Arc::new(PlazaDriver),
+            observers_per_room: 2,
+            server_pid: Some(std::process::id()),
+            bind: vec![],
+            timeout: Duration::from_secs(10),
+        },
+    )
+    .await
+    .unwrap();
+
+    // 12 users in 2 rooms of 6, 5 publishes each, 5 other members per room.
+    assert_eq!(report.users, 12);
+    assert_eq!(report.joined, 12, "{report:#?}");
+    assert_eq!(report.publishes_total, 60);
+    assert_eq!(report.expected_deliveries_total, 60 * 5);
+    assert_eq!(report.deliveries_total, 300, "{report:#?}");
+    assert_eq!(report.acks, 60);
+    assert_eq!(report.requests_ok, 12);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert!(report.passed, "{:?}", report.checks);
+    // Observers timed what they received while recording.
+    let latency = report
+        .latency
+        .as_ref()
+        .expect("observers recorded latencies");
+    assert!(latency.count > 0 && latency.count <= 2 * 2 * 5 * 5);
+    assert!(report.server_cpu_us_per_delivery.is_some());
+    assert!(report.markdown().contains("count-check"));
+    // The rooms exist, with their members still in them.
+    let rooms = node.list_rooms();
+    assert_eq!(rooms.len(), 2);
+}
