@@ -59,6 +59,10 @@ struct Shared {
     rooms: u64,
     room_sizes: Vec<u64>,
     users: u64,
+    /// Cancelled when the last phase ends: flows stop acting (no more
+    /// publishes), while receivers go on counting what is in flight.
+    ending: CancellationToken,
+    /// Cancelled after the drain: receivers stop too.
     stop: CancellationToken,
     recording: AtomicBool,
     joined: AtomicU64,
@@ -95,10 +99,10 @@ impl Shared {
         self.recording.load(Ordering::Relaxed)
     }
 
-    /// Waits `d` unless the run stops first (then false).
+    /// Waits until `at` unless the flows must end first (then false).
     async fn pause_until(&self, at: Instant) -> bool {
         tokio::select! {
-            _ = self.stop.cancelled() => false,
+            _ = self.ending.cancelled() => false,
             _ = tokio::time::sleep_until(at) => true,
         }
     }
@@ -136,6 +140,7 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
         rooms,
         room_sizes,
         users,
+        ending: CancellationToken::new(),
         stop: CancellationToken::new(),
         recording: AtomicBool::new(false),
         joined: AtomicU64::new(0),
@@ -218,7 +223,8 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
         resources.generator_cpu = procstat::cpu_time(None).map(|t| t.saturating_sub(before));
     }
 
-    // Let in-flight messages arrive before counting.
+    // Flows end; let in-flight messages arrive before counting.
+    shared.ending.cancel();
     let drain_start = Instant::now();
     let mut last = shared.deliveries.load(Ordering::Relaxed);
     let mut last_change = Instant::now();
@@ -373,15 +379,15 @@ async fn virtual_user(shared: Arc<Shared>, scenario: Arc<Scenario>, vu: u64) {
         joined: None,
         out: String::with_capacity(256),
     };
-    let ok = run_steps(&shared, &mut st, &flow.steps).await;
-    if ok {
-        // A flow that ends without `idle` or `disconnect` stays connected
-        // until the run ends: leaving early would change what others receive.
-        shared.stop.cancelled().await;
-    }
+    run_steps(&shared, &mut st, &flow.steps).await;
+    // A flow that ends early stays connected until the run ends: leaving
+    // early would change what the others receive.
+    shared.stop.cancelled().await;
     if let Some(j) = st.joined.take() {
+        // The reader ends on the stop signal and hands in its latency
+        // samples: wait for it rather than abort it.
+        let _ = tokio::time::timeout(Duration::from_secs(5), j.reader).await;
         let _ = j.writer.lock().await.close(1000).await;
-        j.reader.abort();
     }
 }
 
@@ -395,7 +401,7 @@ fn run_steps<'a>(
 ) -> StepFuture<'a> {
     Box::pin(async move {
         for step in steps {
-            if shared.stop.is_cancelled() || !run_step(shared, st, step).await {
+            if shared.ending.is_cancelled() || !run_step(shared, st, step).await {
                 return false;
             }
         }
@@ -456,7 +462,14 @@ async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &Step) -> bool
             steps,
         } => {
             let mut i = 0u64;
-            let mut next = Instant::now();
+            // Users keep the cadence but not in step: each starts at its own
+            // offset within the period (golden-ratio spread), as real
+            // clients would, instead of all publishing in the same instant.
+            let offset = every_ms.map_or(Duration::ZERO, |every| {
+                let frac = (st.vu as f64 * 0.618_033_988_749_895).fract();
+                Duration::from_secs_f64(every as f64 / 1000.0 * frac)
+            });
+            let mut next = Instant::now() + offset;
             while count.is_none_or(|c| i < c) {
                 if let Some(every) = every_ms {
                     if !shared.pause_until(next).await {
@@ -477,12 +490,12 @@ async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &Step) -> bool
                 return true;
             }
             tokio::select! {
-                _ = shared.stop.cancelled() => return false,
+                _ = shared.ending.cancelled() => return false,
                 _ = notified => {}
             }
         },
         Step::Idle => {
-            shared.stop.cancelled().await;
+            shared.ending.cancelled().await;
             false
         }
         Step::Disconnect => {
@@ -763,7 +776,7 @@ async fn request(
         return false;
     }
     let answer = tokio::select! {
-        _ = shared.stop.cancelled() => return false,
+        _ = shared.ending.cancelled() => return false,
         a = tokio::time::timeout(shared.timeout, rx) => a,
     };
     let rt = sent.elapsed();

@@ -7,6 +7,8 @@
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+mod bench;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -33,6 +35,8 @@ enum Command {
     /// given by --config (keys as below, in snake_case), PLAZA_* environment
     /// variables (e.g. PLAZA_MAX_FRAME_BYTES) and these flags.
     Serve(ServeArgs),
+    /// Load tests: run a scenario file against Plaza or a peer.
+    Bench(bench::BenchArgs),
 }
 
 /// Every flag maps to a key of the TOML file and a `PLAZA_` variable.
@@ -140,6 +144,7 @@ fn main() -> std::process::ExitCode {
         )
         .init();
     match cli.command {
+        Command::Bench(args) => bench::main(args),
         Command::Serve(args) => {
             let config = match load_config(&args) {
                 Ok(c) => c,
