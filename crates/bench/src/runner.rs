@@ -649,6 +649,10 @@ async fn receive(
                         }
                     }
                     Inbound::Reply(r) => replies.push(r.into_bytes()),
+                    Inbound::DeliveriesAndReply(n, r) => {
+                        deliveries += n as u64;
+                        replies.push(r.into_bytes());
+                    }
                     Inbound::Error(e) => shared.error(format!("server: {e}")),
                     Inbound::Other => {}
                 },

@@ -31,7 +31,7 @@ struct RunArgs {
     /// The server: host:port, or a ws:// or http:// URL (its path is ignored).
     #[arg(long, default_value = "127.0.0.1:7700")]
     target: String,
-    /// Protocol: plaza, broadcast (the reference server or any plain relay).
+    /// Protocol: plaza, broadcast (any plain relay), socketio (Socket.IO v4), centrifugo (v6 JSON).
     #[arg(long, default_value = "plaza")]
     driver: String,
     /// Override a scenario parameter, e.g. --set members=500 (repeatable).

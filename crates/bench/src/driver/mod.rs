@@ -7,10 +7,14 @@
 //! frames that need it (joins, responses, errors).
 
 mod broadcast;
+mod centrifugo;
 mod plaza;
+mod socketio;
 
 pub use broadcast::BroadcastDriver;
+pub use centrifugo::CentrifugoDriver;
 pub use plaza::PlazaDriver;
+pub use socketio::SocketIoDriver;
 
 /// The marker publishers put before their send timestamp in every payload:
 /// `{"bt":<unix µs>,...}`. Receivers count deliveries by counting markers, so
@@ -59,6 +63,9 @@ pub enum Inbound {
     },
     /// Send this message back (protocol-level pings of some servers).
     Reply(String),
+    /// Deliveries and a message to send back, batched in one frame
+    /// (Centrifugo packs its ping with publications under load).
+    DeliveriesAndReply(usize, String),
     /// The server reported an error.
     Error(String),
     /// Anything else (presence, other events).
@@ -129,12 +136,14 @@ pub fn by_name(name: &str) -> Option<Box<dyn Driver>> {
     match name {
         "plaza" => Some(Box::new(PlazaDriver)),
         "broadcast" | "reference" => Some(Box::new(BroadcastDriver)),
+        "socketio" => Some(Box::new(SocketIoDriver)),
+        "centrifugo" => Some(Box::new(CentrifugoDriver)),
         _ => None,
     }
 }
 
 /// Names accepted by [`by_name`].
-pub const DRIVERS: &[&str] = &["plaza", "broadcast"];
+pub const DRIVERS: &[&str] = &["plaza", "broadcast", "socketio", "centrifugo"];
 
 /// Counts markers in `msg`.
 pub fn count_markers(msg: &[u8]) -> usize {
