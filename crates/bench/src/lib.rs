@@ -4,6 +4,7 @@
 //! - [`schedule`]: phase stepping and arrival times, pure.
 //! - [`wsclient`]: a WebSocket client that receives without allocating per message.
 //! - [`driver`]: one module per protocol (Plaza, plain broadcast, ...).
+//! - [`session`]: connecting and the join handshake, shared by the runner and tests.
 //! - [`runner`]: runs a scenario against a target and counts.
 //! - [`report`]: the result, as JSON and Markdown, checked against expectations.
 //! - [`procstat`]: CPU and memory of processes from `/proc`.
@@ -14,6 +15,7 @@ pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod schedule;
+pub mod session;
 pub mod wsclient;
 
 pub use report::Report;

@@ -15,12 +15,13 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::driver::{first_timestamp, Driver, Handshake, Inbound, JoinSpec};
+use crate::driver::{first_timestamp, Driver, Inbound, JoinSpec};
 use crate::procstat;
 use crate::report::{Report, ResourceUse};
 use crate::scenario::{Scenario, Step};
 use crate::schedule::Schedule;
-use crate::wsclient::{self, Incoming, WsWriter};
+use crate::session;
+use crate::wsclient::{Incoming, WsReader, WsWriter};
 
 /// Where and how to run.
 pub struct RunOptions {
@@ -50,12 +51,7 @@ pub enum RunError {
 
 /// Counters shared by every task of a run.
 struct Shared {
-    driver: Arc<dyn Driver>,
-    opts_addr: SocketAddr,
-    host: String,
-    bind: Vec<IpAddr>,
-    timeout: Duration,
-    observers_per_room: u64,
+    opts: RunOptions,
     rooms: u64,
     room_sizes: Vec<u64>,
     users: u64,
@@ -131,12 +127,7 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
     setup(&opts, scenario).await?;
 
     let shared = Arc::new(Shared {
-        driver: opts.driver.clone(),
-        opts_addr: opts.addr,
-        host: opts.host.clone(),
-        bind: opts.bind.clone(),
-        timeout: opts.timeout,
-        observers_per_room: opts.observers_per_room,
+        opts,
         rooms,
         room_sizes,
         users,
@@ -184,43 +175,46 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
         })
     };
 
-    // Phases: switch recording on and off, and take resource readings at the
-    // edges of the recorded stretch.
-    let mut resources = ResourceUse::default();
-    let mut rec_started: Option<Instant> = None;
-    let mut rec_len = Duration::ZERO;
-    let mut server_cpu_at_start = None;
-    let mut self_cpu_at_start = None;
+    // Phases switch recording on and off; CPU readings are taken at the
+    // edges of the recorded stretch (from its first recorded phase to its
+    // last, unrecorded phases between them included).
+    let pid = shared.opts.server_pid;
+    let recorded = schedule.recorded();
+    let rec_len: Duration = schedule
+        .phases
+        .iter()
+        .filter(|p| p.record)
+        .map(|p| p.end - p.start)
+        .sum();
     let mut rss_max = 0u64;
-    for p in &schedule.phases {
-        wait_sampling(start + p.start, opts.server_pid, &mut rss_max).await;
-        tracing::info!(phase = %p.name, record = p.record, "phase");
-        if p.record && rec_started.is_none() {
-            rec_started = Some(Instant::now());
-            server_cpu_at_start = opts
-                .server_pid
-                .and_then(|pid| procstat::cpu_time(Some(pid)));
-            self_cpu_at_start = procstat::cpu_time(None);
+    let mut at_start = CpuReading::default();
+    let mut resources = ResourceUse::default();
+    for edge in schedule
+        .phases
+        .iter()
+        .map(|p| (p.start, Some(p)))
+        .chain([(schedule.end(), None)])
+    {
+        let (t, phase) = edge;
+        wait_sampling(start + t, pid, &mut rss_max).await;
+        if recorded.is_some_and(|(_, to)| to == t) {
+            let now = CpuReading::take(pid);
+            resources.server_cpu = now
+                .server
+                .zip(at_start.server)
+                .map(|(a, b)| a.saturating_sub(b));
+            resources.generator_cpu = now.own.zip(at_start.own).map(|(a, b)| a.saturating_sub(b));
+            resources.server_rss_kib = pid.and_then(procstat::rss_kib);
+            resources.server_rss_max_kib = pid.map(|_| rss_max);
         }
-        shared.recording.store(p.record, Ordering::Relaxed);
-        if !p.record {
-            if let Some(at) = rec_started.take() {
-                rec_len += at.elapsed();
-            }
+        if recorded.is_some_and(|(from, _)| from == t) {
+            at_start = CpuReading::take(pid);
         }
-    }
-    wait_sampling(start + schedule.end(), opts.server_pid, &mut rss_max).await;
-    shared.recording.store(false, Ordering::Relaxed);
-    if let Some(at) = rec_started.take() {
-        rec_len += at.elapsed();
-    }
-    if let (Some(pid), Some(before)) = (opts.server_pid, server_cpu_at_start) {
-        resources.server_cpu = procstat::cpu_time(Some(pid)).map(|t| t.saturating_sub(before));
-        resources.server_rss_kib = procstat::rss_kib(pid);
-        resources.server_rss_max_kib = Some(rss_max);
-    }
-    if let Some(before) = self_cpu_at_start {
-        resources.generator_cpu = procstat::cpu_time(None).map(|t| t.saturating_sub(before));
+        let record = phase.is_some_and(|p| p.record);
+        if let Some(p) = phase {
+            tracing::info!(phase = %p.name, record, "phase");
+        }
+        shared.recording.store(record, Ordering::Relaxed);
     }
 
     // Flows end; let in-flight messages arrive before counting.
@@ -255,7 +249,7 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
     let errors = s.errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let report = Report::build(crate::report::Inputs {
         scenario: &scenario,
-        driver: opts.driver.name(),
+        driver: shared.opts.driver.name(),
         users,
         joined: s.joined.load(Ordering::Relaxed),
         recorded: rec_len,
@@ -278,6 +272,22 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
     Ok(report)
 }
 
+/// CPU time used so far by the server and by this process.
+#[derive(Default)]
+struct CpuReading {
+    server: Option<Duration>,
+    own: Option<Duration>,
+}
+
+impl CpuReading {
+    fn take(server_pid: Option<u32>) -> CpuReading {
+        CpuReading {
+            server: server_pid.and_then(|pid| procstat::cpu_time(Some(pid))),
+            own: procstat::cpu_time(None),
+        }
+    }
+}
+
 /// Sleeps until `at`, sampling the server's RSS every second meanwhile.
 async fn wait_sampling(at: Instant, pid: Option<u32>, rss_max: &mut u64) {
     loop {
@@ -294,10 +304,7 @@ async fn wait_sampling(at: Instant, pid: Option<u32>, rss_max: &mut u64) {
 
 async fn setup(opts: &RunOptions, scenario: &Scenario) -> Result<(), RunError> {
     let room_ids: Vec<String> = (0..scenario.rooms)
-        .map(|r| room_template_for_setup(scenario, r))
-        .collect::<Vec<_>>()
-        .into_iter()
-        .flatten()
+        .flat_map(|r| rooms_joined(scenario, r))
         .collect();
     let calls = opts.driver.setup(&room_ids);
     if calls.is_empty() {
@@ -329,7 +336,7 @@ async fn setup(opts: &RunOptions, scenario: &Scenario) -> Result<(), RunError> {
 }
 
 /// Room ids the flows join (the first `join` step of each flow), for room `r`.
-fn room_template_for_setup(scenario: &Scenario, r: u64) -> Vec<String> {
+fn rooms_joined(scenario: &Scenario, r: u64) -> Vec<String> {
     let mut out: Vec<String> = scenario
         .flows
         .iter()
@@ -340,6 +347,7 @@ fn room_template_for_setup(scenario: &Scenario, r: u64) -> Vec<String> {
             })
         })
         .collect();
+    out.sort();
     out.dedup();
     out
 }
@@ -364,7 +372,7 @@ struct UserState {
     vu: u64,
     room_index: u64,
     flow: String,
-    conn: Option<(wsclient::WsReader, WsWriter)>,
+    conn: Option<(WsReader, WsWriter)>,
     joined: Option<Joined>,
     out: String,
 }
@@ -412,11 +420,10 @@ fn run_steps<'a>(
 async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &Step) -> bool {
     match step {
         Step::Connect => {
-            let bind = (!shared.bind.is_empty())
-                .then(|| shared.bind[(st.vu as usize) % shared.bind.len()]);
-            let path = shared.driver.ws_path();
-            let fut = wsclient::connect(shared.opts_addr, &shared.host, &path, bind);
-            match tokio::time::timeout(shared.timeout, fut).await {
+            let o = &shared.opts;
+            let bind = (!o.bind.is_empty()).then(|| o.bind[(st.vu as usize) % o.bind.len()]);
+            let fut = session::connect(o.addr, &o.host, o.driver.as_ref(), bind);
+            match tokio::time::timeout(o.timeout, fut).await {
                 Ok(Ok(c)) => {
                     st.conn = Some(c);
                     true
@@ -526,76 +533,27 @@ async fn join(
         platform: platform.unwrap_or("browser").to_owned(),
         channels: channels.to_vec(),
     };
-    let driver = shared.driver.clone();
-    let handshake = async {
-        let mut step = driver.handshake(None, &spec);
-        loop {
-            match step {
-                Handshake::Joined(frames) => {
-                    for f in frames {
-                        writer
-                            .send_text(f.as_bytes())
-                            .await
-                            .map_err(|e| format!("join: {}", e.kind()))?;
-                    }
-                    return Ok(());
-                }
-                Handshake::Send(frames) => {
-                    for f in frames {
-                        writer
-                            .send_text(f.as_bytes())
-                            .await
-                            .map_err(|e| format!("join: {}", e.kind()))?;
-                    }
-                }
-                Handshake::Failed(why) => return Err(format!("join refused: {}", short(&why))),
-                Handshake::Wait => {}
-            }
-            let mut msgs: Vec<Vec<u8>> = Vec::new();
-            let mut pings: Vec<Vec<u8>> = Vec::new();
-            let n = reader
-                .read_some(|m| match m {
-                    Incoming::Message(b) => msgs.push(b.to_vec()),
-                    Incoming::Ping(p) => pings.push(p.to_vec()),
-                    Incoming::Close(c) => msgs.push(format!("close {c:?}").into_bytes()),
-                })
-                .await
-                .map_err(|e| format!("join: {}", e.kind()))?;
-            if n == 0 {
-                return Err("join: closed by server".to_owned());
-            }
-            for p in pings {
-                writer
-                    .pong(&p)
-                    .await
-                    .map_err(|e| format!("join: {}", e.kind()))?;
-            }
-            step = Handshake::Wait;
-            for m in msgs {
-                match driver.handshake(Some(&m), &spec) {
-                    Handshake::Wait => {}
-                    other => {
-                        step = other;
-                        break;
-                    }
-                }
-            }
-        }
-    };
-    match tokio::time::timeout(shared.timeout, handshake).await {
-        Ok(Ok(())) => {}
+    let handshake = session::join(&mut reader, &mut writer, shared.opts.driver.as_ref(), &spec);
+    let early = match tokio::time::timeout(shared.opts.timeout, handshake).await {
+        Ok(Ok(early)) => early,
         Ok(Err(e)) => {
-            shared.error(e);
+            shared.error(format!("join: {e}"));
             return false;
         }
         Err(_) => {
             shared.error("join: timeout");
             return false;
         }
-    }
+    };
     let writer = Arc::new(tokio::sync::Mutex::new(writer));
-    let observer = st.vu / shared.rooms < shared.observers_per_room;
-    let reader = tokio::spawn(receive(shared.clone(), reader, writer.clone(), observer));
+    let observer = st.vu / shared.rooms < shared.opts.observers_per_room;
+    let reader = tokio::spawn(receive(
+        shared.clone(),
+        reader,
+        writer.clone(),
+        observer,
+        early,
+    ));
     st.joined = Some(Joined {
         writer,
         room: spec.room,
@@ -607,55 +565,98 @@ async fn join(
     true
 }
 
-fn short(s: &str) -> String {
-    s.chars().take(200).collect()
+/// What one receiver counts between two flushes into the shared counters.
+struct Tally {
+    /// The observer's latency samples (µs); `None` for other users.
+    latency: Option<Histogram<u64>>,
+    /// Receipt time (unix µs) and recording flag of the current read, taken
+    /// once, when its first message is handled: after the read, not before
+    /// it waited for data.
+    stamp: Option<(u64, bool)>,
+    deliveries: u64,
+    acks: u64,
+    replies: Vec<String>,
+}
+
+impl Tally {
+    fn message(&mut self, shared: &Shared, msg: &[u8]) {
+        match shared.opts.driver.classify(msg, &mut self.replies) {
+            Inbound::Deliveries(n) => {
+                self.deliveries += n as u64;
+                if let Some(h) = self.latency.as_mut() {
+                    let (now, recording) = *self
+                        .stamp
+                        .get_or_insert_with(|| (unix_micros(), shared.recording()));
+                    if let (true, Some(sent)) = (recording, first_timestamp(msg)) {
+                        let _ = h.record(now.saturating_sub(sent).max(1));
+                    }
+                }
+            }
+            Inbound::Ack => self.acks += 1,
+            Inbound::Response { nonce, ok } => {
+                let waiter = shared
+                    .pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&nonce);
+                if let Some(w) = waiter {
+                    let _ = w.send(ok);
+                }
+            }
+            Inbound::Error(e) => shared.error(format!("server: {e}")),
+            Inbound::Other => {}
+        }
+    }
+
+    /// Adds what was counted since the last flush to the shared counters.
+    fn flush(&mut self, shared: &Shared, bytes: u64) {
+        let recording = match self.stamp.take() {
+            Some((_, r)) => r,
+            None => shared.recording(),
+        };
+        let deliveries = std::mem::take(&mut self.deliveries);
+        shared.deliveries.fetch_add(deliveries, Ordering::Relaxed);
+        if recording {
+            shared
+                .deliveries_rec
+                .fetch_add(deliveries, Ordering::Relaxed);
+            shared.bytes_in_rec.fetch_add(bytes, Ordering::Relaxed);
+        }
+        let acks = std::mem::take(&mut self.acks);
+        if acks > 0 {
+            shared.acks.fetch_add(acks, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Receives until the run stops: counts deliveries, times them if this user
-/// observes, routes responses, answers pings.
+/// observes, routes responses, answers pings. `early` holds messages that
+/// arrived with the end of the join handshake.
 async fn receive(
     shared: Arc<Shared>,
-    mut reader: wsclient::WsReader,
+    mut reader: WsReader,
     writer: Arc<tokio::sync::Mutex<WsWriter>>,
     observer: bool,
+    early: Vec<Vec<u8>>,
 ) {
-    let driver = shared.driver.clone();
-    let mut replies: Vec<Vec<u8>> = Vec::new();
+    let mut tally = Tally {
+        latency: observer.then(histogram),
+        stamp: None,
+        deliveries: 0,
+        acks: 0,
+        replies: Vec::new(),
+    };
+    for m in &early {
+        tally.message(&shared, m);
+    }
+    tally.flush(&shared, 0);
     let mut pongs: Vec<Vec<u8>> = Vec::new();
-    let mut local = if observer { Some(histogram()) } else { None };
     loop {
-        let mut deliveries = 0u64;
-        let mut acks = 0u64;
         let mut closed = None;
-        let recording = shared.recording();
-        let now_us = unix_micros();
         let read = tokio::select! {
             _ = shared.stop.cancelled() => break,
             r = reader.read_some(|m| match m {
-                Incoming::Message(b) => match driver.classify(b) {
-                    Inbound::Deliveries(n) => {
-                        deliveries += n as u64;
-                        if let (Some(h), true) = (local.as_mut(), recording) {
-                            if let Some(sent) = first_timestamp(b) {
-                                let _ = h.record(now_us.saturating_sub(sent).max(1));
-                            }
-                        }
-                    }
-                    Inbound::Ack => acks += 1,
-                    Inbound::Response { nonce, ok } => {
-                        let waiter = shared.pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&nonce);
-                        if let Some(w) = waiter {
-                            let _ = w.send(ok);
-                        }
-                    }
-                    Inbound::Reply(r) => replies.push(r.into_bytes()),
-                    Inbound::DeliveriesAndReply(n, r) => {
-                        deliveries += n as u64;
-                        replies.push(r.into_bytes());
-                    }
-                    Inbound::Error(e) => shared.error(format!("server: {e}")),
-                    Inbound::Other => {}
-                },
+                Incoming::Message(b) => tally.message(&shared, b),
                 Incoming::Ping(p) => pongs.push(p.to_vec()),
                 Incoming::Close(c) => closed = Some(c),
             }) => r,
@@ -665,18 +666,7 @@ async fn receive(
                 shared.error("closed by server");
                 break;
             }
-            Ok(n) => {
-                shared.deliveries.fetch_add(deliveries, Ordering::Relaxed);
-                if recording {
-                    shared
-                        .deliveries_rec
-                        .fetch_add(deliveries, Ordering::Relaxed);
-                    shared.bytes_in_rec.fetch_add(n as u64, Ordering::Relaxed);
-                }
-                if acks > 0 {
-                    shared.acks.fetch_add(acks, Ordering::Relaxed);
-                }
-            }
+            Ok(n) => tally.flush(&shared, n as u64),
             Err(e) => {
                 shared.error(format!("read: {}", e.kind()));
                 break;
@@ -686,17 +676,17 @@ async fn receive(
             shared.error(format!("closed by server: {code:?}"));
             break;
         }
-        if !replies.is_empty() || !pongs.is_empty() {
+        if !tally.replies.is_empty() || !pongs.is_empty() {
             let mut w = writer.lock().await;
-            for r in replies.drain(..) {
-                let _ = w.send_text(&r).await;
+            for r in tally.replies.drain(..) {
+                let _ = w.send_text(r.as_bytes()).await;
             }
             for p in pongs.drain(..) {
                 let _ = w.pong(&p).await;
             }
         }
     }
-    if let Some(h) = local {
+    if let Some(h) = tally.latency {
         let _ = shared
             .latency
             .lock()
@@ -724,6 +714,7 @@ async fn publish(
     payload.push_str("\"}");
     st.out.clear();
     shared
+        .opts
         .driver
         .publish(&j.room, channel, event, &payload, &mut st.out);
     let len = st.out.len() as u64;
@@ -732,7 +723,7 @@ async fn publish(
         return false;
     }
     let size = shared.room_sizes[st.room_index as usize];
-    let recipients = if shared.driver.echoes_sender() {
+    let recipients = if shared.opts.driver.echoes_sender() {
         size
     } else {
         size.saturating_sub(1)
@@ -762,10 +753,14 @@ async fn request(
     let args = expand_json(args, st.vu, st.room_index, &st.flow);
     st.out.clear();
     if !shared
+        .opts
         .driver
         .request(&j.room, nonce, op, &args, &mut st.out)
     {
-        shared.error(format!("request: {} has no requests", shared.driver.name()));
+        shared.error(format!(
+            "request: {} has no requests",
+            shared.opts.driver.name()
+        ));
         return false;
     }
     let (tx, rx) = oneshot::channel();
@@ -781,7 +776,7 @@ async fn request(
     }
     let answer = tokio::select! {
         _ = shared.ending.cancelled() => return false,
-        a = tokio::time::timeout(shared.timeout, rx) => a,
+        a = tokio::time::timeout(shared.opts.timeout, rx) => a,
     };
     let rt = sent.elapsed();
     match answer {

@@ -2,7 +2,7 @@
 //! to every other client. The reference server speaks it, and so do many
 //! minimal relays.
 
-use super::{count_markers, Driver, Handshake, Inbound, JoinSpec};
+use super::{Driver, Handshake, Inbound, JoinSpec};
 
 /// Plain broadcast over `/`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -36,10 +36,7 @@ impl Driver for BroadcastDriver {
         false
     }
 
-    fn classify(&self, msg: &[u8]) -> Inbound {
-        match count_markers(msg) {
-            0 => Inbound::Other,
-            n => Inbound::Deliveries(n),
-        }
+    fn classify(&self, msg: &[u8], _replies: &mut Vec<String>) -> Inbound {
+        Inbound::markers_in(msg)
     }
 }

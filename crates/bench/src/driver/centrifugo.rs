@@ -5,7 +5,7 @@
 //! one per line (`\n`-separated) — replies, publications and pings mixed.
 //! Its ping is an empty object `{}` that the client must answer with `{}`.
 
-use super::{count_markers, Driver, Handshake, Inbound, JoinSpec};
+use super::{Driver, Handshake, Inbound, JoinSpec};
 
 /// The start of every publish command, up to the channel. Its `id` is fixed:
 /// the server only echoes ids (it never checks they are unique or
@@ -105,26 +105,18 @@ impl Driver for CentrifugoDriver {
         false
     }
 
-    fn classify(&self, msg: &[u8]) -> Inbound {
-        if msg == b"{}" {
-            return Inbound::Reply("{}".into());
+    fn classify(&self, msg: &[u8], replies: &mut Vec<String>) -> Inbound {
+        // The server's ping, alone or, under load, batched with publications
+        // (seen at 5,000 msg/s): it must be answered, or the server closes
+        // the connection (3012, "no pong") 8 s later. Single-line messages
+        // cannot hold a batched ping, so the line search runs only on batches.
+        if msg == b"{}" || (memchr::memchr(b'\n', msg).is_some() && batch_has_ping(msg)) {
+            replies.push("{}".into());
         }
-        // Under load the server batches its ping with publications (seen at
-        // 5,000 msg/s). The ping must still be answered, or the server closes
-        // the connection (3012, "no pong") 8 s later, and the publications
-        // still count. Single-line messages cannot hold a batched ping, so
-        // the search runs only on batches.
-        if memchr::memchr(b'\n', msg).is_some() && batch_has_ping(msg) {
-            return match count_markers(msg) {
-                0 => Inbound::Reply("{}".into()),
-                n => Inbound::DeliveriesAndReply(n, "{}".into()),
-            };
-        }
-        let n = count_markers(msg);
-        if n > 0 {
+        if let found @ Inbound::Deliveries(_) = Inbound::markers_in(msg) {
             // Publishes are not counted as acked, so a publication batched
             // with this user's publish reply counts as deliveries only.
-            return Inbound::Deliveries(n);
+            return found;
         }
         if let Some(line) = lines(msg).find(|l| memchr::memmem::find(l, b"\"error\":").is_some()) {
             return Inbound::Error(String::from_utf8_lossy(line).into_owned());
@@ -141,6 +133,7 @@ impl Driver for CentrifugoDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::driver::classified;
 
     fn spec() -> JoinSpec {
         JoinSpec {
@@ -216,15 +209,15 @@ mod tests {
         assert!(!d.request("r", 1, "op", &serde_json::Value::Null, &mut out));
 
         let push = br#"{"push":{"channel":"r","pub":{"data":{"bt":12,"p":"x"},"info":{"user":"","client":"c"}}}}"#;
-        assert_eq!(d.classify(push), Inbound::Deliveries(1));
+        assert_eq!(classified(&d, push).0, Inbound::Deliveries(1));
         let two = [&push[..], b"\n", &push[..]].concat();
-        assert_eq!(d.classify(&two), Inbound::Deliveries(2));
+        assert_eq!(classified(&d, &two).0, Inbound::Deliveries(2));
         // The publisher's own copy comes batched with its publish reply.
         let own = [&push[..], b"\n", br#"{"id":3,"publish":{}}"#].concat();
-        assert_eq!(d.classify(&own), Inbound::Deliveries(1));
-        assert_eq!(d.classify(br#"{"id":3,"publish":{}}"#), Inbound::Ack);
+        assert_eq!(classified(&d, &own).0, Inbound::Deliveries(1));
+        assert_eq!(classified(&d, br#"{"id":3,"publish":{}}"#).0, Inbound::Ack);
 
-        assert_eq!(d.classify(b"{}"), Inbound::Reply("{}".into()));
+        assert_eq!(classified(&d, b"{}"), (Inbound::Other, vec!["{}".into()]));
         // A ping batched with publications still gets its pong, and the
         // publications still count.
         for (batch, n) in [
@@ -233,25 +226,30 @@ mod tests {
             ([&push[..], b"\n{}\n", &push[..]].concat(), 2),
         ] {
             assert_eq!(
-                d.classify(&batch),
-                Inbound::DeliveriesAndReply(n, "{}".into())
+                classified(&d, &batch),
+                (Inbound::Deliveries(n), vec!["{}".into()])
             );
         }
         // `{}` inside a line is not a ping.
         assert_eq!(
-            d.classify(
+            classified(
+                &d,
                 b"{\"push\":{\"channel\":\"r\",\"pub\":{\"data\":{}}}}\n{\"id\":3,\"publish\":{}}"
             ),
-            Inbound::Ack
+            (Inbound::Ack, vec![])
         );
 
         let err = br#"{"id":3,"error":{"code":103,"message":"permission denied"}}"#;
         assert_eq!(
-            d.classify(err),
+            classified(&d, err).0,
             Inbound::Error(String::from_utf8_lossy(err).into_owned())
         );
         assert_eq!(
-            d.classify(br#"{"push":{"channel":"r","join":{"info":{"client":"c"}}}}"#),
+            classified(
+                &d,
+                br#"{"push":{"channel":"r","join":{"info":{"client":"c"}}}}"#
+            )
+            .0,
             Inbound::Other
         );
     }
@@ -269,17 +267,17 @@ mod tests {
         let d = CentrifugoDriver;
         let room = format!("live-{}", rand::random::<u32>());
         let run = async {
-            let (mut ra, mut wa) = live::join(addr, &d, &room).await;
-            let (mut rb, _wb) = live::join(addr, &d, &room).await;
+            let (mut ra, mut wa) = live_join(addr, &d, &room).await;
+            let (mut rb, mut wb) = live_join(addr, &d, &room).await;
             let mut frame = String::new();
             d.publish(&room, None, "msg", r#"{"bt":123,"p":"x"}"#, &mut frame);
             wa.send_text(frame.as_bytes()).await.unwrap();
             // The subscribe reply means subscribed: no retry needed. The
             // publisher hears its own publication too.
-            for r in [&mut rb, &mut ra] {
+            for (r, w) in [(&mut rb, &mut wb), (&mut ra, &mut wa)] {
                 let inbound = 'found: loop {
-                    for m in live::messages(r).await {
-                        match d.classify(&m) {
+                    for m in crate::session::next_messages(r, w).await.unwrap() {
+                        match classified(&d, &m).0 {
                             Inbound::Other => {}
                             other => break 'found other,
                         }
@@ -293,71 +291,24 @@ mod tests {
             .expect("timed out");
     }
 
-    /// Live-test helpers: the runner's join loop, cut down.
-    mod live {
-        use super::super::*;
-        use crate::wsclient::{connect, Incoming, WsReader, WsWriter};
-
-        /// Connects and runs the handshake until joined.
-        pub async fn join(
-            addr: std::net::SocketAddr,
-            d: &dyn Driver,
-            room: &str,
-        ) -> (WsReader, WsWriter) {
-            let (mut r, mut w) = connect(addr, &addr.to_string(), &d.ws_path(), None)
-                .await
-                .unwrap();
-            let spec = JoinSpec {
-                room: room.into(),
-                name: "u".into(),
-                platform: "browser".into(),
-                channels: vec![],
-            };
-            let mut step = d.handshake(None, &spec);
-            loop {
-                match step {
-                    Handshake::Joined(frames) => {
-                        for f in frames {
-                            w.send_text(f.as_bytes()).await.unwrap();
-                        }
-                        return (r, w);
-                    }
-                    Handshake::Send(frames) => {
-                        for f in frames {
-                            w.send_text(f.as_bytes()).await.unwrap();
-                        }
-                    }
-                    Handshake::Failed(why) => panic!("join failed: {why}"),
-                    Handshake::Wait => {}
-                }
-                step = Handshake::Wait;
-                for m in messages(&mut r).await {
-                    match d.handshake(Some(&m), &spec) {
-                        Handshake::Wait => {}
-                        other => {
-                            step = other;
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-
-        /// The messages of the next read (at least one).
-        pub async fn messages(r: &mut WsReader) -> Vec<Vec<u8>> {
-            let mut out = Vec::new();
-            while out.is_empty() {
-                let n = r
-                    .read_some(|m| match m {
-                        Incoming::Message(b) => out.push(b.to_vec()),
-                        Incoming::Ping(_) => {}
-                        Incoming::Close(c) => panic!("closed by the server: {c:?}"),
-                    })
-                    .await
-                    .unwrap();
-                assert!(n > 0, "connection closed");
-            }
-            out
-        }
+    /// Connects and joins `room` as a user of driver `d`.
+    async fn live_join(
+        addr: std::net::SocketAddr,
+        d: &dyn Driver,
+        room: &str,
+    ) -> (crate::wsclient::WsReader, crate::wsclient::WsWriter) {
+        let (mut r, mut w) = crate::session::connect(addr, &addr.to_string(), d, None)
+            .await
+            .unwrap();
+        let spec = JoinSpec {
+            room: room.into(),
+            name: "u".into(),
+            platform: "browser".into(),
+            channels: vec![],
+        };
+        crate::session::join(&mut r, &mut w, d, &spec)
+            .await
+            .unwrap();
+        (r, w)
     }
 }

@@ -47,7 +47,10 @@ pub enum Handshake {
     Failed(String),
 }
 
-/// What a received message is, once the user has joined.
+/// What a received message is, once the user has joined. Messages to send
+/// back (protocol-level pings of some servers) are not a kind of message but
+/// an output of [`Driver::classify`]: a server may batch a ping with
+/// publications in one frame, and both must be acted on.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Inbound {
     /// This many published messages (markers).
@@ -61,11 +64,6 @@ pub enum Inbound {
         /// Whether it succeeded.
         ok: bool,
     },
-    /// Send this message back (protocol-level pings of some servers).
-    Reply(String),
-    /// Deliveries and a message to send back, batched in one frame
-    /// (Centrifugo packs its ping with publications under load).
-    DeliveriesAndReply(usize, String),
     /// The server reported an error.
     Error(String),
     /// Anything else (presence, other events).
@@ -122,8 +120,9 @@ pub trait Driver: Send + Sync {
         args: &serde_json::Value,
         out: &mut String,
     ) -> bool;
-    /// Classifies a message received after joining.
-    fn classify(&self, msg: &[u8]) -> Inbound;
+    /// Classifies a message received after joining, pushing onto `replies`
+    /// anything the protocol requires sending back (e.g. pongs).
+    fn classify(&self, msg: &[u8], replies: &mut Vec<String>) -> Inbound;
     /// Whether this user's publishes are acknowledged (then the runner
     /// counts acks).
     fn acks_publishes(&self) -> bool {
@@ -145,6 +144,17 @@ pub fn by_name(name: &str) -> Option<Box<dyn Driver>> {
 /// Names accepted by [`by_name`].
 pub const DRIVERS: &[&str] = &["plaza", "broadcast", "socketio", "centrifugo"];
 
+impl Inbound {
+    /// The published messages in `msg`: `Deliveries` when it holds markers,
+    /// else `Other`.
+    pub fn markers_in(msg: &[u8]) -> Inbound {
+        match count_markers(msg) {
+            0 => Inbound::Other,
+            n => Inbound::Deliveries(n),
+        }
+    }
+}
+
 /// Counts markers in `msg`.
 pub fn count_markers(msg: &[u8]) -> usize {
     memchr::memmem::find_iter(msg, MARKER).count()
@@ -161,6 +171,14 @@ pub fn first_timestamp(msg: &[u8]) -> Option<u64> {
         any = true;
     }
     any.then_some(v)
+}
+
+/// A message's classification and the replies it asks for (for tests).
+#[cfg(test)]
+pub(crate) fn classified(d: &dyn Driver, msg: &[u8]) -> (Inbound, Vec<String>) {
+    let mut replies = Vec::new();
+    let kind = d.classify(msg, &mut replies);
+    (kind, replies)
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use super::{count_markers, Driver, Handshake, HttpCall, Inbound, JoinSpec};
+use super::{Driver, Handshake, HttpCall, Inbound, JoinSpec};
 
 /// Plaza over `/v1/ws`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -86,12 +86,9 @@ impl Driver for PlazaDriver {
         true
     }
 
-    fn classify(&self, msg: &[u8]) -> Inbound {
+    fn classify(&self, msg: &[u8], _replies: &mut Vec<String>) -> Inbound {
         if msg.starts_with(br#"{"type":"event""#) {
-            return match count_markers(msg) {
-                0 => Inbound::Other,
-                n => Inbound::Deliveries(n),
-            };
+            return Inbound::markers_in(msg);
         }
         if msg.starts_with(br#"{"type":"ack""#) {
             return Inbound::Ack;
@@ -121,6 +118,7 @@ impl Driver for PlazaDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::driver::classified;
 
     fn spec() -> JoinSpec {
         JoinSpec {
@@ -160,20 +158,20 @@ mod tests {
         assert_eq!(v["channel"], "xr");
         assert_eq!(v["data"]["bt"], 12);
         assert_eq!(
-            d.classify(br#"{"type":"event","kind":"message","data":{"bt":12}}"#),
+            classified(&d, br#"{"type":"event","kind":"message","data":{"bt":12}}"#).0,
             Inbound::Deliveries(1)
         );
         assert_eq!(
-            d.classify(br#"{"type":"event","kind":"presence.join"}"#),
+            classified(&d, br#"{"type":"event","kind":"presence.join"}"#).0,
             Inbound::Other
         );
-        assert_eq!(d.classify(br#"{"type":"ack","seq":4}"#), Inbound::Ack);
+        assert_eq!(classified(&d, br#"{"type":"ack","seq":4}"#).0, Inbound::Ack);
         assert_eq!(
-            d.classify(br#"{"type":"response","room":"r","nonce":7,"ok":true}"#),
+            classified(&d, br#"{"type":"response","room":"r","nonce":7,"ok":true}"#).0,
             Inbound::Response { nonce: 7, ok: true }
         );
         assert_eq!(
-            d.classify(br#"{"type":"error","code":"rate_limited"}"#),
+            classified(&d, br#"{"type":"error","code":"rate_limited"}"#).0,
             Inbound::Error("rate_limited".into())
         );
     }

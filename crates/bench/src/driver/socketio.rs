@@ -8,7 +8,7 @@
 //! (join a room, no acknowledgement) and `msg` (relayed to the sender's rooms,
 //! the sender excluded).
 
-use super::{count_markers, Driver, Handshake, Inbound, JoinSpec};
+use super::{Driver, Handshake, Inbound, JoinSpec};
 
 /// Socket.IO over `/socket.io/?EIO=4&transport=websocket`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -67,15 +67,15 @@ impl Driver for SocketIoDriver {
         false
     }
 
-    fn classify(&self, msg: &[u8]) -> Inbound {
+    fn classify(&self, msg: &[u8], replies: &mut Vec<String>) -> Inbound {
         match msg {
-            [b'4', b'2', ..] => match count_markers(msg) {
-                0 => Inbound::Other,
-                n => Inbound::Deliveries(n),
-            },
+            [b'4', b'2', ..] => Inbound::markers_in(msg),
             // Engine.IO ping: a client that does not answer is dropped after
             // pingInterval + pingTimeout (45 s by default).
-            b"2" => Inbound::Reply("3".into()),
+            b"2" => {
+                replies.push("3".into());
+                Inbound::Other
+            }
             // The server left the namespace or refused it: the connection
             // may stay open but nothing more will arrive, so say so.
             b"41" => Inbound::Error("disconnected by the server".into()),
@@ -88,6 +88,7 @@ impl Driver for SocketIoDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::driver::classified;
 
     fn spec() -> JoinSpec {
         JoinSpec {
@@ -134,18 +135,18 @@ mod tests {
         assert!(!d.request("r", 1, "op", &serde_json::Value::Null, &mut out));
         assert!(!d.echoes_sender());
         assert_eq!(
-            d.classify(br#"42["msg",{"bt":12,"p":"x"}]"#),
+            classified(&d, br#"42["msg",{"bt":12,"p":"x"}]"#).0,
             Inbound::Deliveries(1)
         );
-        assert_eq!(d.classify(br#"42["other",{}]"#), Inbound::Other);
-        assert_eq!(d.classify(b"2"), Inbound::Reply("3".into()));
-        assert!(matches!(d.classify(b"41"), Inbound::Error(_)));
+        assert_eq!(classified(&d, br#"42["other",{}]"#).0, Inbound::Other);
+        assert_eq!(classified(&d, b"2"), (Inbound::Other, vec!["3".into()]));
+        assert!(matches!(classified(&d, b"41").0, Inbound::Error(_)));
         assert!(matches!(
-            d.classify(br#"44{"message":"x"}"#),
+            classified(&d, br#"44{"message":"x"}"#).0,
             Inbound::Error(_)
         ));
-        assert_eq!(d.classify(b"6"), Inbound::Other);
-        assert_eq!(d.classify(b""), Inbound::Other);
+        assert_eq!(classified(&d, b"6").0, Inbound::Other);
+        assert_eq!(classified(&d, b"").0, Inbound::Other);
     }
 
     /// Against a live Socket.IO peer (`PLAZA_BENCH_PEER_SOCKETIO=host:port`):
@@ -161,8 +162,8 @@ mod tests {
         let d = SocketIoDriver;
         let room = format!("live-{}", rand::random::<u32>());
         let run = async {
-            let (_ra, mut wa) = live::join(addr, &d, &room).await;
-            let (mut rb, _wb) = live::join(addr, &d, &room).await;
+            let (_ra, mut wa) = live_join(addr, &d, &room).await;
+            let (mut rb, mut wb) = live_join(addr, &d, &room).await;
             let mut frame = String::new();
             d.publish(&room, None, "msg", r#"{"bt":123,"p":"x"}"#, &mut frame);
             // `join` has no acknowledgement: B may not be in the room when A
@@ -171,8 +172,11 @@ mod tests {
                 wa.send_text(frame.as_bytes()).await.unwrap();
                 let heard = tokio::time::timeout(std::time::Duration::from_millis(300), async {
                     loop {
-                        for m in live::messages(&mut rb).await {
-                            match d.classify(&m) {
+                        for m in crate::session::next_messages(&mut rb, &mut wb)
+                            .await
+                            .unwrap()
+                        {
+                            match classified(&d, &m).0 {
                                 Inbound::Other => {}
                                 other => return other,
                             }
@@ -191,71 +195,24 @@ mod tests {
             .expect("timed out");
     }
 
-    /// Live-test helpers: the runner's join loop, cut down.
-    mod live {
-        use super::super::*;
-        use crate::wsclient::{connect, Incoming, WsReader, WsWriter};
-
-        /// Connects and runs the handshake until joined.
-        pub async fn join(
-            addr: std::net::SocketAddr,
-            d: &dyn Driver,
-            room: &str,
-        ) -> (WsReader, WsWriter) {
-            let (mut r, mut w) = connect(addr, &addr.to_string(), &d.ws_path(), None)
-                .await
-                .unwrap();
-            let spec = JoinSpec {
-                room: room.into(),
-                name: "u".into(),
-                platform: "browser".into(),
-                channels: vec![],
-            };
-            let mut step = d.handshake(None, &spec);
-            loop {
-                match step {
-                    Handshake::Joined(frames) => {
-                        for f in frames {
-                            w.send_text(f.as_bytes()).await.unwrap();
-                        }
-                        return (r, w);
-                    }
-                    Handshake::Send(frames) => {
-                        for f in frames {
-                            w.send_text(f.as_bytes()).await.unwrap();
-                        }
-                    }
-                    Handshake::Failed(why) => panic!("join failed: {why}"),
-                    Handshake::Wait => {}
-                }
-                step = Handshake::Wait;
-                for m in messages(&mut r).await {
-                    match d.handshake(Some(&m), &spec) {
-                        Handshake::Wait => {}
-                        other => {
-                            step = other;
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-
-        /// The messages of the next read (at least one).
-        pub async fn messages(r: &mut WsReader) -> Vec<Vec<u8>> {
-            let mut out = Vec::new();
-            while out.is_empty() {
-                let n = r
-                    .read_some(|m| match m {
-                        Incoming::Message(b) => out.push(b.to_vec()),
-                        Incoming::Ping(_) => {}
-                        Incoming::Close(c) => panic!("closed by the server: {c:?}"),
-                    })
-                    .await
-                    .unwrap();
-                assert!(n > 0, "connection closed");
-            }
-            out
-        }
+    /// Connects and joins `room` as a user of driver `d`.
+    async fn live_join(
+        addr: std::net::SocketAddr,
+        d: &dyn Driver,
+        room: &str,
+    ) -> (crate::wsclient::WsReader, crate::wsclient::WsWriter) {
+        let (mut r, mut w) = crate::session::connect(addr, &addr.to_string(), d, None)
+            .await
+            .unwrap();
+        let spec = JoinSpec {
+            room: room.into(),
+            name: "u".into(),
+            platform: "browser".into(),
+            channels: vec![],
+        };
+        crate::session::join(&mut r, &mut w, d, &spec)
+            .await
+            .unwrap();
+        (r, w)
     }
 }
