@@ -111,6 +111,8 @@ pub struct Check {
     pub name: String,
     /// The limit.
     pub limit: f64,
+    /// Whether the value must be at most (true) or at least (false) the limit.
+    pub at_most: bool,
     /// The measured value (`None`: nothing to measure, which fails).
     pub value: Option<f64>,
     /// Whether it held.
@@ -229,6 +231,7 @@ impl Report {
                 checks.push(Check {
                     name: name.into(),
                     limit,
+                    at_most,
                     value,
                     passed,
                 });
@@ -376,8 +379,9 @@ impl Report {
         for c in &self.checks {
             let _ = writeln!(
                 s,
-                "| expect {} ≤/≥ {} | {} {} |",
+                "| expect {} {} {} | {} {} |",
                 c.name,
+                if c.at_most { "≤" } else { "≥" },
                 c.limit,
                 opt(c.value, ""),
                 if c.passed { "pass" } else { "FAIL" }

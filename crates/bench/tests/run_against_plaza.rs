@@ -78,3 +78,92 @@ async fn every_publish_is_counted_once_for_every_other_member() {
     let rooms = node.list_rooms();
     assert_eq!(rooms.len(), 2);
 }
+
+const JOIN_ONLY: &str = r#"
+name: join-only
+rooms: 1
+phases:
+  - { name: join, arrival_rate: 100, users: 3 }
+  - { name: hold, duration_s: 0.2, record: true }
+flows:
+  - name: member
+    steps: [connect, { join: { room: "locked-{room}" } }, idle]
+expect: { delivery_ratio: 1.0 }
+drain: { quiet_ms: 100, max_ms: 1000 }
+"#;
+
+fn options(addr: std::net::SocketAddr, driver: Arc<dyn plaza_bench::driver::Driver>) -> RunOptions {
+    RunOptions {
+        addr,
+        host: addr.to_string(),
+        driver,
+        observers_per_room: 1,
+        server_pid: None,
+        bind: vec![],
+        timeout: Duration::from_secs(5),
+    }
+}
+
+#[tokio::test]
+async fn refused_joins_are_errors_and_fail_the_expectations() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let node = Node::new(ServerConfig::default(), Arc::new(MemoryBroker::new()));
+    tokio::spawn(plaza_server::serve(node, listener));
+    // The room exists already (setup's 409 is fine) and admits ticket holders only.
+    let created = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/rooms"))
+        .json(&serde_json::json!({"id": "locked-0", "options": {"access": "ticket"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+
+    let scenario = Scenario::parse(JOIN_ONLY, &[]).unwrap();
+    let report = run(&scenario, options(addr, Arc::new(PlazaDriver)))
+        .await
+        .unwrap();
+    assert_eq!(report.joined, 0);
+    let refused: u64 = report
+        .errors
+        .iter()
+        .filter(|(k, _)| k.starts_with("join: join refused"))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(refused, 3, "{:?}", report.errors);
+    assert!(
+        report.warnings.iter().any(|w| w.contains("0 of 3")),
+        "{:?}",
+        report.warnings
+    );
+    assert!(!report.passed, "no deliveries cannot meet delivery_ratio");
+    assert!(report.markdown().contains("FAIL"));
+}
+
+#[tokio::test]
+async fn an_unreachable_target_fails_setup_or_counts_connect_errors() {
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let scenario = Scenario::parse(JOIN_ONLY, &[]).unwrap();
+    // Plaza needs its rooms created first: the run cannot start.
+    let e = run(&scenario, options(addr, Arc::new(PlazaDriver)))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().starts_with("setup:"), "{e}");
+    // A plain relay has no setup: every user fails to connect, and says so.
+    let report = run(
+        &scenario,
+        options(addr, Arc::new(plaza_bench::driver::BroadcastDriver)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.joined, 0);
+    assert_eq!(
+        report.errors.get("connect: connection refused"),
+        Some(&3),
+        "{:?}",
+        report.errors
+    );
+}

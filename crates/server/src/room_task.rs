@@ -441,3 +441,16 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// A room's mailbox allocates its slots 32 at a time, up front: every
+    /// byte of a command costs 32 bytes in every room. Large payloads are
+    /// boxed to keep it so.
+    #[test]
+    fn room_commands_stay_small() {
+        let size = std::mem::size_of::<super::RoomCommand>();
+        assert!(size <= 64, "RoomCommand has {size} bytes");
+        assert_eq!(std::mem::size_of::<super::RoomHandle>(), 8);
+    }
+}
