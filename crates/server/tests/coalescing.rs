@@ -1,5 +1,5 @@
 //! Write coalescing: a quiet connection gets a frame at once; a connection
-//! that has just written holds new frames until the window has passed.
+//! that has just written holds a new frame for one window.
 
 mod support;
 
@@ -36,8 +36,8 @@ async fn frames_after_a_write_wait_for_the_window_and_a_quiet_connection_does_no
         first - sent
     );
 
-    // b wrote just now: the next frame waits for the rest of the window
-    // (minus the time m1 took to travel, a few ms on loopback).
+    // b wrote just now, so it is busy: the next frame waits a full window
+    // from its arrival (measured from m1's receipt, which came first).
     a.publish("co", "m2", json!(2)).await;
     a.publish("co", "m3", json!(3)).await;
     let m2 = b.recv_type("event").await;

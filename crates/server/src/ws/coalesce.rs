@@ -1,18 +1,23 @@
 //! Write coalescing: when to write a connection's queued frames.
 //!
 //! A busy room wakes each member's task for every event. Writing at once
-//! would cost one syscall (and one TCP segment) per event per member; holding
-//! the queue until a short window has passed since the previous write turns a
-//! burst into one write. A connection that has been quiet for the window
-//! writes at once, so coalescing adds no latency to sparse traffic and at most
-//! one window to a busy connection.
+//! would cost one syscall (and one TCP segment) per event per member. A
+//! connection counts as busy when it wrote less than one window ago: then a
+//! newly queued frame waits one full window, and every frame that arrives
+//! meanwhile joins the same write. Counting the window from the first queued
+//! frame (rather than from the previous write) matters when events arrive
+//! about once per window: counted from the previous write, most of the window
+//! has already passed when the next frame comes, and writes carry one frame
+//! each. A quiet connection writes at once, so coalescing adds no latency to
+//! sparse traffic and at most one window to a busy connection.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 /// When a connection whose queue just became non-empty should write: `None`
-/// for now, or the instant one `window` after its previous write.
+/// for now, or one `window` from `now` when the connection is busy (it wrote
+/// less than one `window` ago).
 ///
 /// `last_write` is `None` before the first write; a zero `window` turns
 /// coalescing off.
@@ -21,8 +26,8 @@ pub(crate) fn hold_until(
     now: Instant,
     window: Duration,
 ) -> Option<Instant> {
-    let due = last_write? + window;
-    (window > Duration::ZERO && now < due).then_some(due)
+    let busy = now < last_write? + window;
+    (window > Duration::ZERO && busy).then_some(now + window)
 }
 
 #[cfg(test)]
@@ -40,10 +45,18 @@ mod tests {
     }
 
     #[test]
-    fn a_busy_connection_waits_for_the_rest_of_the_window() {
+    fn a_busy_connection_holds_a_full_window_from_the_first_queued_frame() {
         let now = Instant::now();
-        let last = now - MS / 2;
-        assert_eq!(hold_until(Some(last), now, 2 * MS), Some(last + 2 * MS));
+        // Late in the window after the previous write: still a full window,
+        // so the frames of the next window's worth join this write.
+        assert_eq!(
+            hold_until(Some(now - 2 * MS + MS / 10), now, 2 * MS),
+            Some(now + 2 * MS)
+        );
+        assert_eq!(
+            hold_until(Some(now - MS / 2), now, 2 * MS),
+            Some(now + 2 * MS)
+        );
         assert_eq!(hold_until(Some(now), now, 2 * MS), Some(now + 2 * MS));
     }
 
@@ -51,5 +64,6 @@ mod tests {
     fn a_zero_window_never_holds() {
         let now = Instant::now();
         assert_eq!(hold_until(Some(now), now, Duration::ZERO), None);
+        assert_eq!(hold_until(None, now, Duration::ZERO), None);
     }
 }
