@@ -8,17 +8,29 @@
 //! - [`runner`]: runs a scenario against a target and counts.
 //! - [`report`]: the result, as JSON and Markdown, checked against expectations.
 //! - [`procstat`]: CPU and memory of processes from `/proc`.
+//! - [`sweep`]: `--find-max`: which values to try, pure.
+//! - [`targets`]: targets files; starting, confining and stopping servers.
+//! - [`cpucap`]: CPU affinity and cgroup v1 CPU quotas.
+//! - [`compare`]: one scenario against several targets, with sweeps, summaries and charts.
+//! - [`chart`]: latency and throughput charts (SVG and PNG) of a members sweep.
+//! - [`mod@reference`]: the reference fan-out server, this machine's practical ceiling.
 
+pub mod chart;
+pub mod compare;
+pub mod cpucap;
 pub mod driver;
 pub mod procstat;
+pub mod reference;
 pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod schedule;
 pub mod session;
+pub mod sweep;
+pub mod targets;
 pub mod wsclient;
 
 pub use report::Report;
-pub use runner::{run, RunError, RunOptions};
+pub use runner::{run, Progress, ProgressFn, RunError, RunOptions};
 pub use scenario::{Scenario, ScenarioError, Step};
 pub use schedule::Schedule;

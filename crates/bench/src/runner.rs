@@ -39,6 +39,30 @@ pub struct RunOptions {
     pub bind: Vec<IpAddr>,
     /// Longest wait for a connect, handshake or response.
     pub timeout: Duration,
+    /// Called about once a second with the run's progress.
+    pub progress: Option<ProgressFn>,
+}
+
+/// A progress callback.
+pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
+
+/// Where a run is, for a live display.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    /// Current phase (`drain` after the last).
+    pub phase: String,
+    /// Time since the first arrival.
+    pub elapsed: Duration,
+    /// Length of the whole schedule (drain not included).
+    pub total: Duration,
+    /// Users joined so far.
+    pub joined: u64,
+    /// Users scheduled.
+    pub users: u64,
+    /// Deliveries counted so far.
+    pub deliveries: u64,
+    /// Errors so far.
+    pub errors: u64,
 }
 
 /// Why a run could not be carried out at all.
@@ -189,6 +213,7 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
     let mut rss_max = 0u64;
     let mut at_start = CpuReading::default();
     let mut resources = ResourceUse::default();
+    let mut current = String::from("start");
     for edge in schedule
         .phases
         .iter()
@@ -196,7 +221,8 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
         .chain([(schedule.end(), None)])
     {
         let (t, phase) = edge;
-        wait_sampling(start + t, pid, &mut rss_max).await;
+        let clock = (start, schedule.end());
+        wait_sampling(start + t, &shared, &current, clock, &mut rss_max).await;
         if recorded.is_some_and(|(_, to)| to == t) {
             let now = CpuReading::take(pid);
             resources.server_cpu = now
@@ -213,6 +239,7 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
         let record = phase.is_some_and(|p| p.record);
         if let Some(p) = phase {
             tracing::info!(phase = %p.name, record, "phase");
+            current.clone_from(&p.name);
         }
         shared.recording.store(record, Ordering::Relaxed);
     }
@@ -222,8 +249,13 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
     let drain_start = Instant::now();
     let mut last = shared.deliveries.load(Ordering::Relaxed);
     let mut last_change = Instant::now();
+    let mut told = Instant::now();
     while drain_start.elapsed() < Duration::from_millis(scenario.drain.max_ms) {
         tokio::time::sleep(Duration::from_millis(50)).await;
+        if told.elapsed() >= Duration::from_secs(1) {
+            told = Instant::now();
+            tell_progress(&shared, "drain", (start, schedule.end()));
+        }
         let now = shared.deliveries.load(Ordering::Relaxed);
         if now != last {
             last = now;
@@ -288,18 +320,47 @@ impl CpuReading {
     }
 }
 
-/// Sleeps until `at`, sampling the server's RSS every second meanwhile.
-async fn wait_sampling(at: Instant, pid: Option<u32>, rss_max: &mut u64) {
+/// Sleeps until `at`, sampling the server's RSS and telling progress every
+/// second meanwhile. `clock` is the run's start and the schedule's length.
+async fn wait_sampling(
+    at: Instant,
+    shared: &Shared,
+    phase: &str,
+    clock: (Instant, Duration),
+    rss_max: &mut u64,
+) {
     loop {
-        if let Some(rss) = pid.and_then(procstat::rss_kib) {
+        if let Some(rss) = shared.opts.server_pid.and_then(procstat::rss_kib) {
             *rss_max = (*rss_max).max(rss);
         }
+        tell_progress(shared, phase, clock);
         let now = Instant::now();
         if now >= at {
             return;
         }
         tokio::time::sleep_until(at.min(now + Duration::from_secs(1))).await;
     }
+}
+
+fn tell_progress(shared: &Shared, phase: &str, (start, total): (Instant, Duration)) {
+    let Some(tell) = &shared.opts.progress else {
+        return;
+    };
+    let errors = shared
+        .errors
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .sum();
+    tell(&Progress {
+        phase: phase.to_owned(),
+        elapsed: start.elapsed(),
+        total,
+        joined: shared.joined.load(Ordering::Relaxed),
+        users: shared.users,
+        deliveries: shared.deliveries.load(Ordering::Relaxed),
+        errors,
+    });
 }
 
 async fn setup(opts: &RunOptions, scenario: &Scenario) -> Result<(), RunError> {

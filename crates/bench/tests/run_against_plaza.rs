@@ -41,6 +41,8 @@ async fn every_publish_is_counted_once_for_every_other_member() {
     tokio::spawn(plaza_server::serve(node.clone(), listener));
 
     let scenario = Scenario::parse(SCENARIO, &[]).unwrap();
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let tell = told.clone();
     let report = run(
         &scenario,
         RunOptions {
@@ -51,10 +53,17 @@ async fn every_publish_is_counted_once_for_every_other_member() {
             server_pid: Some(std::process::id()),
             bind: vec![],
             timeout: Duration::from_secs(10),
+            progress: Some(Arc::new(move |p: &plaza_bench::Progress| {
+                tell.lock().unwrap().push((p.phase.clone(), p.users));
+            })),
         },
     )
     .await
     .unwrap();
+    // Progress is told at every phase edge at least.
+    let told = told.lock().unwrap().clone();
+    assert!(told.iter().any(|(phase, _)| phase == "publish"), "{told:?}");
+    assert!(told.iter().all(|&(_, users)| users == 12));
 
     // 12 users in 2 rooms of 6, 5 publishes each, 5 other members per room.
     assert_eq!(report.users, 12);
@@ -101,6 +110,7 @@ fn options(addr: std::net::SocketAddr, driver: Arc<dyn plaza_bench::driver::Driv
         server_pid: None,
         bind: vec![],
         timeout: Duration::from_secs(5),
+        progress: None,
     }
 }
 

@@ -17,11 +17,26 @@ pub struct BenchArgs {
 
 #[derive(Subcommand)]
 enum BenchCommand {
-    /// Run a scenario file against a running server and report.
+    /// Run a scenario against a server (or every server of a targets file)
+    /// and report; with --find-max, find the largest passing value.
     ///
     /// Exit status: 0 when every expectation of the scenario held, 1 when one
     /// failed, 2 when the run could not be made.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
+    /// Run the reference fan-out server: every message a client sends goes
+    /// to every other client (no rooms, no features). Drive it with
+    /// `--driver broadcast`; it is this machine's practical ceiling.
+    ReferenceServer(ReferenceArgs),
+}
+
+#[derive(Args)]
+struct ReferenceArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7800")]
+    listen: SocketAddr,
+    /// Write coalescing window in ms (0: write at once), as Plaza's `write_coalesce_ms`.
+    #[arg(long, default_value_t = 2)]
+    coalesce_ms: u64,
 }
 
 #[derive(Args)]
@@ -56,6 +71,36 @@ struct RunArgs {
     /// Longest wait for a connect, a join or a response, in ms.
     #[arg(long, default_value_t = 10_000)]
     timeout_ms: u64,
+    /// Run against every server of this targets file (YAML; see
+    /// bench/targets.yaml), starting and stopping the ones it has a `start`
+    /// for — a fresh server for every run. Replaces --target and --driver.
+    #[arg(long)]
+    targets: Option<PathBuf>,
+    /// With --targets: only these targets (comma-separated names).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Step a parameter until a run fails, e.g. members=100..3000/100; report
+    /// the largest value whose run passed (every expectation held).
+    #[arg(long, value_name = "PARAM=FROM..TO/STEP")]
+    find_max: Option<String>,
+    /// With --find-max: bisect between the last pass and the first failure
+    /// until they are this close (default: the step, no bisection).
+    #[arg(long)]
+    resolution: Option<u64>,
+    /// Pin the server to these CPUs (e.g. 0 or 0-1): servers started from a
+    /// targets file at launch, a --server-pid server on every thread.
+    #[arg(long, value_name = "LIST")]
+    server_cpus: Option<String>,
+    /// Cap the server's CPU time to this many CPUs (e.g. 1, 0.25) with a
+    /// cgroup v1 CPU quota (needs a writable /sys/fs/cgroup/cpu).
+    #[arg(long, value_name = "CPUS")]
+    server_cpu_quota: Option<f64>,
+    /// Pin this load generator to these CPUs (e.g. 1).
+    #[arg(long, value_name = "LIST")]
+    generator_cpus: Option<String>,
+    /// No live progress (it is also off when stderr is not a terminal).
+    #[arg(long)]
+    quiet: bool,
 }
 
 fn parse_override(s: &str) -> Result<(String, String), String> {
@@ -82,7 +127,7 @@ fn resolve(target: &str) -> Result<(SocketAddr, String), String> {
 /// Runs `plaza bench ...`.
 pub fn main(args: BenchArgs) -> ExitCode {
     match args.command {
-        BenchCommand::Run(a) => match run(a) {
+        BenchCommand::Run(a) => match run(*a) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::from(1),
             Err(e) => {
@@ -90,45 +135,217 @@ pub fn main(args: BenchArgs) -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        BenchCommand::ReferenceServer(a) => match reference_server(a) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("plaza bench reference-server: {e}");
+                ExitCode::from(2)
+            }
+        },
     }
 }
 
+/// One thread: the server under test gets one core in every comparison.
+fn reference_server(a: ReferenceArgs) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let config = plaza_bench::reference::ReferenceConfig {
+        coalesce: Duration::from_millis(a.coalesce_ms),
+    };
+    rt.block_on(plaza_bench::reference::bind_and_serve(
+        a.listen,
+        config,
+        |addr| println!("reference server listening on {addr}"),
+    ))
+    .map_err(|e| format!("{}: {e}", a.listen))
+}
+
 fn run(a: RunArgs) -> Result<bool, String> {
+    use plaza_bench::{compare, cpucap, sweep, targets};
+
     let yaml =
         std::fs::read_to_string(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
-    let scenario = plaza_bench::Scenario::parse(&yaml, &a.overrides).map_err(|e| e.to_string())?;
-    let driver = plaza_bench::driver::by_name(&a.driver).ok_or_else(|| {
-        format!(
-            "unknown --driver {:?} (one of: {})",
-            a.driver,
-            plaza_bench::driver::DRIVERS.join(", ")
-        )
-    })?;
-    let (addr, host) = resolve(&a.target)?;
+    // Parsed up front so that a bad file or --set fails before anything starts.
+    plaza_bench::Scenario::parse(&yaml, &a.overrides).map_err(|e| e.to_string())?;
+    if let Some(list) = &a.generator_cpus {
+        let cpus = cpucap::parse_cpu_list(list).map_err(|e| format!("--generator-cpus: {e}"))?;
+        // Before the runtime exists: its threads inherit the affinity.
+        cpucap::set_affinity(0, &cpus).map_err(|e| format!("--generator-cpus {list}: {e}"))?;
+    }
+    let caps = targets::ServerCaps {
+        cpus: a
+            .server_cpus
+            .as_deref()
+            .map(cpucap::parse_cpu_list)
+            .transpose()
+            .map_err(|e| format!("--server-cpus: {e}"))?,
+        quota: a.server_cpu_quota,
+    };
+    let sweep = a
+        .find_max
+        .as_deref()
+        .map(|spec| {
+            let (param, range) = spec
+                .split_once('=')
+                .ok_or_else(|| format!("--find-max {spec}: expected PARAM=FROM..TO/STEP"))?;
+            let (from, to, step) =
+                sweep::parse_range(range).map_err(|e| format!("--find-max: {e}"))?;
+            let step = step.unwrap_or(from.max(1));
+            Ok::<_, String>(sweep::SweepSpec {
+                param: param.trim().to_owned(),
+                from,
+                step,
+                to,
+                resolution: a.resolution.unwrap_or(step),
+            })
+        })
+        .transpose()?;
+    let target_list = match &a.targets {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let file = targets::TargetsFile::parse(&text)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let picked: Vec<_> = file
+                .targets
+                .into_iter()
+                .filter(|t| a.only.is_empty() || a.only.contains(&t.name))
+                .collect();
+            if picked.is_empty() {
+                return Err(format!("--only {:?}: no such target", a.only.join(",")));
+            }
+            picked
+        }
+        None => {
+            resolve(&a.target)?;
+            vec![targets::TargetSpec {
+                name: a.driver.clone(),
+                driver: a.driver.clone(),
+                address: a
+                    .target
+                    .trim_start_matches("ws://")
+                    .trim_start_matches("http://")
+                    .split('/')
+                    .next()
+                    .unwrap_or(&a.target)
+                    .to_owned(),
+                start: None,
+                cwd: None,
+                env: Default::default(),
+                ready_timeout_s: 30,
+            }]
+        }
+    };
+    // A running server given by pid is confined here; started ones at launch.
+    let _quota = match a.server_pid {
+        Some(pid) if a.targets.is_none() => {
+            if let Some(cpus) = &caps.cpus {
+                cpucap::pin_process(pid, cpus).map_err(|e| format!("--server-cpus: {e}"))?;
+            }
+            caps.quota
+                .map(|q| cpucap::CpuQuota::apply(pid, q))
+                .transpose()
+                .map_err(|e| format!("--server-cpu-quota: {e}"))?
+        }
+        _ => None,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(a.threads.max(1))
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let opts = plaza_bench::RunOptions {
-        addr,
-        host,
-        driver: Arc::from(driver),
-        observers_per_room: a.observers,
+    let live = progress_display(a.quiet);
+    let plan = compare::Plan {
+        scenario_yaml: yaml,
+        overrides: a.overrides.clone(),
+        sweep,
+        targets: target_list,
+        caps,
         server_pid: a.server_pid,
-        bind: a.bind,
+        observers_per_room: a.observers,
+        bind: a.bind.clone(),
         timeout: Duration::from_millis(a.timeout_ms),
+        generator_threads: a.threads.max(1),
+        out: a.out.clone(),
+        say: live.say,
+        progress: live.progress,
     };
-    let report = rt
-        .block_on(plaza_bench::run(&scenario, opts))
-        .map_err(|e| e.to_string())?;
-    let summary = report.markdown();
-    println!("{summary}");
-    if let Some(dir) = &a.out {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-        std::fs::write(dir.join("result.json"), json).map_err(|e| e.to_string())?;
-        std::fs::write(dir.join("summary.md"), &summary).map_err(|e| e.to_string())?;
+    let comparison = compare::run_plan(&plan, &rt)?;
+    live.bar.finish_and_clear();
+    let single = comparison.targets.len() == 1 && plan.sweep.is_none();
+    if single {
+        let t = &comparison.targets[0];
+        if let Some(why) = &t.skipped {
+            return Err(why.clone());
+        }
+        let report = &t.points[0].report;
+        println!("{}", report.markdown());
+        if let Some(dir) = &a.out {
+            // The single run's files sit in DIR itself, as before comparisons existed.
+            let json = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
+            std::fs::write(dir.join("result.json"), json).map_err(|e| e.to_string())?;
+            std::fs::write(dir.join("summary.md"), report.markdown()).map_err(|e| e.to_string())?;
+        }
+        return Ok(report.passed);
     }
-    Ok(report.passed)
+    println!("{}", compare::markdown(&comparison));
+    if plan.sweep.is_some() {
+        // A sweep passes when every target had a passing value.
+        Ok(comparison
+            .targets
+            .iter()
+            .all(|t| t.skipped.is_none() && t.max_passing.is_some()))
+    } else {
+        Ok(comparison
+            .targets
+            .iter()
+            .all(|t| t.skipped.is_none() && t.points.iter().all(|p| p.passed)))
+    }
+}
+
+/// Live progress on a terminal: a bar with the phase and counts, and news
+/// lines printed above it. Off the terminal, news lines go to stderr only.
+struct LiveDisplay {
+    bar: indicatif::ProgressBar,
+    say: Arc<dyn Fn(&str) + Send + Sync>,
+    progress: Option<plaza_bench::ProgressFn>,
+}
+
+fn progress_display(quiet: bool) -> LiveDisplay {
+    use std::io::IsTerminal;
+    if quiet || !std::io::stderr().is_terminal() {
+        return LiveDisplay {
+            bar: indicatif::ProgressBar::hidden(),
+            say: Arc::new(|line| eprintln!("{line}")),
+            progress: None,
+        };
+    }
+    let bar = indicatif::ProgressBar::new(1);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} s  {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let say_bar = bar.clone();
+    let tell_bar = bar.clone();
+    let last = std::sync::Mutex::new((std::time::Instant::now(), 0u64));
+    LiveDisplay {
+        bar,
+        say: Arc::new(move |line| say_bar.println(line)),
+        progress: Some(Arc::new(move |p: &plaza_bench::Progress| {
+            let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+            let dt = last.0.elapsed().as_secs_f64().max(1e-3);
+            let rate = p.deliveries.saturating_sub(last.1) as f64 / dt;
+            *last = (std::time::Instant::now(), p.deliveries);
+            tell_bar.set_length(p.total.as_secs().max(1));
+            tell_bar.set_position(p.elapsed.as_secs().min(p.total.as_secs()));
+            tell_bar.set_message(format!(
+                "{}: joined {}/{}, {:.0} deliveries/s, {} errors",
+                p.phase, p.joined, p.users, rate, p.errors
+            ));
+        })),
+    }
 }

@@ -34,7 +34,7 @@ enum Command {
     /// Settings come, in rising priority, from built-in defaults, the TOML file
     /// given by --config (keys as below, in snake_case), PLAZA_* environment
     /// variables (e.g. PLAZA_MAX_FRAME_BYTES) and these flags.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Load tests: run a scenario file against Plaza or a peer.
     Bench(bench::BenchArgs),
 }
@@ -129,7 +129,8 @@ fn load_config(args: &ServeArgs) -> Result<ServerConfig, Box<figment::Error>> {
     if let Some(path) = &args.config {
         fig = fig.merge(Toml::file_exact(path));
     }
-    fig.merge(Env::prefixed("PLAZA_").ignore(&["config"]))
+    // PLAZA_CONFIG names the file and PLAZA_LOG the log filter: neither is a setting.
+    fig.merge(Env::prefixed("PLAZA_").ignore(&["config", "log"]))
         .merge(Serialized::defaults(args))
         .extract()
         .map_err(Box::new)

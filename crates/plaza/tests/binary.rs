@@ -74,7 +74,8 @@ fn config_file_env_and_flags_layer_in_that_order() {
     // file sets 7, env overrides max_members, flag overrides history_size
     let p = start(
         &["--config", file.to_str().unwrap(), "--history-size", "9"],
-        &[("PLAZA_MAX_MEMBERS", "3")],
+        // PLAZA_LOG is the log filter, not a setting: it must not be refused.
+        &[("PLAZA_MAX_MEMBERS", "3"), ("PLAZA_LOG", "warn")],
     );
     let rt = tokio::runtime::Runtime::new().unwrap();
     let body: serde_json::Value = rt.block_on(async {
