@@ -78,6 +78,8 @@ struct Shared {
     opts: RunOptions,
     rooms: u64,
     room_sizes: Vec<u64>,
+    /// Per room: how many of its users join each non-main channel.
+    channel_sizes: Vec<HashMap<String, u64>>,
     users: u64,
     /// Cancelled when the last phase ends: flows stop acting (no more
     /// publishes), while receivers go on counting what is in flight.
@@ -145,8 +147,13 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
     let users = schedule.arrivals.len() as u64;
     let rooms = scenario.rooms;
     let mut room_sizes = vec![0u64; rooms as usize];
+    let mut channel_sizes = vec![HashMap::new(); rooms as usize];
     for vu in 0..users {
-        room_sizes[(vu % rooms) as usize] += 1;
+        let room = (vu % rooms) as usize;
+        room_sizes[room] += 1;
+        for ch in joined_channels(&scenario.flow_of(vu / rooms).steps) {
+            *channel_sizes[room].entry(ch.clone()).or_insert(0) += 1;
+        }
     }
     setup(&opts, scenario).await?;
 
@@ -154,6 +161,7 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
         opts,
         rooms,
         room_sizes,
+        channel_sizes,
         users,
         ending: CancellationToken::new(),
         stop: CancellationToken::new(),
@@ -413,6 +421,17 @@ fn rooms_joined(scenario: &Scenario, r: u64) -> Vec<String> {
     out
 }
 
+/// The channels (besides the main one) a flow's first join subscribes.
+fn joined_channels(steps: &[Step]) -> &[String] {
+    steps
+        .iter()
+        .find_map(|s| match s {
+            Step::Join { channels, .. } => Some(channels.as_slice()),
+            _ => None,
+        })
+        .unwrap_or(&[])
+}
+
 /// Expands `{vu}`, `{room}` and `{flow}`.
 fn expand(template: &str, vu: u64, room: u64, flow: &str) -> String {
     template
@@ -425,7 +444,22 @@ fn expand(template: &str, vu: u64, room: u64, flow: &str) -> String {
 struct Joined {
     writer: Arc<tokio::sync::Mutex<WsWriter>>,
     room: String,
-    reader: tokio::task::JoinHandle<()>,
+    /// The channels joined besides the main one.
+    channels: Vec<String>,
+    /// The receiving task; `None` in a parallel branch's copy.
+    reader: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Joined {
+    /// What a parallel branch acts through: the same writer and room.
+    fn share(&self) -> Joined {
+        Joined {
+            writer: self.writer.clone(),
+            room: self.room.clone(),
+            channels: self.channels.clone(),
+            reader: None,
+        }
+    }
 }
 
 /// What a user has while running its flow.
@@ -439,7 +473,8 @@ struct UserState {
 }
 
 async fn virtual_user(shared: Arc<Shared>, scenario: Arc<Scenario>, vu: u64) {
-    let flow = scenario.flow_of(vu);
+    // Flows are mixed within each room: the member index picks the flow.
+    let flow = scenario.flow_of(vu / shared.rooms);
     let mut st = UserState {
         vu,
         room_index: vu % shared.rooms,
@@ -455,7 +490,9 @@ async fn virtual_user(shared: Arc<Shared>, scenario: Arc<Scenario>, vu: u64) {
     if let Some(j) = st.joined.take() {
         // The reader ends on the stop signal and hands in its latency
         // samples: wait for it rather than abort it.
-        let _ = tokio::time::timeout(Duration::from_secs(5), j.reader).await;
+        if let Some(reader) = j.reader {
+            let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+        }
         let _ = j.writer.lock().await.close(1000).await;
     }
 }
@@ -552,6 +589,32 @@ async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &Step) -> bool
             }
             true
         }
+        Step::Parallel(branches) => {
+            let Some(j) = &st.joined else {
+                shared.error("parallel: not joined");
+                return false;
+            };
+            let tasks: Vec<_> = branches
+                .iter()
+                .map(|steps| {
+                    let mut branch = UserState {
+                        vu: st.vu,
+                        room_index: st.room_index,
+                        flow: st.flow.clone(),
+                        conn: None,
+                        joined: Some(j.share()),
+                        out: String::with_capacity(256),
+                    };
+                    let (shared, steps) = (shared.clone(), steps.clone());
+                    tokio::spawn(async move { run_steps(&shared, &mut branch, &steps).await })
+                })
+                .collect();
+            let mut all = true;
+            for t in tasks {
+                all &= t.await.unwrap_or(false);
+            }
+            all
+        }
         Step::WaitAllJoined => loop {
             let notified = shared.all_joined.notified();
             if shared.joined.load(Ordering::Acquire) >= shared.users {
@@ -569,7 +632,9 @@ async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &Step) -> bool
         Step::Disconnect => {
             if let Some(j) = st.joined.take() {
                 let _ = j.writer.lock().await.close(1000).await;
-                j.reader.abort();
+                if let Some(reader) = j.reader {
+                    reader.abort();
+                }
             }
             st.conn = None;
             true
@@ -618,7 +683,8 @@ async fn join(
     st.joined = Some(Joined {
         writer,
         room: spec.room,
-        reader,
+        channels: spec.channels,
+        reader: Some(reader),
     });
     if shared.joined.fetch_add(1, Ordering::AcqRel) + 1 >= shared.users {
         shared.all_joined.notify_waiters();
@@ -783,11 +849,19 @@ async fn publish(
         shared.error(format!("publish: {}", e.kind()));
         return false;
     }
-    let size = shared.room_sizes[st.room_index as usize];
-    let recipients = if shared.opts.driver.echoes_sender() {
-        size
+    let room = st.room_index as usize;
+    // Members subscribed to the channel, and whether the publisher is one.
+    let (subscribers, subscribed) = match channel {
+        None | Some("main") => (shared.room_sizes[room], true),
+        Some(ch) => (
+            shared.channel_sizes[room].get(ch).copied().unwrap_or(0),
+            j.channels.iter().any(|c| c == ch),
+        ),
+    };
+    let recipients = if subscribed && !shared.opts.driver.echoes_sender() {
+        subscribers.saturating_sub(1)
     } else {
-        size.saturating_sub(1)
+        subscribers
     };
     shared.publishes.fetch_add(1, Ordering::Relaxed);
     shared.expected.fetch_add(recipients, Ordering::Relaxed);

@@ -77,6 +77,9 @@ pub struct Phase {
     pub ramp_to: Option<f64>,
     /// Most users arriving in this phase.
     pub users: Option<u64>,
+    /// Most users arriving in this phase, per room (`users` = this × `rooms`).
+    #[serde(default)]
+    pub users_per_room: Option<u64>,
     /// Whether measurements taken in this phase count.
     #[serde(default)]
     pub record: bool,
@@ -154,6 +157,9 @@ pub enum Step {
         /// The steps to repeat.
         steps: Vec<Step>,
     },
+    /// Run several step lists at once for the same user (e.g. an XR user's
+    /// usage loop and its pose updates); ends when every branch has ended.
+    Parallel(Vec<Vec<Step>>),
     /// Wait until every user of the run has joined (after the last arrival).
     WaitAllJoined,
     /// Stay connected, doing nothing, until the run ends.
@@ -244,6 +250,18 @@ impl Scenario {
         let mut s: Scenario =
             serde_json::from_value(json).map_err(|e| ScenarioError::Invalid(e.to_string()))?;
         s.params = params;
+        for p in &mut s.phases {
+            match (p.users, p.users_per_room) {
+                (Some(_), Some(_)) => {
+                    return Err(ScenarioError::Invalid(format!(
+                        "phase {}: give users or users_per_room, not both",
+                        p.name
+                    )))
+                }
+                (None, Some(per_room)) => p.users = Some(per_room.saturating_mul(s.rooms)),
+                _ => {}
+            }
+        }
         s.check()?;
         Ok(s)
     }
@@ -471,5 +489,52 @@ expect: { latency_mean_ms: 100, error_rate: 0.01 }
         );
         let members = (0..400).filter(|&v| s.flow_of(v).name == "member").count();
         assert_eq!(members, 300);
+    }
+
+    #[test]
+    fn the_shipped_scenarios_parse() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/scenarios");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let yaml = std::fs::read_to_string(&path).unwrap();
+            let s =
+                Scenario::parse(&yaml, &[]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(!s.flows.is_empty());
+            seen += 1;
+        }
+        assert!(seen >= 3, "room-broadcast and the two explorviz scenarios");
+        let yaml = std::fs::read_to_string(format!("{dir}/explorviz-crossplatform.yaml")).unwrap();
+        let s = Scenario::parse(&yaml, &[("rooms".into(), "4".into())]).unwrap();
+        assert_eq!(
+            s.phases[0].users,
+            Some(400),
+            "100 users per room in 4 rooms"
+        );
+        let xr = &s.flows[1];
+        let Step::Parallel(branches) = &xr.steps[3] else {
+            panic!("xr users run two branches: {:?}", xr.steps[3]);
+        };
+        // The usage loop is the browser flow's, reused by a YAML alias.
+        let Step::Loop { steps, count, .. } = &branches[0][0] else {
+            panic!("usage loop");
+        };
+        assert_eq!(*count, Some(50));
+        assert_eq!(steps.len(), 12);
+        assert!(matches!(&steps[2], Step::Request { op, .. } if op == "entity.create"));
+        assert!(matches!(
+            &branches[1][0],
+            Step::Loop {
+                every_ms: Some(50),
+                count: Some(3000),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn users_per_room_and_users_are_exclusive() {
+        let yaml = "name: x\nrooms: 2\nphases:\n  - {name: a, arrival_rate: 1, users: 2, users_per_room: 1}\nflows:\n  - {name: f, steps: [connect]}\n";
+        assert!(Scenario::parse(yaml, &[]).is_err());
     }
 }

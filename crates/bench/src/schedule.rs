@@ -124,6 +124,7 @@ mod tests {
             arrival_rate: a,
             ramp_to: b,
             users: u,
+            users_per_room: None,
             record: name == "measure",
         }
     }

@@ -177,3 +177,57 @@ async fn an_unreachable_target_fails_setup_or_counts_connect_errors() {
         report.errors
     );
 }
+
+/// The cross-platform shape in small: per room 2 browser and 2 XR users
+/// (mixed within the room), XR users publishing poses on the `xr` channel in
+/// parallel with the usage loop. Poses reach only the other XR member; the
+/// usage messages reach every other member.
+const CROSS_PLATFORM: &str = r#"
+name: channel-count
+params: { per_room: 4 }
+rooms: 2
+phases:
+  - { name: join, arrival_rate: 200, users_per_room: "${per_room}" }
+  - { name: run, duration_s: 1.0, record: true }
+flows:
+  - name: browser
+    steps:
+      - connect
+      - join: { room: "cp-{room}" }
+      - wait_all_joined
+      - loop: { count: 1, steps: &usage [ { publish: { event: a } }, { request: { op: entity.create, args: { kind: popup } } }, { publish: { event: b } } ] }
+      - idle
+  - name: xr
+    steps:
+      - connect
+      - join: { room: "cp-{room}", platform: xr, channels: [xr] }
+      - wait_all_joined
+      - parallel:
+          - - loop: { count: 1, steps: *usage }
+          - - loop: { count: 5, every_ms: 10, steps: [ { publish: { channel: xr, event: pose } } ] }
+      - idle
+expect: { delivery_ratio: 1.0, error_rate: 0.0 }
+drain: { quiet_ms: 300, max_ms: 10000 }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channel_publishes_count_only_subscribers_and_parallel_branches_both_run() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let node = Node::new(ServerConfig::default(), Arc::new(MemoryBroker::new()));
+    tokio::spawn(plaza_server::serve(node.clone(), listener));
+    let scenario = Scenario::parse(CROSS_PLATFORM, &[]).unwrap();
+    assert_eq!(scenario.phases[0].users, Some(8), "users_per_room × rooms");
+    let report = run(&scenario, options(addr, Arc::new(PlazaDriver)))
+        .await
+        .unwrap();
+    assert_eq!(report.joined, 8, "{report:#?}");
+    // Per room: 4 users × 2 main publishes × 3 others = 24, and 2 XR users ×
+    // 5 poses × 1 other XR member = 10.
+    assert_eq!(report.publishes_total, 2 * (4 * 2 + 2 * 5));
+    assert_eq!(report.expected_deliveries_total, 2 * (24 + 10));
+    assert_eq!(report.deliveries_total, 68, "{report:#?}");
+    assert_eq!(report.requests_ok, 8);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert!(report.passed, "{:?}", report.checks);
+}
