@@ -17,6 +17,8 @@ pub struct ResourceUse {
     pub server_cpu: Option<Duration>,
     /// Server RSS at the end of the recorded stretch.
     pub server_rss_kib: Option<u64>,
+    /// Server RSS when the run started (before any user arrived).
+    pub server_rss_start_kib: Option<u64>,
     /// Largest server RSS sampled during the run.
     pub server_rss_max_kib: Option<u64>,
     /// This process's CPU time while recording.
@@ -72,6 +74,8 @@ pub struct Inputs<'a> {
 pub struct Latency {
     /// Samples.
     pub count: u64,
+    /// Smallest (the first arrival of a timed broadcast).
+    pub min_ms: f64,
     /// Mean.
     pub mean_ms: f64,
     /// Median.
@@ -94,6 +98,7 @@ impl Latency {
         let ms = |us: u64| us as f64 / 1000.0;
         Some(Latency {
             count: h.len(),
+            min_ms: ms(h.min()),
             mean_ms: h.mean() / 1000.0,
             p50_ms: ms(h.value_at_quantile(0.5)),
             p95_ms: ms(h.value_at_quantile(0.95)),
@@ -179,6 +184,10 @@ pub struct Report {
     pub server_rss_kib: Option<u64>,
     /// Largest server RSS sampled, KiB.
     pub server_rss_max_kib: Option<u64>,
+    /// Server RSS at the start of the run, KiB.
+    pub server_rss_start_kib: Option<u64>,
+    /// (RSS at the end of recording − RSS at the start) / users joined, KiB.
+    pub server_rss_per_user_kib: Option<f64>,
     /// Generator CPU while recording, % of one core.
     pub generator_cpu_percent: Option<f64>,
     /// Expectations and their outcome.
@@ -292,6 +301,13 @@ impl Report {
             server_cpu_us_per_delivery,
             server_rss_kib: i.resources.server_rss_kib,
             server_rss_max_kib: i.resources.server_rss_max_kib,
+            server_rss_start_kib: i.resources.server_rss_start_kib,
+            server_rss_per_user_kib: i
+                .resources
+                .server_rss_kib
+                .zip(i.resources.server_rss_start_kib)
+                .filter(|_| i.joined > 0)
+                .map(|(end, start)| (end as f64 - start as f64) / i.joined as f64),
             generator_cpu_percent,
             checks,
             passed,
@@ -329,8 +345,8 @@ impl Report {
         if let Some(l) = &self.latency {
             let _ = writeln!(
                 s,
-                "| delivery latency ms (mean, p50, p95, p99, p99.9, max; {} samples) | {:.2}, {:.2}, {:.2}, {:.2}, {:.2}, {:.2} |",
-                l.count, l.mean_ms, l.p50_ms, l.p95_ms, l.p99_ms, l.p999_ms, l.max_ms
+                "| delivery latency ms (min, mean, p50, p95, p99, p99.9, max; {} samples) | {:.2}, {:.2}, {:.2}, {:.2}, {:.2}, {:.2}, {:.2} |",
+                l.count, l.min_ms, l.mean_ms, l.p50_ms, l.p95_ms, l.p99_ms, l.p999_ms, l.max_ms
             );
         }
         if let Some(l) = &self.request_rt {
@@ -353,10 +369,14 @@ impl Report {
         };
         let _ = writeln!(
             s,
-            "| server RSS (end, max) | {}, {} |",
+            "| server RSS (start, end, max) | {}, {}, {} |",
+            rss(self.server_rss_start_kib),
             rss(self.server_rss_kib),
             rss(self.server_rss_max_kib)
         );
+        if let Some(k) = self.server_rss_per_user_kib {
+            let _ = writeln!(s, "| server RSS per joined user | {k:.2} KiB |");
+        }
         let _ = writeln!(
             s,
             "| generator CPU | {} |",

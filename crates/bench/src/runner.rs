@@ -78,6 +78,10 @@ struct Shared {
     opts: RunOptions,
     rooms: u64,
     room_sizes: Vec<u64>,
+    /// The phases by name, and how many have started (set after the
+    /// recording flag, so a user woken by a phase start acts inside it).
+    phase_index: HashMap<String, usize>,
+    phases_started: tokio::sync::watch::Sender<usize>,
     /// Per room: how many of its users join each non-main channel.
     channel_sizes: Vec<HashMap<String, u64>>,
     users: u64,
@@ -161,6 +165,13 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
         opts,
         rooms,
         room_sizes,
+        phase_index: schedule
+            .phases
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.clone(), i))
+            .collect(),
+        phases_started: tokio::sync::watch::Sender::new(0),
         channel_sizes,
         users,
         ending: CancellationToken::new(),
@@ -220,7 +231,10 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
         .sum();
     let mut rss_max = 0u64;
     let mut at_start = CpuReading::default();
-    let mut resources = ResourceUse::default();
+    let mut resources = ResourceUse {
+        server_rss_start_kib: pid.and_then(procstat::rss_kib),
+        ..ResourceUse::default()
+    };
     let mut current = String::from("start");
     for edge in schedule
         .phases
@@ -250,6 +264,9 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
             current.clone_from(&p.name);
         }
         shared.recording.store(record, Ordering::Relaxed);
+        if phase.is_some() {
+            shared.phases_started.send_modify(|n| *n += 1);
+        }
     }
 
     // Flows end; let in-flight messages arrive before counting.
@@ -615,6 +632,26 @@ async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &Step) -> bool
             }
             all
         }
+        Step::WaitPhase(name) => match shared.phase_index.get(name) {
+            Some(&i) => {
+                let mut started = shared.phases_started.subscribe();
+                tokio::select! {
+                    _ = shared.ending.cancelled() => false,
+                    r = started.wait_for(|&n| n > i) => r.is_ok(),
+                }
+            }
+            None => {
+                shared.error(format!("wait_phase: no phase {name:?}"));
+                false
+            }
+        },
+        Step::Leader(steps) => {
+            if st.vu / shared.rooms == 0 {
+                run_steps(shared, st, steps).await
+            } else {
+                true
+            }
+        }
         Step::WaitAllJoined => loop {
             let notified = shared.all_joined.notified();
             if shared.joined.load(Ordering::Acquire) >= shared.users {
@@ -694,8 +731,10 @@ async fn join(
 
 /// What one receiver counts between two flushes into the shared counters.
 struct Tally {
-    /// The observer's latency samples (µs); `None` for other users.
-    latency: Option<Histogram<u64>>,
+    /// The observer's latency samples (µs) since the last flush; `None` for
+    /// other users. A short buffer rather than a histogram per observer: a
+    /// histogram is ~100 KB, and every user observes in idle-capacity runs.
+    latency: Option<Vec<u64>>,
     /// Receipt time (unix µs) and recording flag of the current read, taken
     /// once, when its first message is handled: after the read, not before
     /// it waited for data.
@@ -715,7 +754,7 @@ impl Tally {
                         .stamp
                         .get_or_insert_with(|| (unix_micros(), shared.recording()));
                     if let (true, Some(sent)) = (recording, first_timestamp(msg)) {
-                        let _ = h.record(now.saturating_sub(sent).max(1));
+                        h.push(now.saturating_sub(sent).max(1));
                     }
                 }
             }
@@ -753,6 +792,12 @@ impl Tally {
         if acks > 0 {
             shared.acks.fetch_add(acks, Ordering::Relaxed);
         }
+        if let Some(samples) = self.latency.as_mut().filter(|s| !s.is_empty()) {
+            let mut h = shared.latency.lock().unwrap_or_else(|p| p.into_inner());
+            for v in samples.drain(..) {
+                let _ = h.record(v);
+            }
+        }
     }
 }
 
@@ -767,7 +812,7 @@ async fn receive(
     early: Vec<Vec<u8>>,
 ) {
     let mut tally = Tally {
-        latency: observer.then(histogram),
+        latency: observer.then(Vec::new),
         stamp: None,
         deliveries: 0,
         acks: 0,
@@ -812,13 +857,6 @@ async fn receive(
                 let _ = w.pong(&p).await;
             }
         }
-    }
-    if let Some(h) = tally.latency {
-        let _ = shared
-            .latency
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .add(&h);
     }
 }
 

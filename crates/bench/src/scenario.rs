@@ -160,6 +160,12 @@ pub enum Step {
     /// Run several step lists at once for the same user (e.g. an XR user's
     /// usage loop and its pose updates); ends when every branch has ended.
     Parallel(Vec<Vec<Step>>),
+    /// Wait until the named phase starts (at once if it has started; an
+    /// unknown name is refused when the scenario is parsed).
+    WaitPhase(String),
+    /// Steps only the first user of each room runs (e.g. the one timed
+    /// broadcast of idle-capacity); the others go on at once.
+    Leader(Vec<Step>),
     /// Wait until every user of the run has joined (after the last arrival).
     WaitAllJoined,
     /// Stay connected, doing nothing, until the run ends.
@@ -295,6 +301,24 @@ impl Scenario {
         }
         if self.flows.is_empty() || self.flows.iter().all(|f| f.weight == 0) {
             return bad("at least one flow with a positive weight is needed".into());
+        }
+        fn waits<'a>(steps: &'a [Step], out: &mut Vec<&'a str>) {
+            for s in steps {
+                match s {
+                    Step::WaitPhase(p) => out.push(p),
+                    Step::Loop { steps, .. } | Step::Leader(steps) => waits(steps, out),
+                    Step::Parallel(branches) => branches.iter().for_each(|b| waits(b, out)),
+                    _ => {}
+                }
+            }
+        }
+        let mut named = Vec::new();
+        self.flows.iter().for_each(|f| waits(&f.steps, &mut named));
+        if let Some(p) = named
+            .iter()
+            .find(|p| !self.phases.iter().any(|ph| ph.name == **p))
+        {
+            return bad(format!("wait_phase: no phase named {p:?}"));
         }
         Ok(())
     }
@@ -530,6 +554,17 @@ expect: { latency_mean_ms: 100, error_rate: 0.01 }
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn wait_phase_must_name_a_phase() {
+        let yaml = "name: x\nphases:\n  - {name: a, duration_s: 1}\nflows:\n  - {name: f, steps: [{wait_phase: b}]}\n";
+        assert!(Scenario::parse(yaml, &[])
+            .unwrap_err()
+            .to_string()
+            .contains("\"b\""));
+        let ok = yaml.replace("wait_phase: b", "leader: [{wait_phase: a}]");
+        assert!(Scenario::parse(&ok, &[]).is_ok());
     }
 
     #[test]

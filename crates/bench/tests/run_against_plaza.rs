@@ -231,3 +231,48 @@ async fn channel_publishes_count_only_subscribers_and_parallel_branches_both_run
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert!(report.passed, "{:?}", report.checks);
 }
+
+/// The idle-capacity shape in small: everyone joins and idles, then the
+/// room's first user publishes once when the recorded phase starts, and every
+/// other member times it.
+const ONE_BROADCAST: &str = r#"
+name: one-broadcast
+rooms: 1
+phases:
+  - { name: join, arrival_rate: 200, users: 5 }
+  - { name: settle, duration_s: 0.1 }
+  - { name: broadcast, duration_s: 0.5, record: true }
+flows:
+  - name: member
+    steps:
+      - connect
+      - join: { room: "idle-{room}" }
+      - wait_all_joined
+      - wait_phase: broadcast
+      - leader: [ { publish: { event: announce } } ]
+      - idle
+expect: { delivery_ratio: 1.0, error_rate: 0.0 }
+drain: { quiet_ms: 300, max_ms: 10000 }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_publishes_once_when_the_phase_starts_and_everyone_times_it() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let node = Node::new(ServerConfig::default(), Arc::new(MemoryBroker::new()));
+    tokio::spawn(plaza_server::serve(node.clone(), listener));
+    let scenario = Scenario::parse(ONE_BROADCAST, &[]).unwrap();
+    let mut opts = options(addr, Arc::new(PlazaDriver));
+    opts.observers_per_room = 5;
+    opts.server_pid = Some(std::process::id());
+    let report = run(&scenario, opts).await.unwrap();
+    assert_eq!(report.publishes_total, 1, "{report:#?}");
+    assert_eq!(report.publishes, 1, "sent inside the recorded phase");
+    assert_eq!(report.deliveries_total, 4);
+    let latency = report.latency.as_ref().expect("timed");
+    assert_eq!(latency.count, 4, "every other member timed it");
+    assert!(latency.min_ms <= latency.max_ms);
+    assert!(report.server_rss_start_kib.is_some());
+    assert!(report.server_rss_per_user_kib.is_some());
+    assert!(report.passed, "{:?}", report.checks);
+}
