@@ -233,6 +233,7 @@ fn run_point(
         bind: plan.bind.clone(),
         timeout: plan.timeout,
         progress: plan.progress.clone(),
+        shard: None,
     };
     let outcome = rt.block_on(runner::run(&scenario, opts));
     if let Some(s) = server {

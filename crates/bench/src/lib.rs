@@ -6,6 +6,8 @@
 //! - [`driver`]: one module per protocol (Plaza, plain broadcast, ...).
 //! - [`session`]: connecting and the join handshake, shared by the runner and tests.
 //! - [`runner`]: runs a scenario against a target and counts.
+//! - [`multiproc`]: one run spread over several load processes.
+//! - [`raw`]: one process's counts, serializable and mergeable (runs over several load processes).
 //! - [`report`]: the result, as JSON and Markdown, checked against expectations.
 //! - [`procstat`]: CPU and memory of processes from `/proc`.
 //! - [`sweep`]: `--find-max`: which values to try, pure.
@@ -19,7 +21,9 @@ pub mod chart;
 pub mod compare;
 pub mod cpucap;
 pub mod driver;
+pub mod multiproc;
 pub mod procstat;
+pub mod raw;
 pub mod reference;
 pub mod report;
 pub mod runner;
@@ -30,7 +34,8 @@ pub mod sweep;
 pub mod targets;
 pub mod wsclient;
 
+pub use raw::RawRun;
 pub use report::Report;
-pub use runner::{run, Progress, ProgressFn, RunError, RunOptions};
+pub use runner::{run, run_raw, Progress, ProgressFn, RunError, RunOptions, Shard};
 pub use scenario::{Scenario, ScenarioError, Step};
 pub use schedule::Schedule;

@@ -30,7 +30,7 @@ pub struct Inputs<'a> {
     /// The scenario run.
     pub scenario: &'a Scenario,
     /// Driver name.
-    pub driver: &'static str,
+    pub driver: &'a str,
     /// Users scheduled.
     pub users: u64,
     /// Users that joined.

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::driver::{first_timestamp, Driver, Inbound, JoinSpec};
 use crate::procstat;
+use crate::raw::{histogram, RawRun};
 use crate::report::{Report, ResourceUse};
 use crate::scenario::{Scenario, Step};
 use crate::schedule::Schedule;
@@ -41,6 +42,33 @@ pub struct RunOptions {
     pub timeout: Duration,
     /// Called about once a second with the run's progress.
     pub progress: Option<ProgressFn>,
+    /// This process's part when several load processes share the run.
+    pub shard: Option<Shard>,
+}
+
+/// One of several load processes sharing a run: it runs the users whose
+/// index `vu` has `vu % count == index`, on a schedule that starts at the same
+/// wall-clock instant in every process. Only joining needs the others: a
+/// coordinator adds up the processes' joined counts and says when everyone
+/// has joined.
+#[derive(Debug, Clone)]
+pub struct Shard {
+    /// This process's index, `0..count`.
+    pub index: u64,
+    /// How many processes share the run.
+    pub count: u64,
+    /// Unix time (ms) at which every process's schedule starts.
+    pub start_at_unix_ms: u64,
+    /// This process's joined users, as it changes (for the coordinator).
+    pub joined: tokio::sync::watch::Sender<u64>,
+    /// Becomes true when the users of every process have joined.
+    pub everyone_joined: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Shard {
+    fn runs(&self, vu: u64) -> bool {
+        vu % self.count == self.index
+    }
 }
 
 /// A progress callback.
@@ -93,6 +121,8 @@ struct Shared {
     recording: AtomicBool,
     joined: AtomicU64,
     all_joined: Notify,
+    /// Set once every user of the run (of every process) has joined.
+    everyone_joined: AtomicBool,
     deliveries: AtomicU64,
     deliveries_rec: AtomicU64,
     expected: AtomicU64,
@@ -134,11 +164,6 @@ impl Shared {
     }
 }
 
-fn histogram() -> Histogram<u64> {
-    // 1 µs .. 1 h, 3 significant digits.
-    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
-}
-
 fn unix_micros() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -147,8 +172,16 @@ fn unix_micros() -> u64 {
 
 /// Runs `scenario` and reports what happened.
 pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunError> {
+    Ok(run_raw(scenario, opts).await?.report(scenario))
+}
+
+/// Runs `scenario` and returns this process's counts (for a run shared by
+/// several load processes, [`RawRun::merge`] adds them up).
+pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, RunError> {
     let schedule = Schedule::new(&scenario.phases);
     let users = schedule.arrivals.len() as u64;
+    let mine = |vu: u64| opts.shard.as_ref().is_none_or(|s| s.runs(vu));
+    let my_users = (0..users).filter(|&vu| mine(vu)).count() as u64;
     let rooms = scenario.rooms;
     let mut room_sizes = vec![0u64; rooms as usize];
     let mut channel_sizes = vec![HashMap::new(); rooms as usize];
@@ -179,6 +212,7 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
         recording: AtomicBool::new(false),
         joined: AtomicU64::new(0),
         all_joined: Notify::new(),
+        everyone_joined: AtomicBool::new(false),
         deliveries: AtomicU64::new(0),
         deliveries_rec: AtomicU64::new(0),
         expected: AtomicU64::new(0),
@@ -197,7 +231,22 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
         pending: Mutex::new(HashMap::new()),
     });
 
-    let start = Instant::now();
+    let start = match &shared.opts.shard {
+        Some(s) => {
+            let wait = s.start_at_unix_ms.saturating_sub(unix_micros() / 1000);
+            Instant::now() + Duration::from_millis(wait)
+        }
+        None => Instant::now(),
+    };
+    if let Some(s) = &shared.opts.shard {
+        let (shared, mut everyone) = (shared.clone(), s.everyone_joined.clone());
+        tokio::spawn(async move {
+            if everyone.wait_for(|&all| all).await.is_ok() {
+                shared.everyone_joined.store(true, Ordering::Release);
+                shared.all_joined.notify_waiters();
+            }
+        });
+    }
     let scenario = Arc::new(scenario.clone());
     let arrivals = {
         let shared = shared.clone();
@@ -206,6 +255,9 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
         tokio::spawn(async move {
             let mut tasks = Vec::with_capacity(times.len());
             for (vu, at) in times.into_iter().enumerate() {
+                if !shared.opts.shard.as_ref().is_none_or(|s| s.runs(vu as u64)) {
+                    continue;
+                }
                 if !shared.pause_until(start + at).await {
                     break;
                 }
@@ -304,12 +356,12 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
         .unwrap_or_else(|p| p.into_inner())
         .clone();
     let errors = s.errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let report = Report::build(crate::report::Inputs {
-        scenario: &scenario,
-        driver: shared.opts.driver.name(),
-        users,
+    let micros = |d: Option<Duration>| d.map(|d| d.as_micros() as u64);
+    Ok(RawRun {
+        driver: shared.opts.driver.name().to_owned(),
+        users: my_users,
         joined: s.joined.load(Ordering::Relaxed),
-        recorded: rec_len,
+        recorded_us: rec_len.as_micros() as u64,
         deliveries_total: s.deliveries.load(Ordering::Relaxed),
         expected_total: s.expected.load(Ordering::Relaxed),
         deliveries: s.deliveries_rec.load(Ordering::Relaxed),
@@ -322,11 +374,14 @@ pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunErr
         bytes_in: s.bytes_in_rec.load(Ordering::Relaxed),
         bytes_out: s.bytes_out_rec.load(Ordering::Relaxed),
         errors,
-        latency: &latency,
-        request_rt: &request_rt,
-        resources,
-    });
-    Ok(report)
+        latency,
+        request_rt,
+        server_cpu_us: micros(resources.server_cpu),
+        generator_cpu_us: micros(resources.generator_cpu),
+        server_rss_kib: resources.server_rss_kib,
+        server_rss_max_kib: resources.server_rss_max_kib,
+        server_rss_start_kib: resources.server_rss_start_kib,
+    })
 }
 
 /// CPU time used so far by the server and by this process.
@@ -654,7 +709,7 @@ async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &Step) -> bool
         }
         Step::WaitAllJoined => loop {
             let notified = shared.all_joined.notified();
-            if shared.joined.load(Ordering::Acquire) >= shared.users {
+            if shared.everyone_joined.load(Ordering::Acquire) {
                 return true;
             }
             tokio::select! {
@@ -723,8 +778,16 @@ async fn join(
         channels: spec.channels,
         reader: Some(reader),
     });
-    if shared.joined.fetch_add(1, Ordering::AcqRel) + 1 >= shared.users {
-        shared.all_joined.notify_waiters();
+    let joined = shared.joined.fetch_add(1, Ordering::AcqRel) + 1;
+    match &shared.opts.shard {
+        Some(s) => {
+            s.joined.send_replace(joined);
+        }
+        None if joined >= shared.users => {
+            shared.everyone_joined.store(true, Ordering::Release);
+            shared.all_joined.notify_waiters();
+        }
+        None => {}
     }
     true
 }

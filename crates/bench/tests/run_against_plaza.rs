@@ -56,6 +56,7 @@ async fn every_publish_is_counted_once_for_every_other_member() {
             progress: Some(Arc::new(move |p: &plaza_bench::Progress| {
                 tell.lock().unwrap().push((p.phase.clone(), p.users));
             })),
+            shard: None,
         },
     )
     .await
@@ -111,6 +112,7 @@ fn options(addr: std::net::SocketAddr, driver: Arc<dyn plaza_bench::driver::Driv
         bind: vec![],
         timeout: Duration::from_secs(5),
         progress: None,
+        shard: None,
     }
 }
 

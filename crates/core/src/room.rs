@@ -825,9 +825,18 @@ impl<S> Room<S> {
 
     /// Calls `deliver` with the sink of every connected member that should get `entry`.
     pub fn for_each_recipient(&self, entry: &HistoryEntry, mut deliver: impl FnMut(&str, &S)) {
+        // The sender is found once and skipped by address: comparing every
+        // member's session id with it cost a memcmp per delivery.
+        let sender = match (&entry.from, entry.echo) {
+            (Some(from), false) => self.members.get_key_value(from.as_str()).map(|(k, _)| k),
+            _ => None,
+        };
         for (session, m) in &self.members {
+            if sender.is_some_and(|s| std::ptr::eq(s, session)) {
+                continue;
+            }
             if let Some(sink) = &m.sink {
-                if visible(entry, session, &m.channels) {
+                if subscribed(entry, &m.channels) {
                     deliver(session, sink);
                 }
             }
@@ -918,6 +927,11 @@ fn visible(entry: &HistoryEntry, session: &str, channels: &[String]) -> bool {
     if !entry.echo && entry.from.as_deref() == Some(session) {
         return false;
     }
+    subscribed(entry, channels)
+}
+
+/// Whether a member subscribed to `channels` receives `entry`.
+fn subscribed(entry: &HistoryEntry, channels: &[String]) -> bool {
     match &entry.channel {
         Some(c) => channels.iter().any(|x| x == c),
         None => true,

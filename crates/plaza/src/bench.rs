@@ -101,6 +101,17 @@ struct RunArgs {
     /// No live progress (it is also off when stderr is not a terminal).
     #[arg(long)]
     quiet: bool,
+    /// Spread the users over this many load processes (copies of this
+    /// command started by it), for more connections than one process may
+    /// open; results are added up. Not with --targets or --find-max.
+    #[arg(long, default_value_t = 1)]
+    processes: u64,
+    /// Internal: this process's share of a multi-process run, I/N.
+    #[arg(long, hide = true)]
+    shard: Option<String>,
+    /// Internal: unix time (ms) at which the shards start their schedules.
+    #[arg(long, hide = true)]
+    start_at_ms: Option<u64>,
 }
 
 fn parse_override(s: &str) -> Result<(String, String), String> {
@@ -251,6 +262,15 @@ fn run(a: RunArgs) -> Result<bool, String> {
         }
         _ => None,
     };
+    if a.shard.is_some() || a.processes > 1 {
+        if a.targets.is_some() || a.find_max.is_some() {
+            return Err("--processes works with one --target, without --find-max".into());
+        }
+        return match &a.shard {
+            Some(shard) => run_shard(&a, shard, &yaml),
+            None => run_processes(&a, &yaml),
+        };
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(a.threads.max(1))
         .enable_all()
@@ -303,6 +323,107 @@ fn run(a: RunArgs) -> Result<bool, String> {
             .iter()
             .all(|t| t.skipped.is_none() && t.points.iter().all(|p| p.passed)))
     }
+}
+
+fn single_options(a: &RunArgs) -> Result<plaza_bench::RunOptions, String> {
+    let (addr, host) = resolve(&a.target)?;
+    let driver = plaza_bench::driver::by_name(&a.driver).ok_or_else(|| {
+        format!(
+            "unknown --driver {:?} (one of: {})",
+            a.driver,
+            plaza_bench::driver::DRIVERS.join(", ")
+        )
+    })?;
+    Ok(plaza_bench::RunOptions {
+        addr,
+        host,
+        driver: Arc::from(driver),
+        observers_per_room: a.observers,
+        server_pid: a.server_pid,
+        bind: a.bind.clone(),
+        timeout: Duration::from_millis(a.timeout_ms),
+        progress: None,
+        shard: None,
+    })
+}
+
+/// A child of a multi-process run: its share of the users; the result goes
+/// to stdout for the parent.
+fn run_shard(a: &RunArgs, shard: &str, yaml: &str) -> Result<bool, String> {
+    use plaza_bench::multiproc;
+    let (index, count) = multiproc::parse_shard(shard).map_err(|e| format!("--shard: {e}"))?;
+    let start_at = a.start_at_ms.ok_or("--shard needs --start-at-ms")?;
+    let scenario = plaza_bench::Scenario::parse(yaml, &a.overrides).map_err(|e| e.to_string())?;
+    let mut opts = single_options(a)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(a.threads.max(1))
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let raw = rt.block_on(async {
+        let (link, forward) = multiproc::child_shard(index, count, start_at);
+        opts.shard = Some(link);
+        tokio::spawn(forward);
+        plaza_bench::run_raw(&scenario, opts).await
+    });
+    let raw = raw.map_err(|e| e.to_string())?;
+    multiproc::print_result(&raw)?;
+    Ok(true)
+}
+
+/// The parent of a multi-process run: starts the shards, adds up their
+/// counts and reports like a single run.
+fn run_processes(a: &RunArgs, yaml: &str) -> Result<bool, String> {
+    let scenario = plaza_bench::Scenario::parse(yaml, &a.overrides).map_err(|e| e.to_string())?;
+    single_options(a)?;
+    let users = plaza_bench::Schedule::new(&scenario.phases).arrivals.len() as u64;
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "bench".into(),
+        "run".into(),
+        a.file.clone().into(),
+        "--target".into(),
+        a.target.clone().into(),
+        "--driver".into(),
+        a.driver.clone().into(),
+        "--observers".into(),
+        a.observers.to_string().into(),
+        "--threads".into(),
+        a.threads.to_string().into(),
+        "--timeout-ms".into(),
+        a.timeout_ms.to_string().into(),
+    ];
+    for (k, v) in &a.overrides {
+        args.push("--set".into());
+        args.push(format!("{k}={v}").into());
+    }
+    if let Some(pid) = a.server_pid {
+        args.push("--server-pid".into());
+        args.push(pid.to_string().into());
+    }
+    if !a.bind.is_empty() {
+        let list: Vec<String> = a.bind.iter().map(ToString::to_string).collect();
+        args.push("--bind".into());
+        args.push(list.join(",").into());
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let raw = plaza_bench::multiproc::run_processes(
+        &exe,
+        &args,
+        a.processes,
+        users,
+        Duration::from_secs(2),
+    )?;
+    let report = raw.report(&scenario);
+    let summary = report.markdown();
+    println!("{summary}");
+    println!("({} load processes)", a.processes);
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("result.json"), json).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("summary.md"), &summary).map_err(|e| e.to_string())?;
+    }
+    Ok(report.passed)
 }
 
 /// Live progress on a terminal: a bar with the phase and counts, and news

@@ -1,0 +1,232 @@
+//! What one load process counted, before it becomes a [`Report`]: plain
+//! data that travels between processes (a run spread over several load
+//! processes merges one of these per process) and merges by adding up.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::report::{Inputs, Report, ResourceUse};
+use crate::scenario::Scenario;
+
+/// One process's counts of a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RawRun {
+    /// Driver name.
+    pub driver: String,
+    /// Users this process ran.
+    pub users: u64,
+    /// Of those, users that joined.
+    pub joined: u64,
+    /// Length of the recorded stretch, µs.
+    pub recorded_us: u64,
+    /// Deliveries over the whole run.
+    pub deliveries_total: u64,
+    /// Deliveries expected from this process's publishes.
+    pub expected_total: u64,
+    /// Deliveries received while recording.
+    pub deliveries: u64,
+    /// Deliveries expected from publishes sent while recording.
+    pub expected: u64,
+    /// Publishes over the whole run.
+    pub publishes_total: u64,
+    /// Publishes sent while recording.
+    pub publishes: u64,
+    /// Acknowledgements received.
+    pub acks: u64,
+    /// Successful requests.
+    pub requests_ok: u64,
+    /// Failed or unanswered requests.
+    pub requests_failed: u64,
+    /// Bytes received while recording.
+    pub bytes_in: u64,
+    /// Bytes sent while recording.
+    pub bytes_out: u64,
+    /// Errors by kind.
+    pub errors: BTreeMap<String, u64>,
+    /// Delivery latency samples (µs).
+    #[serde(with = "histogram_pairs")]
+    pub latency: Histogram<u64>,
+    /// Request round trips (µs).
+    #[serde(with = "histogram_pairs")]
+    pub request_rt: Histogram<u64>,
+    /// Server CPU time while recording, µs.
+    pub server_cpu_us: Option<u64>,
+    /// This process's CPU time while recording, µs.
+    pub generator_cpu_us: Option<u64>,
+    /// Server RSS at the end of recording, KiB.
+    pub server_rss_kib: Option<u64>,
+    /// Largest server RSS sampled, KiB.
+    pub server_rss_max_kib: Option<u64>,
+    /// Server RSS at the start, KiB.
+    pub server_rss_start_kib: Option<u64>,
+}
+
+/// An empty histogram with the bounds every run uses: 1 µs to 1 h, three
+/// significant digits.
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
+}
+
+impl RawRun {
+    /// Adds `other`'s counts to these. Every process watches the same
+    /// server over the same recorded stretch, so the server's CPU and
+    /// memory readings are not added up but the largest is kept; the
+    /// generator's CPU is added up.
+    pub fn merge(&mut self, other: &RawRun) {
+        self.users += other.users;
+        self.joined += other.joined;
+        self.recorded_us = self.recorded_us.max(other.recorded_us);
+        self.deliveries_total += other.deliveries_total;
+        self.expected_total += other.expected_total;
+        self.deliveries += other.deliveries;
+        self.expected += other.expected;
+        self.publishes_total += other.publishes_total;
+        self.publishes += other.publishes;
+        self.acks += other.acks;
+        self.requests_ok += other.requests_ok;
+        self.requests_failed += other.requests_failed;
+        self.bytes_in += other.bytes_in;
+        self.bytes_out += other.bytes_out;
+        for (k, v) in &other.errors {
+            *self.errors.entry(k.clone()).or_default() += v;
+        }
+        let _ = self.latency.add(&other.latency);
+        let _ = self.request_rt.add(&other.request_rt);
+        let max = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.server_cpu_us = max(self.server_cpu_us, other.server_cpu_us);
+        self.server_rss_kib = max(self.server_rss_kib, other.server_rss_kib);
+        self.server_rss_max_kib = max(self.server_rss_max_kib, other.server_rss_max_kib);
+        self.server_rss_start_kib = match (self.server_rss_start_kib, other.server_rss_start_kib) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.generator_cpu_us = match (self.generator_cpu_us, other.generator_cpu_us) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// The report of these counts for `scenario`.
+    pub fn report(&self, scenario: &Scenario) -> Report {
+        let us = |v: Option<u64>| v.map(Duration::from_micros);
+        Report::build(Inputs {
+            scenario,
+            driver: &self.driver,
+            users: self.users,
+            joined: self.joined,
+            recorded: Duration::from_micros(self.recorded_us),
+            deliveries_total: self.deliveries_total,
+            expected_total: self.expected_total,
+            deliveries: self.deliveries,
+            expected: self.expected,
+            publishes_total: self.publishes_total,
+            publishes: self.publishes,
+            acks: self.acks,
+            requests_ok: self.requests_ok,
+            requests_failed: self.requests_failed,
+            bytes_in: self.bytes_in,
+            bytes_out: self.bytes_out,
+            errors: self.errors.clone(),
+            latency: &self.latency,
+            request_rt: &self.request_rt,
+            resources: ResourceUse {
+                server_cpu: us(self.server_cpu_us),
+                server_rss_kib: self.server_rss_kib,
+                server_rss_start_kib: self.server_rss_start_kib,
+                server_rss_max_kib: self.server_rss_max_kib,
+                generator_cpu: us(self.generator_cpu_us),
+            },
+        })
+    }
+}
+
+/// A histogram as `[value, count]` pairs of its recorded values.
+mod histogram_pairs {
+    use hdrhistogram::Histogram;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(h: &Histogram<u64>, s: S) -> Result<S::Ok, S::Error> {
+        let pairs: Vec<(u64, u64)> = h
+            .iter_recorded()
+            .map(|v| (v.value_iterated_to(), v.count_at_value()))
+            .collect();
+        pairs.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Histogram<u64>, D::Error> {
+        let pairs = Vec::<(u64, u64)>::deserialize(d)?;
+        let mut h = super::histogram();
+        for (value, count) in pairs {
+            h.record_n(value, count).map_err(serde::de::Error::custom)?;
+        }
+        Ok(h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(users: u64, latencies: &[u64]) -> RawRun {
+        let mut latency = histogram();
+        for &l in latencies {
+            latency.record(l).unwrap();
+        }
+        RawRun {
+            driver: "plaza".into(),
+            users,
+            joined: users,
+            recorded_us: 1_000_000,
+            deliveries_total: 10 * users,
+            expected_total: 10 * users,
+            deliveries: 5 * users,
+            expected: 5 * users,
+            publishes_total: users,
+            publishes: users,
+            acks: users,
+            requests_ok: 1,
+            requests_failed: 0,
+            bytes_in: 100,
+            bytes_out: 10,
+            errors: BTreeMap::from([("x".to_owned(), users)]),
+            latency,
+            request_rt: histogram(),
+            server_cpu_us: Some(500_000 + users),
+            generator_cpu_us: Some(100_000),
+            server_rss_kib: Some(1000 + users),
+            server_rss_max_kib: Some(2000),
+            server_rss_start_kib: Some(500 - users),
+        }
+    }
+
+    #[test]
+    fn survives_json_and_merges_by_adding_counts_and_keeping_server_readings() {
+        let a = raw(3, &[1000, 2000]);
+        let json = serde_json::to_string(&a).unwrap();
+        let back: RawRun = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.latency.len(), 2);
+        assert_eq!(back.latency.max(), a.latency.max());
+        let mut m = back;
+        m.merge(&raw(4, &[3000]));
+        assert_eq!(m.users, 7);
+        assert_eq!(m.deliveries_total, 70);
+        assert_eq!(m.errors["x"], 7);
+        assert_eq!(m.latency.len(), 3);
+        assert_eq!(m.server_cpu_us, Some(500_004), "the largest, not the sum");
+        assert_eq!(m.generator_cpu_us, Some(200_000), "the sum");
+        assert_eq!(m.server_rss_start_kib, Some(496), "the smallest start");
+        let report = m.report(&Scenario::parse(
+            "name: x\nphases: [{name: a, duration_s: 1}]\nflows: [{name: f, steps: [connect]}]\n",
+            &[],
+        )
+        .unwrap());
+        assert_eq!(report.users, 7);
+        assert_eq!(report.latency.unwrap().count, 3);
+    }
+}
