@@ -392,6 +392,37 @@ pub fn series(c: &Comparison) -> Vec<Series> {
         .collect()
 }
 
+/// The scenario name and chart series of a `comparison.json` written by an
+/// earlier run, for `plaza bench chart` (charts over several runs).
+pub fn series_from_json(v: &serde_json::Value) -> (String, Vec<Series>) {
+    let scenario = v["scenario"].as_str().unwrap_or("comparison").to_owned();
+    let series = v["targets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| Series {
+            target: t["target"].as_str().unwrap_or("?").to_owned(),
+            points: t["points"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| {
+                    let r = &p["report"];
+                    Some(SweepPoint {
+                        members: p["value"].as_u64()?,
+                        latency_mean_ms: r["latency"]["mean_ms"].as_f64(),
+                        latency_p99_ms: r["latency"]["p99_ms"].as_f64(),
+                        deliveries_per_s: r["received_per_s"].as_f64().unwrap_or(0.0),
+                        passed: p["passed"].as_bool().unwrap_or(false),
+                    })
+                })
+                .collect(),
+        })
+        .filter(|s: &Series| !s.points.is_empty())
+        .collect();
+    (scenario, series)
+}
+
 fn write_outputs(c: &Comparison, out: &Path) -> Result<(), String> {
     let json = serde_json::to_string_pretty(c).map_err(|e| e.to_string())?;
     std::fs::write(out.join("comparison.json"), json).map_err(|e| e.to_string())?;
@@ -405,4 +436,37 @@ fn write_outputs(c: &Comparison, out: &Path) -> Result<(), String> {
         chart::draw_sweep_charts(&c.scenario, &points, out).map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_come_back_from_a_comparison_file() {
+        let v = serde_json::json!({
+            "scenario": "room-broadcast",
+            "targets": [
+                {"target": "plaza", "points": [
+                    {"value": 200, "passed": true,
+                     "report": {"latency": {"mean_ms": 2.5, "p99_ms": 7.0}, "received_per_s": 79000.0}},
+                    {"value": 400, "passed": false,
+                     "report": {"latency": null, "received_per_s": 1.0}}
+                ]},
+                {"target": "skipped", "points": []}
+            ]
+        });
+        let (name, series) = series_from_json(&v);
+        assert_eq!(name, "room-broadcast");
+        assert_eq!(series.len(), 1, "targets without points are left out");
+        let p = &series[0].points;
+        assert_eq!(
+            (p[0].members, p[0].latency_mean_ms, p[0].passed),
+            (200, Some(2.5), true)
+        );
+        assert_eq!(
+            (p[1].members, p[1].latency_mean_ms, p[1].passed),
+            (400, None, false)
+        );
+    }
 }

@@ -52,6 +52,13 @@ pub struct RawRun {
     /// Request round trips (µs).
     #[serde(with = "histogram_pairs")]
     pub request_rt: Histogram<u64>,
+    /// HTTP call round trips (µs).
+    #[serde(with = "histogram_pairs")]
+    pub http_rt: Histogram<u64>,
+    /// Successful HTTP calls.
+    pub http_ok: u64,
+    /// Failed HTTP calls.
+    pub http_failed: u64,
     /// Server CPU time while recording, µs.
     pub server_cpu_us: Option<u64>,
     /// This process's CPU time while recording, µs.
@@ -95,6 +102,9 @@ impl RawRun {
         }
         let _ = self.latency.add(&other.latency);
         let _ = self.request_rt.add(&other.request_rt);
+        let _ = self.http_rt.add(&other.http_rt);
+        self.http_ok += other.http_ok;
+        self.http_failed += other.http_failed;
         let max = |a: Option<u64>, b: Option<u64>| match (a, b) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
@@ -135,6 +145,9 @@ impl RawRun {
             errors: self.errors.clone(),
             latency: &self.latency,
             request_rt: &self.request_rt,
+            http_rt: &self.http_rt,
+            http_ok: self.http_ok,
+            http_failed: self.http_failed,
             resources: ResourceUse {
                 server_cpu: us(self.server_cpu_us),
                 server_rss_kib: self.server_rss_kib,
@@ -197,6 +210,9 @@ mod tests {
             errors: BTreeMap::from([("x".to_owned(), users)]),
             latency,
             request_rt: histogram(),
+            http_rt: histogram(),
+            http_ok: users,
+            http_failed: 0,
             server_cpu_us: Some(500_000 + users),
             generator_cpu_us: Some(100_000),
             server_rss_kib: Some(1000 + users),
@@ -217,6 +233,7 @@ mod tests {
         assert_eq!(m.users, 7);
         assert_eq!(m.deliveries_total, 70);
         assert_eq!(m.errors["x"], 7);
+        assert_eq!(m.http_ok, 7);
         assert_eq!(m.latency.len(), 3);
         assert_eq!(m.server_cpu_us, Some(500_004), "the largest, not the sum");
         assert_eq!(m.generator_cpu_us, Some(200_000), "the sum");

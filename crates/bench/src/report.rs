@@ -65,6 +65,12 @@ pub struct Inputs<'a> {
     pub latency: &'a Histogram<u64>,
     /// Request round trips (µs) while recording.
     pub request_rt: &'a Histogram<u64>,
+    /// HTTP call round trips (µs) while recording.
+    pub http_rt: &'a Histogram<u64>,
+    /// HTTP calls that succeeded.
+    pub http_ok: u64,
+    /// HTTP calls that failed (status or transport).
+    pub http_failed: u64,
     /// Resource readings.
     pub resources: ResourceUse,
 }
@@ -172,9 +178,15 @@ pub struct Report {
     pub requests_ok: u64,
     /// Failed or unanswered requests.
     pub requests_failed: u64,
+    /// HTTP call round trips.
+    pub http_rt: Option<Latency>,
+    /// Successful HTTP calls.
+    pub http_ok: u64,
+    /// Failed HTTP calls.
+    pub http_failed: u64,
     /// Errors by kind.
     pub errors: BTreeMap<String, u64>,
-    /// Errors / (users + publishes + requests).
+    /// Errors / (users + publishes + requests + HTTP calls).
     pub error_rate: f64,
     /// Server CPU use while recording, % of one core.
     pub server_cpu_percent: Option<f64>,
@@ -205,7 +217,12 @@ impl Report {
         let per_s = |v: u64| v as f64 / secs;
         let pct = |d: Option<Duration>| d.map(|d| d.as_secs_f64() / secs * 100.0);
         let errors_total: u64 = i.errors.values().sum();
-        let ops = i.users + i.publishes_total + i.requests_ok + i.requests_failed;
+        let ops = i.users
+            + i.publishes_total
+            + i.requests_ok
+            + i.requests_failed
+            + i.http_ok
+            + i.http_failed;
         let error_rate = if ops == 0 {
             0.0
         } else {
@@ -264,6 +281,19 @@ impl Report {
             request_rt.as_ref().map(|l| l.mean_ms),
             true,
         );
+        let http_rt = Latency::of(i.http_rt);
+        check(
+            "http_mean_ms",
+            e.http_mean_ms,
+            http_rt.as_ref().map(|l| l.mean_ms),
+            true,
+        );
+        check(
+            "http_p95_ms",
+            e.http_p95_ms,
+            http_rt.as_ref().map(|l| l.p95_ms),
+            true,
+        );
         check("error_rate", e.error_rate, Some(error_rate), true);
         check("delivery_ratio", e.delivery_ratio, delivery_ratio, false);
         let passed = checks.iter().all(|c| c.passed);
@@ -295,6 +325,9 @@ impl Report {
             request_rt,
             requests_ok: i.requests_ok,
             requests_failed: i.requests_failed,
+            http_rt,
+            http_ok: i.http_ok,
+            http_failed: i.http_failed,
             errors: i.errors,
             error_rate,
             server_cpu_percent: pct(i.resources.server_cpu),
@@ -354,6 +387,13 @@ impl Report {
                 s,
                 "| request RT ms (mean, p50, p95, p99, max; {} ok, {} failed) | {:.2}, {:.2}, {:.2}, {:.2}, {:.2} |",
                 self.requests_ok, self.requests_failed, l.mean_ms, l.p50_ms, l.p95_ms, l.p99_ms, l.max_ms
+            );
+        }
+        if let Some(l) = &self.http_rt {
+            let _ = writeln!(
+                s,
+                "| HTTP RT ms (mean, p50, p95, p99, max; {} ok, {} failed) | {:.2}, {:.2}, {:.2}, {:.2}, {:.2} |",
+                self.http_ok, self.http_failed, l.mean_ms, l.p50_ms, l.p95_ms, l.p99_ms, l.max_ms
             );
         }
         let _ = writeln!(s, "| server CPU | {} |", opt(self.server_cpu_percent, " %"));

@@ -138,6 +138,11 @@ struct Shared {
     errors: Mutex<BTreeMap<String, u64>>,
     latency: Mutex<Histogram<u64>>,
     request_rt: Mutex<Histogram<u64>>,
+    http_rt: Mutex<Histogram<u64>>,
+    http_ok: AtomicU64,
+    http_failed: AtomicU64,
+    /// One HTTP client (and connection pool) for every user's calls.
+    http: reqwest::Client,
     pending: Mutex<HashMap<u64, oneshot::Sender<bool>>>,
 }
 
@@ -228,6 +233,10 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         errors: Mutex::new(BTreeMap::new()),
         latency: Mutex::new(histogram()),
         request_rt: Mutex::new(histogram()),
+        http_rt: Mutex::new(histogram()),
+        http_ok: AtomicU64::new(0),
+        http_failed: AtomicU64::new(0),
+        http: reqwest::Client::new(),
         pending: Mutex::new(HashMap::new()),
     });
 
@@ -356,6 +365,7 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         .unwrap_or_else(|p| p.into_inner())
         .clone();
     let errors = s.errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let http_rt = s.http_rt.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let micros = |d: Option<Duration>| d.map(|d| d.as_micros() as u64);
     Ok(RawRun {
         driver: shared.opts.driver.name().to_owned(),
@@ -376,6 +386,9 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         errors,
         latency,
         request_rt,
+        http_rt,
+        http_ok: s.http_ok.load(Ordering::Relaxed),
+        http_failed: s.http_failed.load(Ordering::Relaxed),
         server_cpu_us: micros(resources.server_cpu),
         generator_cpu_us: micros(resources.generator_cpu),
         server_rss_kib: resources.server_rss_kib,
@@ -447,7 +460,7 @@ async fn setup(opts: &RunOptions, scenario: &Scenario) -> Result<(), RunError> {
     let room_ids: Vec<String> = (0..scenario.rooms)
         .flat_map(|r| rooms_joined(scenario, r))
         .collect();
-    let calls = opts.driver.setup(&room_ids);
+    let calls = opts.driver.setup(&room_ids, &scenario.room_options);
     if calls.is_empty() {
         return Ok(());
     }
@@ -628,6 +641,12 @@ async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &Step) -> bool
             .await
         }
         Step::Request { op, args } => request(shared, st, op, args.as_ref()).await,
+        Step::Http {
+            method,
+            path,
+            body,
+            status,
+        } => http_call(shared, st, method, path, body.as_ref(), *status).await,
         Step::Think { ms } => {
             shared
                 .pause_until(Instant::now() + Duration::from_millis(*ms))
@@ -920,6 +939,78 @@ async fn receive(
                 let _ = w.pong(&p).await;
             }
         }
+    }
+}
+
+/// One HTTP call: timed while recording; a transport error or an
+/// unexpected status counts as a failed call and an error, and the user goes
+/// on (a load test of an API wants every call made).
+async fn http_call(
+    shared: &Arc<Shared>,
+    st: &UserState,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+    status: Option<u16>,
+) -> bool {
+    let Ok(method) = reqwest::Method::from_bytes(method.as_bytes()) else {
+        shared.error(format!("http: bad method {method:?}"));
+        return false;
+    };
+    let path = expand(path, st.vu, st.room_index, &st.flow);
+    let url = format!("http://{}{}", shared.opts.addr, path);
+    let mut req = shared
+        .http
+        .request(method, &url)
+        .timeout(shared.opts.timeout);
+    if let Some(b) = body {
+        req = req.json(&expand_json(b.clone(), st.vu, st.room_index, &st.flow));
+    }
+    let sent = Instant::now();
+    let outcome = match req.send().await {
+        Ok(resp) => {
+            let code = resp.status();
+            // Read the body: the call is over when the response is.
+            let read = resp.bytes().await;
+            match (status, read) {
+                (_, Err(e)) => Err(format!("http: body: {}", short(&e))),
+                (Some(want), Ok(_)) if code.as_u16() != want => Err(format!("http: status {code}")),
+                (None, Ok(_)) if !code.is_success() => Err(format!("http: status {code}")),
+                _ => Ok(()),
+            }
+        }
+        Err(e) => Err(format!("http: {}", short(&e))),
+    };
+    let took = sent.elapsed().as_micros() as u64;
+    match outcome {
+        Ok(()) => {
+            shared.http_ok.fetch_add(1, Ordering::Relaxed);
+            if shared.recording() {
+                let _ = shared
+                    .http_rt
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .record(took.max(1));
+            }
+        }
+        Err(kind) => {
+            shared.http_failed.fetch_add(1, Ordering::Relaxed);
+            shared.error(kind);
+        }
+    }
+    true
+}
+
+/// An error kind without the URL (so that errors group by kind).
+fn short(e: &reqwest::Error) -> &'static str {
+    if e.is_timeout() {
+        "timeout"
+    } else if e.is_connect() {
+        "connect"
+    } else if e.is_body() || e.is_decode() {
+        "body"
+    } else {
+        "request"
     }
 }
 

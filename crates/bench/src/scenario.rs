@@ -45,6 +45,10 @@ pub struct Scenario {
     /// Number of rooms; virtual user `i` is in room `i % rooms` (`{room}` in templates).
     #[serde(default = "one")]
     pub rooms: u64,
+    /// Options for the rooms the run creates (drivers that create rooms pass
+    /// them on; Plaza: e.g. `{presence: false}`).
+    #[serde(default)]
+    pub room_options: serde_json::Map<String, serde_json::Value>,
     /// Phases, run one after the other.
     pub phases: Vec<Phase>,
     /// What virtual users do; each user gets one flow, chosen by weight.
@@ -140,6 +144,21 @@ pub enum Step {
         #[serde(default)]
         args: Option<serde_json::Value>,
     },
+    /// Make an HTTP call to the target (e.g. a REST API under load); its
+    /// round trip is timed. Strings in `path` and `body` are templates.
+    Http {
+        /// `GET`, `POST`, ...
+        #[serde(default = "get")]
+        method: String,
+        /// Path (and query) on the target, e.g. `/v1/rooms`.
+        path: String,
+        /// JSON body.
+        #[serde(default)]
+        body: Option<serde_json::Value>,
+        /// The status that counts as success (default: any 2xx).
+        #[serde(default)]
+        status: Option<u16>,
+    },
     /// Wait.
     Think {
         /// Milliseconds.
@@ -178,6 +197,10 @@ fn hundred() -> usize {
     100
 }
 
+fn get() -> String {
+    "GET".into()
+}
+
 /// Pass criteria for the recorded phases.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -188,6 +211,10 @@ pub struct Expectations {
     pub latency_p99_ms: Option<f64>,
     /// Mean request round trip at most this (ms).
     pub request_mean_ms: Option<f64>,
+    /// Mean HTTP call round trip at most this (ms).
+    pub http_mean_ms: Option<f64>,
+    /// 95th percentile HTTP call round trip at most this (ms).
+    pub http_p95_ms: Option<f64>,
     /// Errors / operations at most this.
     pub error_rate: Option<f64>,
     /// Deliveries / expected deliveries at least this.
@@ -544,7 +571,14 @@ expect: { latency_mean_ms: 100, error_rate: 0.01 }
             panic!("usage loop");
         };
         assert_eq!(*count, Some(50));
-        assert_eq!(steps.len(), 12);
+        assert!(matches!(
+            &branches[0][0],
+            Step::Loop {
+                every_ms: Some(3000),
+                ..
+            }
+        ));
+        assert_eq!(steps.len(), 11, "6 actions, 5 pauses");
         assert!(matches!(&steps[2], Step::Request { op, .. } if op == "entity.create"));
         assert!(matches!(
             &branches[1][0],
@@ -565,6 +599,23 @@ expect: { latency_mean_ms: 100, error_rate: 0.01 }
             .contains("\"b\""));
         let ok = yaml.replace("wait_phase: b", "leader: [{wait_phase: a}]");
         assert!(Scenario::parse(&ok, &[]).is_ok());
+    }
+
+    #[test]
+    fn http_steps_default_to_get() {
+        let yaml = "name: x\nphases:\n  - {name: a, duration_s: 1}\nflows:\n  - {name: f, steps: [{http: {path: /v1/rooms}}, {http: {method: POST, path: /x, body: {a: 1}, status: 201}}]}\n";
+        let s = Scenario::parse(yaml, &[]).unwrap();
+        assert!(
+            matches!(&s.flows[0].steps[0], Step::Http { method, status: None, .. } if method == "GET")
+        );
+        assert!(matches!(
+            &s.flows[0].steps[1],
+            Step::Http {
+                status: Some(201),
+                body: Some(_),
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -278,3 +278,39 @@ async fn the_leader_publishes_once_when_the_phase_starts_and_everyone_times_it()
     assert!(report.server_rss_per_user_kib.is_some());
     assert!(report.passed, "{:?}", report.checks);
 }
+
+/// HTTP steps: each user creates a room over the API (201), reads it back
+/// (any 2xx), and asks for one that does not exist (a failed call: 404).
+const HTTP_CALLS: &str = r#"
+name: http-calls
+rooms: 1
+phases:
+  - { name: run, arrival_rate: 100, users: 4, record: true }
+  - { name: rest, duration_s: 0.2, record: true }
+flows:
+  - name: api
+    steps:
+      - http: { method: POST, path: /v1/rooms, body: { id: "h-{vu}" }, status: 201 }
+      - http: { path: "/v1/rooms/h-{vu}" }
+      - http: { path: "/v1/rooms/missing-{vu}" }
+expect: { http_p95_ms: 10000 }
+drain: { quiet_ms: 100, max_ms: 1000 }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_steps_are_timed_and_unexpected_statuses_fail() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let node = Node::new(ServerConfig::default(), Arc::new(MemoryBroker::new()));
+    tokio::spawn(plaza_server::serve(node.clone(), listener));
+    let scenario = Scenario::parse(HTTP_CALLS, &[]).unwrap();
+    let report = run(&scenario, options(addr, Arc::new(PlazaDriver)))
+        .await
+        .unwrap();
+    assert_eq!(report.http_ok, 8, "{report:#?}");
+    assert_eq!(report.http_failed, 4);
+    assert_eq!(report.errors.get("http: status 404 Not Found"), Some(&4));
+    assert_eq!(report.http_rt.as_ref().map(|l| l.count), Some(8));
+    assert_eq!(node.list_rooms().len(), 4, "every POST created its room");
+    assert!(report.passed, "{:?}", report.checks);
+}

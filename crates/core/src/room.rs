@@ -40,6 +40,11 @@ pub struct RoomConfig {
     pub dedup_window: usize,
     /// Channels a member may subscribe to at once.
     pub max_channels: usize,
+    /// Whether members see each other: `presence.join`/`presence.leave`
+    /// events and the member list in `joined`. Off for large broadcast
+    /// rooms, where every join would otherwise reach every member (O(n²)
+    /// events) and every `joined` would list every member.
+    pub presence: bool,
 }
 
 impl Default for RoomConfig {
@@ -53,6 +58,7 @@ impl Default for RoomConfig {
             max_lock_ttl_ms: 600_000,
             dedup_window: 256,
             max_channels: 32,
+            presence: true,
         }
     }
 }
@@ -367,16 +373,20 @@ impl<S> Room<S> {
             },
         );
         self.connected += 1;
-        let event = self.push(
-            Some(&p.session),
-            None,
-            EventBody::PresenceJoin { member: info },
-            now,
-        );
+        let events = if self.config.presence {
+            vec![self.push(
+                Some(&p.session),
+                None,
+                EventBody::PresenceJoin { member: info },
+                now,
+            )]
+        } else {
+            Vec::new()
+        };
         Ok(Joined {
             frame: self.joined_frame(&p.session, true, false, now),
             missed: Vec::new(),
-            events: vec![event],
+            events,
             replaced: None,
         })
     }
@@ -421,7 +431,7 @@ impl<S> Room<S> {
             }
             Some(_) => Vec::new(),
         };
-        let events = if was_connected {
+        let events = if was_connected || !self.config.presence {
             Vec::new()
         } else {
             vec![self.push(
@@ -455,7 +465,12 @@ impl<S> Room<S> {
             resume_token: m.resume_token.clone(),
             epoch: self.epoch,
             seq: self.seq,
-            members: self.members_info(),
+            // Without presence a member sees only itself.
+            members: if self.config.presence {
+                self.members_info()
+            } else {
+                vec![m.info.clone()]
+            },
             snapshot: with_snapshot.then(|| self.snapshot(now)),
             channels: m.channels.clone(),
             resumed,
@@ -534,11 +549,13 @@ impl<S> Room<S> {
                 )
             })
             .collect();
-        let body = EventBody::PresenceLeave {
-            session: session.to_owned(),
-            reason,
-        };
-        out.push(self.push(Some(session), None, body, now));
+        if self.config.presence {
+            let body = EventBody::PresenceLeave {
+                session: session.to_owned(),
+                reason,
+            };
+            out.push(self.push(Some(session), None, body, now));
+        }
         out
     }
 

@@ -364,3 +364,31 @@ fn close_returns_connected_sinks_and_empties_the_room() {
         Some(plaza_protocol::server::ResyncReason::SessionExpired)
     );
 }
+
+#[test]
+fn without_presence_members_see_no_joins_or_leaves_but_messages_still_flow() {
+    let mut r = room_with(RoomConfig {
+        presence: false,
+        ..RoomConfig::default()
+    });
+    let a = join(&mut r, 1, 10);
+    let b = join(&mut r, 2, 11);
+    assert!(
+        a.events.is_empty() && b.events.is_empty(),
+        "no presence.join"
+    );
+    // Each member's joined frame lists only itself.
+    let listed: Vec<&str> = b.frame.members.iter().map(|m| m.session.as_str()).collect();
+    assert_eq!(listed, ["s2"]);
+    assert_eq!(r.connected(), 2);
+    // Messages still reach the other member, and carry the next seq.
+    let m = say(&mut r, 1, 12);
+    assert_eq!(m.seq, 1);
+    let mut got = Vec::new();
+    r.for_each_recipient(&m, |session, _| got.push(session.to_owned()));
+    assert_eq!(got, ["s2"]);
+    // Leaving and disconnecting announce nothing (no lock was held).
+    assert!(r.leave(&sid(2), 13).is_empty());
+    assert!(r.disconnect(&sid(1), 14).is_empty());
+    assert_eq!(r.seq(), 1, "only the message was sequenced");
+}

@@ -27,6 +27,20 @@ enum BenchCommand {
     /// to every other client (no rooms, no features). Drive it with
     /// `--driver broadcast`; it is this machine's practical ceiling.
     ReferenceServer(ReferenceArgs),
+    /// Draw latency and throughput charts (SVG, PNG) from the comparison.json
+    /// files of earlier sweeps, one line per target; a target in a later
+    /// file replaces one of the same name in an earlier file.
+    Chart(ChartArgs),
+}
+
+#[derive(Args)]
+struct ChartArgs {
+    /// comparison.json files written by `bench run --find-max --out DIR`.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Directory for latency.svg/png and throughput.svg/png.
+    #[arg(long)]
+    out: PathBuf,
 }
 
 #[derive(Args)]
@@ -146,6 +160,18 @@ pub fn main(args: BenchArgs) -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        BenchCommand::Chart(a) => match chart(a) {
+            Ok(paths) => {
+                for p in paths {
+                    println!("{}", p.display());
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("plaza bench chart: {e}");
+                ExitCode::from(2)
+            }
+        },
         BenchCommand::ReferenceServer(a) => match reference_server(a) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -154,6 +180,23 @@ pub fn main(args: BenchArgs) -> ExitCode {
             }
         },
     }
+}
+
+fn chart(a: ChartArgs) -> Result<Vec<PathBuf>, String> {
+    let mut title = String::new();
+    let mut all: Vec<plaza_bench::chart::Series> = Vec::new();
+    for f in &a.files {
+        let text = std::fs::read(f).map_err(|e| format!("{}: {e}", f.display()))?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", f.display()))?;
+        let (name, series) = plaza_bench::compare::series_from_json(&v);
+        title = name;
+        for s in series {
+            all.retain(|old| old.target != s.target);
+            all.push(s);
+        }
+    }
+    plaza_bench::chart::draw_sweep_charts(&title, &all, &a.out).map_err(|e| e.to_string())
 }
 
 /// One thread: the server under test gets one core in every comparison.

@@ -58,6 +58,9 @@ pub struct RoomOptions {
     pub max_members: Option<usize>,
     /// `open` (default) or `ticket`.
     pub access: Option<String>,
+    /// Presence events and member lists (default true; false for large
+    /// broadcast rooms).
+    pub presence: Option<bool>,
 }
 
 /// Body of `POST /v1/rooms`.
@@ -224,6 +227,7 @@ impl Node {
             resume_window_ms: self.config.resume_window_ms,
             default_lock_ttl_ms: self.config.lock_ttl_ms,
             max_lock_ttl_ms: self.config.max_lock_ttl_ms,
+            presence: spec.options.presence.unwrap_or(true),
             ..RoomConfig::default()
         };
         let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());

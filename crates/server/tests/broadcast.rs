@@ -295,3 +295,28 @@ async fn channels_reach_only_their_subscribers() {
     let rest = p.drain().await;
     assert_eq!(of_kind(&rest, "message").len(), 0, "{rest:?}");
 }
+
+#[tokio::test]
+async fn a_room_without_presence_announces_no_joins_and_lists_only_the_joiner() {
+    let s = TestServer::start().await;
+    s.create_room(json!({"id": "quiet", "options": {"presence": false}}))
+        .await;
+    let (mut a, joined_a) = s.join("quiet", "ann").await;
+    let (mut b, joined_b) = s.join("quiet", "bob").await;
+    assert_eq!(joined_a["members"].as_array().map(Vec::len), Some(1));
+    assert_eq!(joined_b["members"].as_array().map(Vec::len), Some(1));
+    assert_eq!(joined_b["members"][0]["name"], "bob");
+    // The first thing ann receives is bob's message, not bob's join.
+    b.publish("quiet", "hello", json!(1)).await;
+    let first = a.recv().await;
+    assert_eq!(first["kind"], "message", "{first}");
+    assert_eq!(first["event"], "hello");
+    // A bad value is refused with the usual error.
+    let (status, body) = s
+        .post(
+            "/v1/rooms",
+            &json!({"id": "bad", "options": {"presence": "no"}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+}

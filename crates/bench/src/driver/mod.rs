@@ -94,9 +94,14 @@ pub trait Driver: Send + Sync {
     fn echoes_sender(&self) -> bool {
         false
     }
-    /// HTTP calls to make once before the run, for these room ids.
-    fn setup(&self, rooms: &[String]) -> Vec<HttpCall> {
-        let _ = rooms;
+    /// HTTP calls to make once before the run, for these room ids, with
+    /// the scenario's `room_options`.
+    fn setup(
+        &self,
+        rooms: &[String],
+        options: &serde_json::Map<String, serde_json::Value>,
+    ) -> Vec<HttpCall> {
+        let _ = (rooms, options);
         Vec::new()
     }
     /// The handshake step after the socket opened (`msg` is `None`) or after

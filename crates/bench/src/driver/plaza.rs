@@ -17,13 +17,20 @@ impl Driver for PlazaDriver {
         "/v1/ws".into()
     }
 
-    fn setup(&self, rooms: &[String]) -> Vec<HttpCall> {
+    fn setup(
+        &self,
+        rooms: &[String],
+        options: &serde_json::Map<String, serde_json::Value>,
+    ) -> Vec<HttpCall> {
+        let mut opts = serde_json::Map::new();
+        opts.insert("max_members".into(), json!(1_000_000));
+        opts.extend(options.clone());
         rooms
             .iter()
             .map(|id| HttpCall {
                 method: "POST",
                 path: "/v1/rooms".into(),
-                body: Some(json!({"id": id, "name": id, "options": {"max_members": 1_000_000}})),
+                body: Some(json!({"id": id, "name": id, "options": opts})),
                 also_ok: vec![409],
             })
             .collect()
