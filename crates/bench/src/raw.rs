@@ -3,12 +3,11 @@
 //! processes merges one of these per process) and merges by adding up.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::report::{Inputs, Report, ResourceUse};
+use crate::report::Report;
 use crate::scenario::Scenario;
 
 /// One process's counts of a run.
@@ -124,38 +123,7 @@ impl RawRun {
 
     /// The report of these counts for `scenario`.
     pub fn report(&self, scenario: &Scenario) -> Report {
-        let us = |v: Option<u64>| v.map(Duration::from_micros);
-        Report::build(Inputs {
-            scenario,
-            driver: &self.driver,
-            users: self.users,
-            joined: self.joined,
-            recorded: Duration::from_micros(self.recorded_us),
-            deliveries_total: self.deliveries_total,
-            expected_total: self.expected_total,
-            deliveries: self.deliveries,
-            expected: self.expected,
-            publishes_total: self.publishes_total,
-            publishes: self.publishes,
-            acks: self.acks,
-            requests_ok: self.requests_ok,
-            requests_failed: self.requests_failed,
-            bytes_in: self.bytes_in,
-            bytes_out: self.bytes_out,
-            errors: self.errors.clone(),
-            latency: &self.latency,
-            request_rt: &self.request_rt,
-            http_rt: &self.http_rt,
-            http_ok: self.http_ok,
-            http_failed: self.http_failed,
-            resources: ResourceUse {
-                server_cpu: us(self.server_cpu_us),
-                server_rss_kib: self.server_rss_kib,
-                server_rss_start_kib: self.server_rss_start_kib,
-                server_rss_max_kib: self.server_rss_max_kib,
-                generator_cpu: us(self.generator_cpu_us),
-            },
-        })
+        Report::build(scenario, self)
     }
 }
 

@@ -8,72 +8,8 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::raw::RawRun;
 use crate::scenario::Scenario;
-
-/// CPU and memory readings over the recorded stretch.
-#[derive(Debug, Clone, Default)]
-pub struct ResourceUse {
-    /// Server CPU time used while recording.
-    pub server_cpu: Option<Duration>,
-    /// Server RSS at the end of the recorded stretch.
-    pub server_rss_kib: Option<u64>,
-    /// Server RSS when the run started (before any user arrived).
-    pub server_rss_start_kib: Option<u64>,
-    /// Largest server RSS sampled during the run.
-    pub server_rss_max_kib: Option<u64>,
-    /// This process's CPU time while recording.
-    pub generator_cpu: Option<Duration>,
-}
-
-/// The runner's raw figures.
-pub struct Inputs<'a> {
-    /// The scenario run.
-    pub scenario: &'a Scenario,
-    /// Driver name.
-    pub driver: &'a str,
-    /// Users scheduled.
-    pub users: u64,
-    /// Users that joined.
-    pub joined: u64,
-    /// Length of the recorded stretch.
-    pub recorded: Duration,
-    /// Deliveries over the whole run (drain included).
-    pub deliveries_total: u64,
-    /// Deliveries expected from every publish of the run.
-    pub expected_total: u64,
-    /// Deliveries received while recording.
-    pub deliveries: u64,
-    /// Deliveries expected from publishes sent while recording.
-    pub expected: u64,
-    /// Publishes over the whole run.
-    pub publishes_total: u64,
-    /// Publishes sent while recording.
-    pub publishes: u64,
-    /// Acknowledgements received.
-    pub acks: u64,
-    /// Successful requests.
-    pub requests_ok: u64,
-    /// Failed or unanswered requests.
-    pub requests_failed: u64,
-    /// Bytes received while recording.
-    pub bytes_in: u64,
-    /// Bytes sent while recording (publishes).
-    pub bytes_out: u64,
-    /// Errors by kind.
-    pub errors: BTreeMap<String, u64>,
-    /// Delivery latency (µs) of observers while recording.
-    pub latency: &'a Histogram<u64>,
-    /// Request round trips (µs) while recording.
-    pub request_rt: &'a Histogram<u64>,
-    /// HTTP call round trips (µs) while recording.
-    pub http_rt: &'a Histogram<u64>,
-    /// HTTP calls that succeeded.
-    pub http_ok: u64,
-    /// HTTP calls that failed (status or transport).
-    pub http_failed: u64,
-    /// Resource readings.
-    pub resources: ResourceUse,
-}
 
 /// Latency summary in milliseconds.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -211,9 +147,12 @@ pub struct Report {
 }
 
 impl Report {
-    /// Builds the report from the runner's figures.
-    pub fn build(i: Inputs<'_>) -> Report {
-        let secs = i.recorded.as_secs_f64().max(1e-9);
+    /// Builds the report of `scenario` from a run's counts.
+    pub fn build(scenario: &Scenario, i: &RawRun) -> Report {
+        let recorded = Duration::from_micros(i.recorded_us);
+        let server_cpu = i.server_cpu_us.map(Duration::from_micros);
+        let generator_cpu = i.generator_cpu_us.map(Duration::from_micros);
+        let secs = recorded.as_secs_f64().max(1e-9);
         let per_s = |v: u64| v as f64 / secs;
         let pct = |d: Option<Duration>| d.map(|d| d.as_secs_f64() / secs * 100.0);
         let errors_total: u64 = i.errors.values().sum();
@@ -230,14 +169,12 @@ impl Report {
         };
         let delivery_ratio =
             (i.expected_total > 0).then(|| i.deliveries_total as f64 / i.expected_total as f64);
-        let latency = Latency::of(i.latency);
-        let request_rt = Latency::of(i.request_rt);
-        let server_cpu_us_per_delivery = i
-            .resources
-            .server_cpu
+        let latency = Latency::of(&i.latency);
+        let request_rt = Latency::of(&i.request_rt);
+        let server_cpu_us_per_delivery = server_cpu
             .filter(|_| i.deliveries > 0)
             .map(|d| d.as_secs_f64() * 1e6 / i.deliveries as f64);
-        let generator_cpu_percent = pct(i.resources.generator_cpu);
+        let generator_cpu_percent = pct(generator_cpu);
         let mut warnings = Vec::new();
         if generator_cpu_percent.is_some_and(|p| p > 90.0) {
             warnings.push(format!(
@@ -249,7 +186,7 @@ impl Report {
         if i.joined < i.users {
             warnings.push(format!("only {} of {} users joined", i.joined, i.users));
         }
-        let e = &i.scenario.expect;
+        let e = &scenario.expect;
         let mut checks = Vec::new();
         let mut check = |name: &str, limit: Option<f64>, value: Option<f64>, at_most: bool| {
             if let Some(limit) = limit {
@@ -281,7 +218,7 @@ impl Report {
             request_rt.as_ref().map(|l| l.mean_ms),
             true,
         );
-        let http_rt = Latency::of(i.http_rt);
+        let http_rt = Latency::of(&i.http_rt);
         check(
             "http_mean_ms",
             e.http_mean_ms,
@@ -298,17 +235,16 @@ impl Report {
         check("delivery_ratio", e.delivery_ratio, delivery_ratio, false);
         let passed = checks.iter().all(|c| c.passed);
         Report {
-            scenario: i.scenario.name.clone(),
-            driver: i.driver.into(),
-            params: i
-                .scenario
+            scenario: scenario.name.clone(),
+            driver: i.driver.clone(),
+            params: scenario
                 .params
                 .iter()
                 .map(|(k, v)| (k.clone(), serde_json::to_value(v).unwrap_or_default()))
                 .collect(),
             users: i.users,
             joined: i.joined,
-            recorded_s: i.recorded.as_secs_f64(),
+            recorded_s: recorded.as_secs_f64(),
             publishes: i.publishes,
             deliveries: i.deliveries,
             expected_deliveries: i.expected,
@@ -328,17 +264,16 @@ impl Report {
             http_rt,
             http_ok: i.http_ok,
             http_failed: i.http_failed,
-            errors: i.errors,
+            errors: i.errors.clone(),
             error_rate,
-            server_cpu_percent: pct(i.resources.server_cpu),
+            server_cpu_percent: pct(server_cpu),
             server_cpu_us_per_delivery,
-            server_rss_kib: i.resources.server_rss_kib,
-            server_rss_max_kib: i.resources.server_rss_max_kib,
-            server_rss_start_kib: i.resources.server_rss_start_kib,
+            server_rss_kib: i.server_rss_kib,
+            server_rss_max_kib: i.server_rss_max_kib,
+            server_rss_start_kib: i.server_rss_start_kib,
             server_rss_per_user_kib: i
-                .resources
                 .server_rss_kib
-                .zip(i.resources.server_rss_start_kib)
+                .zip(i.server_rss_start_kib)
                 .filter(|_| i.joined > 0)
                 .map(|(end, start)| (end as f64 - start as f64) / i.joined as f64),
             generator_cpu_percent,

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::driver::{first_timestamp, Driver, Inbound, JoinSpec};
 use crate::procstat;
 use crate::raw::{histogram, RawRun};
-use crate::report::{Report, ResourceUse};
+use crate::report::Report;
 use crate::scenario::{Scenario, Step};
 use crate::schedule::Schedule;
 use crate::session;
@@ -395,6 +395,16 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         server_rss_max_kib: resources.server_rss_max_kib,
         server_rss_start_kib: resources.server_rss_start_kib,
     })
+}
+
+/// CPU and memory readings over the recorded stretch.
+#[derive(Debug, Clone, Default)]
+struct ResourceUse {
+    server_cpu: Option<Duration>,
+    server_rss_kib: Option<u64>,
+    server_rss_start_kib: Option<u64>,
+    server_rss_max_kib: Option<u64>,
+    generator_cpu: Option<Duration>,
 }
 
 /// CPU time used so far by the server and by this process.
