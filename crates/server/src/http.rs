@@ -10,6 +10,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use plaza_core::{RoomError, TicketGrant};
 use plaza_protocol::ErrorCode;
+use plaza_trajectory::Filter;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -21,12 +22,23 @@ use crate::Node;
 /// An HTTP error: status plus `{"error":{"code","message"}}`.
 pub(crate) struct ApiError {
     status: StatusCode,
-    code: ErrorCode,
+    /// An [`ErrorCode`]'s wire string, or a code of an HTTP-only service (e.g.
+    /// the trajectory filters' `invalid_csv`).
+    code: &'static str,
     message: String,
 }
 
 impl ApiError {
     pub(crate) fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError::with_code(status, code.as_str(), message)
+    }
+
+    /// An error with a code that is not an [`ErrorCode`].
+    pub(crate) fn with_code(
+        status: StatusCode,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
         ApiError {
             status,
             code,
@@ -97,6 +109,14 @@ pub(crate) fn router(node: Arc<Node>) -> Router {
         .route("/v1/rooms/{id}", get(get_room).delete(delete_room))
         .route("/v1/rooms/{id}/tickets", post(create_ticket))
         .route("/v1/ws", get(crate::ws::upgrade))
+        .route(
+            "/v1/trajectory/mean",
+            crate::trajectory::route(Filter::Mean),
+        )
+        .route(
+            "/v1/trajectory/median",
+            crate::trajectory::route(Filter::Median),
+        )
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, "no such route")
         })

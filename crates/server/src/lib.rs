@@ -16,6 +16,7 @@ pub mod metrics;
 mod node;
 pub mod outbox;
 mod room_task;
+mod trajectory;
 mod ws;
 
 pub use config::ServerConfig;

@@ -146,6 +146,34 @@ impl TestServer {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
+    /// POST `body` with the given `Content-Type` (none when `None`); returns the
+    /// status, the response's content type and the JSON body (`Null` if not JSON).
+    pub async fn post_body(
+        &self,
+        path: &str,
+        content_type: Option<&str>,
+        body: impl Into<reqwest::Body>,
+    ) -> (u16, String, Value) {
+        let mut req = self.http.post(self.url(path)).body(body);
+        if let Some(ct) = content_type {
+            req = req.header("content-type", ct);
+        }
+        let r = req.send().await.unwrap();
+        let status = r.status().as_u16();
+        let ct = r
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let text = r.text().await.unwrap();
+        (
+            status,
+            ct,
+            serde_json::from_str(&text).unwrap_or(Value::Null),
+        )
+    }
+
     /// DELETE a path; returns the status and the JSON body (`Null` when empty).
     pub async fn delete(&self, path: &str) -> (u16, Value) {
         let r = self.http.delete(self.url(path)).send().await.unwrap();
