@@ -183,7 +183,8 @@ impl Report {
                 generator_cpu_percent.unwrap_or_default()
             ));
         }
-        if i.joined < i.users {
+        // Users of HTTP-only flows never join: nothing to warn about.
+        if i.joined < i.users && scenario.joins() {
             warnings.push(format!("only {} of {} users joined", i.joined, i.users));
         }
         let e = &scenario.expect;

@@ -350,6 +350,19 @@ impl Scenario {
         Ok(())
     }
 
+    /// Whether any flow joins a room (HTTP-only scenarios do not).
+    pub fn joins(&self) -> bool {
+        fn any_join(steps: &[Step]) -> bool {
+            steps.iter().any(|s| match s {
+                Step::Join { .. } => true,
+                Step::Loop { steps, .. } | Step::Leader(steps) => any_join(steps),
+                Step::Parallel(branches) => branches.iter().any(|b| any_join(b)),
+                _ => false,
+            })
+        }
+        self.flows.iter().any(|f| any_join(&f.steps))
+    }
+
     /// The flow of virtual user `vu`: a deterministic weighted round robin,
     /// so that runs are reproducible and any prefix of users is mixed as
     /// evenly as the weights allow.
@@ -554,7 +567,10 @@ expect: { latency_mean_ms: 100, error_rate: 0.01 }
             assert!(!s.flows.is_empty());
             seen += 1;
         }
-        assert!(seen >= 3, "room-broadcast and the two explorviz scenarios");
+        assert!(
+            seen >= 5,
+            "room-broadcast, explorviz ×2, idle-capacity, trajectory-http"
+        );
         let yaml = std::fs::read_to_string(format!("{dir}/explorviz-crossplatform.yaml")).unwrap();
         let s = Scenario::parse(&yaml, &[("rooms".into(), "4".into())]).unwrap();
         assert_eq!(
@@ -616,6 +632,17 @@ expect: { latency_mean_ms: 100, error_rate: 0.01 }
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn http_only_scenarios_do_not_join() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/scenarios");
+        let load = |f: &str| {
+            Scenario::parse(&std::fs::read_to_string(format!("{dir}/{f}")).unwrap(), &[]).unwrap()
+        };
+        assert!(!load("trajectory-http.yaml").joins());
+        assert!(load("room-broadcast.yaml").joins());
+        assert!(load("explorviz-crossplatform.yaml").joins());
     }
 
     #[test]
