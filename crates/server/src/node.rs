@@ -34,6 +34,8 @@ pub struct RoomSummary {
     pub history_size: usize,
     /// Member limit.
     pub max_members: usize,
+    /// Whether members see each other (presence events, member lists).
+    pub presence: bool,
 }
 
 /// An initial entity of a new room.

@@ -88,6 +88,7 @@ struct RoomShared {
     access: Access,
     history_size: usize,
     max_members: usize,
+    presence: bool,
     members: Arc<AtomicUsize>,
     tx: mpsc::Sender<RoomCommand>,
 }
@@ -113,6 +114,7 @@ impl RoomHandle {
             },
             history_size: s.history_size,
             max_members: s.max_members,
+            presence: s.presence,
         }
     }
 
@@ -151,6 +153,7 @@ pub(crate) fn spawn(
         access: config.access,
         history_size: config.history_size,
         max_members: config.max_members,
+        presence: config.presence,
         members: members.clone(),
         tx,
     }));

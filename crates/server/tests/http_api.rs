@@ -33,11 +33,15 @@ async fn rooms_are_created_listed_and_read() {
     assert_eq!(r["access"], "open");
     assert_eq!(r["history_size"], 1000);
     assert_eq!(r["max_members"], 10_000);
+    assert_eq!(r["presence"], true);
 
     // The name defaults to the id; options are applied.
     let r2 = s
-        .create_room(json!({"id": "a.room_1", "options": {"history_size": 7, "max_members": 3}}))
+        .create_room(
+            json!({"id": "a.room_1", "options": {"history_size": 7, "max_members": 3, "presence": false}}),
+        )
         .await;
+    assert_eq!(r2["presence"], false);
     assert_eq!(r2["name"], "a.room_1");
     assert_eq!(r2["history_size"], 7);
     assert_eq!(r2["max_members"], 3);
