@@ -10,8 +10,6 @@
 //! where a target breaks shows; the lines join the points in order of members, whatever the
 //! order they were measured in.
 
-#![warn(missing_docs)]
-
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 

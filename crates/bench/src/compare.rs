@@ -21,10 +21,6 @@ use crate::scenario::Scenario;
 use crate::sweep::{Sweep, SweepSpec};
 use crate::targets::{self, ServerCaps, TargetSpec};
 
-/// Generator CPU (% of one core per thread) above which a point is flagged:
-/// the generator, not the server, may have limited it.
-const GENERATOR_BUSY_PERCENT: f64 = 90.0;
-
 /// What to run.
 pub struct Plan {
     /// Scenario file text.
@@ -45,8 +41,6 @@ pub struct Plan {
     pub bind: Vec<std::net::IpAddr>,
     /// Connect/join/response timeout.
     pub timeout: Duration,
-    /// Generator threads (for the saturation warning).
-    pub generator_threads: usize,
     /// Where results go.
     pub out: Option<PathBuf>,
     /// Called with a line of news (a point started or ended).
@@ -62,8 +56,6 @@ pub struct PointResult {
     pub value: Option<u64>,
     /// Whether every expectation held.
     pub passed: bool,
-    /// Whether the generator was near saturation.
-    pub generator_busy: bool,
     /// The run's report.
     pub report: Report,
 }
@@ -147,48 +139,40 @@ fn run_target(plan: &Plan, target: &TargetSpec, rt: &tokio::runtime::Runtime) ->
         max_passing: None,
         min_failing: None,
     };
-    let Some(drv) = driver::by_name(&target.driver) else {
-        result.skipped = Some(format!(
-            "unknown driver {:?} (one of: {})",
-            target.driver,
-            driver::DRIVERS.join(", ")
-        ));
-        return result;
+    let drv = match driver::by_name(&target.driver) {
+        Ok(d) => d,
+        Err(e) => {
+            result.skipped = Some(e);
+            return result;
+        }
     };
-    let drv: Arc<dyn driver::Driver> = Arc::from(drv);
     let mut sweep = plan.sweep.clone().map(Sweep::new);
-    let mut value = sweep.as_ref().map(Sweep::next_value);
     loop {
-        let v = match value {
+        // Without a sweep: one run. With one: its values until it is over.
+        let value = match &sweep {
             None => None,
-            Some(None) => break,
-            Some(Some(v)) => Some(v),
+            Some(s) => match s.next_value() {
+                Some(v) => Some(v),
+                None => break,
+            },
         };
-        match run_point(plan, target, &drv, v, rt) {
-            Ok(point) => {
-                (plan.say)(&format!(
-                    "{} {}: {}",
-                    target.name,
-                    v.map_or(String::new(), |v| format!(
-                        "{}={v}",
-                        plan.sweep.as_ref().map_or("", |s| &s.param)
-                    )),
-                    one_line(&point)
-                ));
-                let passed = point.passed;
-                result.points.push(point);
-                match (&mut sweep, v) {
-                    (Some(s), Some(v)) => {
-                        s.record(v, passed);
-                        value = Some(s.next_value());
-                    }
-                    _ => break,
-                }
-            }
+        let point = match run_point(plan, target, &drv, value, rt) {
+            Ok(p) => p,
             Err(e) => {
                 result.skipped = Some(e);
                 break;
             }
+        };
+        let label = match (&plan.sweep, value) {
+            (Some(s), Some(v)) => format!(" {}={v}", s.param),
+            _ => String::new(),
+        };
+        (plan.say)(&format!("{}{label}: {}", target.name, one_line(&point)));
+        let passed = point.passed;
+        result.points.push(point);
+        match (&mut sweep, value) {
+            (Some(s), Some(v)) => s.record(v, passed),
+            _ => break,
         }
     }
     if let Some(s) = &sweep {
@@ -226,7 +210,7 @@ fn run_point(
     let addr = targets::resolve(&target.address)?;
     let opts = RunOptions {
         addr,
-        host: target.address.clone(),
+        host: targets::address_of(&target.address).to_owned(),
         driver: drv.clone(),
         observers_per_room: plan.observers_per_room,
         server_pid,
@@ -240,17 +224,12 @@ fn run_point(
         s.stop();
     }
     let report = outcome.map_err(|e| e.to_string())?;
-    let limit = GENERATOR_BUSY_PERCENT * plan.generator_threads.max(1) as f64;
-    let generator_busy = report.generator_cpu_percent.is_some_and(|p| p >= limit);
     if let Some(d) = &point_dir {
-        let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-        std::fs::write(d.join("result.json"), json).map_err(|e| e.to_string())?;
-        std::fs::write(d.join("summary.md"), report.markdown()).map_err(|e| e.to_string())?;
+        report.write_to(d)?;
     }
     Ok(PointResult {
         value,
         passed: report.passed,
-        generator_busy,
         report,
     })
 }
@@ -277,7 +256,7 @@ fn one_line(p: &PointResult) -> String {
             .map_or("—".into(), |d| format!("{:.2} %", d * 100.0)),
         r.server_cpu_percent
             .map_or("—".into(), |c| format!("{c:.0} %")),
-        if p.generator_busy {
+        if p.report.generator_busy {
             " (generator busy!)"
         } else {
             ""
@@ -361,7 +340,7 @@ pub fn markdown(c: &Comparison) -> String {
                 opt(r.server_cpu_us_per_delivery, 2, ""),
                 opt(r.server_rss_kib.map(|k| k as f64 / 1024.0), 1, " MiB"),
                 opt(r.generator_cpu_percent, 1, " %"),
-                if p.generator_busy { " ⚠" } else { "" }
+                if p.report.generator_busy { " ⚠" } else { "" }
             );
         }
     }
@@ -441,6 +420,74 @@ fn write_outputs(c: &Comparison, out: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sweeping_a_parameter_the_scenario_lacks_fails_before_anything_runs() {
+        let said = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let log = said.clone();
+        let plan = Plan {
+            scenario_yaml: "name: s\nparams: {members: 2}\nphases: [{name: a, duration_s: 1}]\nflows: [{name: f, steps: [connect]}]\n".into(),
+            overrides: vec![],
+            sweep: Some(SweepSpec {
+                param: "users".into(),
+                from: 1,
+                step: 1,
+                to: 2,
+                resolution: 1,
+            }),
+            targets: vec![],
+            caps: ServerCaps::default(),
+            server_pid: None,
+            observers_per_room: 1,
+            bind: vec![],
+            timeout: Duration::from_secs(1),
+            out: None,
+            say: Arc::new(move |l| log.lock().unwrap().push(l.to_owned())),
+            progress: None,
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let err = run_plan(&plan, &rt).unwrap_err();
+        assert!(
+            err.contains("no parameter \"users\"") && err.contains("members"),
+            "{err}"
+        );
+        assert!(said.lock().unwrap().is_empty(), "nothing ran");
+    }
+
+    #[test]
+    fn a_target_with_an_unknown_driver_is_skipped_with_the_reason() {
+        let plan = Plan {
+            scenario_yaml: "name: s\nphases: [{name: a, duration_s: 1}]\nflows: [{name: f, steps: [connect]}]\n".into(),
+            overrides: vec![],
+            sweep: None,
+            targets: vec![TargetSpec {
+                name: "x".into(),
+                driver: "nope".into(),
+                address: "127.0.0.1:9".into(),
+                start: None,
+                cwd: None,
+                env: Default::default(),
+                ready_timeout_s: 1,
+            }],
+            caps: ServerCaps::default(),
+            server_pid: None,
+            observers_per_room: 1,
+            bind: vec![],
+            timeout: Duration::from_secs(1),
+            out: None,
+            say: Arc::new(|_| {}),
+            progress: None,
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let c = run_plan(&plan, &rt).unwrap();
+        let why = c.targets[0].skipped.as_deref().unwrap_or_default();
+        assert!(why.contains("unknown driver \"nope\""), "{why}");
+        assert!(c.targets[0].points.is_empty());
+    }
 
     #[test]
     fn series_come_back_from_a_comparison_file() {

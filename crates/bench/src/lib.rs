@@ -17,6 +17,8 @@
 //! - [`chart`]: latency and throughput charts (SVG and PNG) of a members sweep.
 //! - [`mod@reference`]: the reference fan-out server, this machine's practical ceiling.
 
+#![warn(missing_docs)]
+
 pub mod chart;
 pub mod compare;
 pub mod cpucap;

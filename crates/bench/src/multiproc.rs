@@ -198,4 +198,14 @@ mod tests {
         assert!(parse_shard("1").is_err());
         assert!(parse_shard("a/2").is_err());
     }
+
+    #[test]
+    fn load_processes_that_give_no_result_are_an_error() {
+        // `false` ignores its arguments and exits at once without a result line.
+        let err = run_processes(Path::new("false"), &[], 2, 10, Duration::ZERO).unwrap_err();
+        assert!(err.contains("load process 0 gave no result"), "{err}");
+        let err =
+            run_processes(Path::new("/nonexistent/plaza"), &[], 1, 1, Duration::ZERO).unwrap_err();
+        assert!(err.contains("cannot start load process 0"), "{err}");
+    }
 }

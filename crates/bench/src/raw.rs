@@ -62,6 +62,9 @@ pub struct RawRun {
     pub server_cpu_us: Option<u64>,
     /// This process's CPU time while recording, µs.
     pub generator_cpu_us: Option<u64>,
+    /// Worker threads of this process's generator (its CPU can reach this
+    /// many cores).
+    pub generator_threads: u64,
     /// Server RSS at the end of recording, KiB.
     pub server_rss_kib: Option<u64>,
     /// Largest server RSS sampled, KiB.
@@ -115,6 +118,7 @@ impl RawRun {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        self.generator_threads += other.generator_threads;
         self.generator_cpu_us = match (self.generator_cpu_us, other.generator_cpu_us) {
             (Some(a), Some(b)) => Some(a + b),
             (a, b) => a.or(b),
@@ -183,6 +187,7 @@ mod tests {
             http_failed: 0,
             server_cpu_us: Some(500_000 + users),
             generator_cpu_us: Some(100_000),
+            generator_threads: 1,
             server_rss_kib: Some(1000 + users),
             server_rss_max_kib: Some(2000),
             server_rss_start_kib: Some(500 - users),
@@ -205,6 +210,7 @@ mod tests {
         assert_eq!(m.latency.len(), 3);
         assert_eq!(m.server_cpu_us, Some(500_004), "the largest, not the sum");
         assert_eq!(m.generator_cpu_us, Some(200_000), "the sum");
+        assert_eq!(m.generator_threads, 2);
         assert_eq!(m.server_rss_start_kib, Some(496), "the smallest start");
         let report = m.report(&Scenario::parse(
             "name: x\nphases: [{name: a, duration_s: 1}]\nflows: [{name: f, steps: [connect]}]\n",

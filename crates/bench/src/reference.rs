@@ -393,6 +393,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_request_that_is_not_an_upgrade_gets_400_and_others_go_on() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve(listener, ReferenceConfig::default()));
+        let mut plain = TcpStream::connect(addr).await.unwrap();
+        plain
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        plain.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        // The server still serves WebSocket clients.
+        assert!(wsclient::connect(addr, "x", "/", None).await.is_ok());
+    }
+
+    #[tokio::test]
     async fn relays_to_everyone_but_the_sender() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

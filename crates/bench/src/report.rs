@@ -138,6 +138,9 @@ pub struct Report {
     pub server_rss_per_user_kib: Option<f64>,
     /// Generator CPU while recording, % of one core.
     pub generator_cpu_percent: Option<f64>,
+    /// Whether the generator used ≥ 90 % of the cores its threads can use
+    /// while recording: then it, not the server, may have set the figures.
+    pub generator_busy: bool,
     /// Expectations and their outcome.
     pub checks: Vec<Check>,
     /// Whether every expectation held.
@@ -145,6 +148,10 @@ pub struct Report {
     /// Things a reader must know (e.g. the generator was saturated).
     pub warnings: Vec<String>,
 }
+
+/// Generator CPU (% of one core, per generator thread) from which a run is
+/// flagged as possibly limited by the generator.
+const GENERATOR_BUSY_PERCENT: f64 = 90.0;
 
 impl Report {
     /// Builds the report of `scenario` from a run's counts.
@@ -176,11 +183,14 @@ impl Report {
             .map(|d| d.as_secs_f64() * 1e6 / i.deliveries as f64);
         let generator_cpu_percent = pct(generator_cpu);
         let mut warnings = Vec::new();
-        if generator_cpu_percent.is_some_and(|p| p > 90.0) {
+        let generator_busy = generator_cpu_percent
+            .is_some_and(|p| p >= GENERATOR_BUSY_PERCENT * i.generator_threads.max(1) as f64);
+        if generator_busy {
             warnings.push(format!(
-                "the load generator used {:.0} % of a core while recording: it may be the bottleneck; \
-                 run with more threads or processes",
-                generator_cpu_percent.unwrap_or_default()
+                "the load generator used {:.0} % of a core ({} thread(s)) while recording: it may \
+                 be the bottleneck; run with more threads or processes",
+                generator_cpu_percent.unwrap_or_default(),
+                i.generator_threads.max(1)
             ));
         }
         // Users of HTTP-only flows never join: nothing to warn about.
@@ -278,10 +288,20 @@ impl Report {
                 .filter(|_| i.joined > 0)
                 .map(|(end, start)| (end as f64 - start as f64) / i.joined as f64),
             generator_cpu_percent,
+            generator_busy,
             checks,
             passed,
             warnings,
         }
+    }
+
+    /// Writes `result.json` and `summary.md` into `dir` (created if needed).
+    pub fn write_to(&self, dir: &std::path::Path) -> Result<(), String> {
+        let at = |e: std::io::Error| format!("{}: {e}", dir.display());
+        std::fs::create_dir_all(dir).map_err(at)?;
+        let json = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("result.json"), json).map_err(at)?;
+        std::fs::write(dir.join("summary.md"), self.markdown()).map_err(at)
     }
 
     /// A Markdown summary.

@@ -391,6 +391,7 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         http_failed: s.http_failed.load(Ordering::Relaxed),
         server_cpu_us: micros(resources.server_cpu),
         generator_cpu_us: micros(resources.generator_cpu),
+        generator_threads: tokio::runtime::Handle::current().metrics().num_workers() as u64,
         server_rss_kib: resources.server_rss_kib,
         server_rss_max_kib: resources.server_rss_max_kib,
         server_rss_start_kib: resources.server_rss_start_kib,

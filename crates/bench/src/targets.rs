@@ -123,13 +123,24 @@ pub struct RunningServer {
     pub addr: SocketAddr,
 }
 
-/// Resolves `host:port`.
-pub fn resolve(address: &str) -> Result<SocketAddr, String> {
+/// The `host:port` of a target given as `host:port` or as a `ws://` or
+/// `http://` URL (whose path is ignored).
+pub fn address_of(target: &str) -> &str {
+    let rest = target
+        .strip_prefix("ws://")
+        .or_else(|| target.strip_prefix("http://"))
+        .unwrap_or(target);
+    rest.split('/').next().unwrap_or(rest)
+}
+
+/// Resolves a target (see [`address_of`]) to a socket address.
+pub fn resolve(target: &str) -> Result<SocketAddr, String> {
+    let address = address_of(target);
     address
         .to_socket_addrs()
-        .map_err(|e| format!("{address}: {e}"))?
+        .map_err(|e| format!("{target}: {e}"))?
         .next()
-        .ok_or_else(|| format!("{address}: no address"))
+        .ok_or_else(|| format!("{target}: no address"))
 }
 
 impl TargetSpec {
@@ -284,6 +295,21 @@ mod tests {
             TargetsFile::parse("targets:\n  - {name: a, driver: p, address: x, start: []}\n")
                 .is_err()
         );
+    }
+
+    #[test]
+    fn addresses_from_urls_and_host_ports() {
+        assert_eq!(address_of("127.0.0.1:7700"), "127.0.0.1:7700");
+        assert_eq!(
+            address_of("ws://localhost:8000/connection/websocket"),
+            "localhost:8000"
+        );
+        assert_eq!(address_of("http://127.0.0.1:3000"), "127.0.0.1:3000");
+        assert_eq!(
+            resolve("ws://127.0.0.1:9/x").unwrap(),
+            "127.0.0.1:9".parse().unwrap()
+        );
+        assert!(resolve("no-port").is_err());
     }
 
     #[test]

@@ -373,16 +373,10 @@ impl<S> Room<S> {
             },
         );
         self.connected += 1;
-        let events = if self.config.presence {
-            vec![self.push(
-                Some(&p.session),
-                None,
-                EventBody::PresenceJoin { member: info },
-                now,
-            )]
-        } else {
-            Vec::new()
-        };
+        let events = self
+            .announce(&p.session, EventBody::PresenceJoin { member: info }, now)
+            .into_iter()
+            .collect();
         Ok(Joined {
             frame: self.joined_frame(&p.session, true, false, now),
             missed: Vec::new(),
@@ -431,15 +425,11 @@ impl<S> Room<S> {
             }
             Some(_) => Vec::new(),
         };
-        let events = if was_connected || !self.config.presence {
+        let events = if was_connected {
             Vec::new()
         } else {
-            vec![self.push(
-                Some(&session),
-                None,
-                EventBody::PresenceJoin { member: info },
-                now,
-            )]
+            let join = EventBody::PresenceJoin { member: info };
+            self.announce(&session, join, now).into_iter().collect()
         };
         let mut frame = self.joined_frame(&session, reason.is_some(), reason.is_none(), now);
         frame.reason = reason;
@@ -449,6 +439,19 @@ impl<S> Room<S> {
             events,
             replaced,
         })
+    }
+
+    /// Records a presence event caused by `session`, unless the room has
+    /// presence turned off (then nobody hears of joins and leaves).
+    fn announce(
+        &mut self,
+        session: &str,
+        body: EventBody,
+        now: Millis,
+    ) -> Option<Arc<HistoryEntry>> {
+        self.config
+            .presence
+            .then(|| self.push(Some(session), None, body, now))
     }
 
     fn joined_frame(
@@ -549,13 +552,11 @@ impl<S> Room<S> {
                 )
             })
             .collect();
-        if self.config.presence {
-            let body = EventBody::PresenceLeave {
-                session: session.to_owned(),
-                reason,
-            };
-            out.push(self.push(Some(session), None, body, now));
-        }
+        let body = EventBody::PresenceLeave {
+            session: session.to_owned(),
+            reason,
+        };
+        out.extend(self.announce(session, body, now));
         out
     }
 

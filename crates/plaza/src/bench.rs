@@ -1,6 +1,6 @@
 //! `plaza bench`: runs load-test scenarios (see crates/bench).
 
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -135,20 +135,6 @@ fn parse_override(s: &str) -> Result<(String, String), String> {
     Ok((k.trim().to_owned(), v.trim().to_owned()))
 }
 
-fn resolve(target: &str) -> Result<(SocketAddr, String), String> {
-    let rest = target
-        .strip_prefix("ws://")
-        .or_else(|| target.strip_prefix("http://"))
-        .unwrap_or(target);
-    let host = rest.split('/').next().unwrap_or(rest);
-    let addr = host
-        .to_socket_addrs()
-        .map_err(|e| format!("--target {target}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("--target {target}: no address"))?;
-    Ok((addr, host.to_owned()))
-}
-
 /// Runs `plaza bench ...`.
 pub fn main(args: BenchArgs) -> ExitCode {
     match args.command {
@@ -273,18 +259,11 @@ fn run(a: RunArgs) -> Result<bool, String> {
             picked
         }
         None => {
-            resolve(&a.target)?;
+            targets::resolve(&a.target)?;
             vec![targets::TargetSpec {
                 name: a.driver.clone(),
                 driver: a.driver.clone(),
-                address: a
-                    .target
-                    .trim_start_matches("ws://")
-                    .trim_start_matches("http://")
-                    .split('/')
-                    .next()
-                    .unwrap_or(&a.target)
-                    .to_owned(),
+                address: targets::address_of(&a.target).to_owned(),
                 start: None,
                 cwd: None,
                 env: Default::default(),
@@ -314,12 +293,11 @@ fn run(a: RunArgs) -> Result<bool, String> {
             None => run_processes(&a, &yaml),
         };
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(a.threads.max(1))
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = generator_runtime(a.threads)?;
     let live = progress_display(a.quiet);
+    // A plain run (one running server, no sweep) writes its report into DIR
+    // itself; comparisons write one directory per target and point.
+    let plain = a.targets.is_none() && sweep.is_none();
     let plan = compare::Plan {
         scenario_yaml: yaml,
         overrides: a.overrides.clone(),
@@ -330,15 +308,13 @@ fn run(a: RunArgs) -> Result<bool, String> {
         observers_per_room: a.observers,
         bind: a.bind.clone(),
         timeout: Duration::from_millis(a.timeout_ms),
-        generator_threads: a.threads.max(1),
-        out: a.out.clone(),
+        out: if plain { None } else { a.out.clone() },
         say: live.say,
         progress: live.progress,
     };
     let comparison = compare::run_plan(&plan, &rt)?;
     live.bar.finish_and_clear();
-    let single = comparison.targets.len() == 1 && plan.sweep.is_none();
-    if single {
+    if plain {
         let t = &comparison.targets[0];
         if let Some(why) = &t.skipped {
             return Err(why.clone());
@@ -346,10 +322,7 @@ fn run(a: RunArgs) -> Result<bool, String> {
         let report = &t.points[0].report;
         println!("{}", report.markdown());
         if let Some(dir) = &a.out {
-            // The single run's files sit in DIR itself, as before comparisons existed.
-            let json = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
-            std::fs::write(dir.join("result.json"), json).map_err(|e| e.to_string())?;
-            std::fs::write(dir.join("summary.md"), report.markdown()).map_err(|e| e.to_string())?;
+            report.write_to(dir)?;
         }
         return Ok(report.passed);
     }
@@ -368,19 +341,22 @@ fn run(a: RunArgs) -> Result<bool, String> {
     }
 }
 
+/// The load generator's runtime: its worker threads inherit the affinity
+/// set by --generator-cpus.
+fn generator_runtime(threads: usize) -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+}
+
 fn single_options(a: &RunArgs) -> Result<plaza_bench::RunOptions, String> {
-    let (addr, host) = resolve(&a.target)?;
-    let driver = plaza_bench::driver::by_name(&a.driver).ok_or_else(|| {
-        format!(
-            "unknown --driver {:?} (one of: {})",
-            a.driver,
-            plaza_bench::driver::DRIVERS.join(", ")
-        )
-    })?;
+    use plaza_bench::targets;
     Ok(plaza_bench::RunOptions {
-        addr,
-        host,
-        driver: Arc::from(driver),
+        addr: targets::resolve(&a.target)?,
+        host: targets::address_of(&a.target).to_owned(),
+        driver: plaza_bench::driver::by_name(&a.driver)?,
         observers_per_room: a.observers,
         server_pid: a.server_pid,
         bind: a.bind.clone(),
@@ -398,11 +374,7 @@ fn run_shard(a: &RunArgs, shard: &str, yaml: &str) -> Result<bool, String> {
     let start_at = a.start_at_ms.ok_or("--shard needs --start-at-ms")?;
     let scenario = plaza_bench::Scenario::parse(yaml, &a.overrides).map_err(|e| e.to_string())?;
     let mut opts = single_options(a)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(a.threads.max(1))
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = generator_runtime(a.threads)?;
     let raw = rt.block_on(async {
         let (link, forward) = multiproc::child_shard(index, count, start_at);
         opts.shard = Some(link);
@@ -457,14 +429,10 @@ fn run_processes(a: &RunArgs, yaml: &str) -> Result<bool, String> {
         Duration::from_secs(2),
     )?;
     let report = raw.report(&scenario);
-    let summary = report.markdown();
-    println!("{summary}");
+    println!("{}", report.markdown());
     println!("({} load processes)", a.processes);
     if let Some(dir) = &a.out {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-        std::fs::write(dir.join("result.json"), json).map_err(|e| e.to_string())?;
-        std::fs::write(dir.join("summary.md"), &summary).map_err(|e| e.to_string())?;
+        report.write_to(dir)?;
     }
     Ok(report.passed)
 }

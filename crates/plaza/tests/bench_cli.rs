@@ -1,8 +1,11 @@
 //! `plaza bench run` as a user runs it: one run spread over two load
 //! processes against a real `plaza serve`, with results added up.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+mod support;
+
+use std::process::Command;
+
+use support::start;
 
 const SCENARIO: &str = r#"
 name: two-processes
@@ -24,23 +27,8 @@ drain: { quiet_ms: 300, max_ms: 10000 }
 
 #[test]
 fn a_run_over_two_load_processes_counts_every_delivery_once() {
-    let mut server = Command::new(env!("CARGO_BIN_EXE_plaza"))
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("PLAZA_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_owned();
+    let server = start(&[], &[("PLAZA_LOG", "warn")]);
+    let addr = server.addr.clone();
     let dir = std::env::temp_dir().join(format!("plaza-bench-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("two.yaml");
@@ -52,8 +40,7 @@ fn a_run_over_two_load_processes_counts_every_delivery_once() {
         .arg(dir.join("out"))
         .output()
         .unwrap();
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -1,51 +1,13 @@
 //! The real `plaza` binary: configuration sources, and SIGTERM handling.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod support;
+
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
+use support::start;
 use tokio_tungstenite::tungstenite::Message;
-
-struct Plaza {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Plaza {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `plaza serve` on an ephemeral port and reads the address it prints.
-fn start(args: &[&str], envs: &[(&str, &str)]) -> Plaza {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_plaza"));
-    cmd.arg("serve")
-        .arg("--listen")
-        .arg("127.0.0.1:0")
-        .args(args);
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_owned();
-    Plaza { child, addr }
-}
 
 #[test]
 fn help_documents_every_option() {

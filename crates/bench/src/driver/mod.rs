@@ -136,13 +136,16 @@ pub trait Driver: Send + Sync {
 }
 
 /// The driver called `name`.
-pub fn by_name(name: &str) -> Option<Box<dyn Driver>> {
+pub fn by_name(name: &str) -> Result<std::sync::Arc<dyn Driver>, String> {
     match name {
-        "plaza" => Some(Box::new(PlazaDriver)),
-        "broadcast" | "reference" => Some(Box::new(BroadcastDriver)),
-        "socketio" => Some(Box::new(SocketIoDriver)),
-        "centrifugo" => Some(Box::new(CentrifugoDriver)),
-        _ => None,
+        "plaza" => Ok(std::sync::Arc::new(PlazaDriver)),
+        "broadcast" | "reference" => Ok(std::sync::Arc::new(BroadcastDriver)),
+        "socketio" => Ok(std::sync::Arc::new(SocketIoDriver)),
+        "centrifugo" => Ok(std::sync::Arc::new(CentrifugoDriver)),
+        _ => Err(format!(
+            "unknown driver {name:?} (one of: {})",
+            DRIVERS.join(", ")
+        )),
     }
 }
 
