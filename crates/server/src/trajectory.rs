@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{post, MethodRouter};
 use plaza_protocol::ErrorCode;
 use plaza_trajectory::{
-    apply, check_interval, parse_csv, parse_json, to_geojson, Filter, TrajectoryError,
+    apply, check_interval, parse_csv_bytes, parse_json, to_geojson, Filter, TrajectoryError,
 };
 
 use crate::http::ApiError;
@@ -133,17 +133,7 @@ fn run(
     body: &[u8],
 ) -> Result<Vec<u8>, ApiError> {
     let (points, body_interval) = match format {
-        Format::Csv => {
-            let text = std::str::from_utf8(body).map_err(|e| {
-                let valid = &body[..e.valid_up_to()];
-                TrajectoryError::InvalidCsv {
-                    line: valid.iter().filter(|&&b| b == b'\n').count() + 1,
-                    field: None,
-                    message: "not valid UTF-8".into(),
-                }
-            })?;
-            (parse_csv(text)?, None)
-        }
+        Format::Csv => (parse_csv_bytes(body)?, None),
         Format::Json => {
             let r = parse_json(body)?;
             (r.points, r.interval)

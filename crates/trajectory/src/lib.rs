@@ -19,7 +19,9 @@ mod parse;
 pub use error::TrajectoryError;
 pub use filter::{apply, mean, median, window};
 pub use geojson::to_geojson;
-pub use parse::{parse_csv, parse_csv_with_max, parse_json, parse_json_with_max, JsonRequest};
+pub use parse::{
+    parse_csv, parse_csv_bytes, parse_csv_with_max, parse_json, parse_json_with_max, JsonRequest,
+};
 
 /// The largest accepted window size (`interval`).
 pub const MAX_INTERVAL: usize = 10_000;

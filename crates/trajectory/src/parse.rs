@@ -18,6 +18,20 @@ pub fn parse_csv(text: &str) -> Result<Vec<Point>, TrajectoryError> {
     parse_csv_with_max(text, MAX_POINTS)
 }
 
+/// Parses CSV bytes as [`parse_csv`] does; bytes that are not UTF-8 are an
+/// [`TrajectoryError::InvalidCsv`] naming the line they are on.
+pub fn parse_csv_bytes(body: &[u8]) -> Result<Vec<Point>, TrajectoryError> {
+    let text = std::str::from_utf8(body).map_err(|e| {
+        let valid = &body[..e.valid_up_to()];
+        TrajectoryError::InvalidCsv {
+            line: valid.iter().filter(|&&b| b == b'\n').count() + 1,
+            field: None,
+            message: "not valid UTF-8".into(),
+        }
+    })?;
+    parse_csv(text)
+}
+
 /// Parses CSV rows `timestamp,lat,lon` with at most `max_points` points.
 ///
 /// - The first non-blank line may be a header: exactly the three names
@@ -436,5 +450,15 @@ mod tests {
             ),
             Err(TrajectoryError::TooManyPoints { max: 1 })
         );
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_name_their_line() {
+        let mut body = b"1,2,3\n4,5,6\n7,".to_vec();
+        body.push(0xff);
+        let err = parse_csv_bytes(&body).unwrap_err();
+        assert_eq!(err.code(), "invalid_csv");
+        assert!(err.to_string().contains("line 3"), "{err}");
+        assert_eq!(parse_csv_bytes(b"1,2,3\n").unwrap().len(), 1);
     }
 }
