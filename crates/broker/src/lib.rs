@@ -1,13 +1,20 @@
 //! The broker seam between a Plaza node and whatever it shares with other nodes.
 //!
-//! Embedded mode uses [`MemoryBroker`]: everything lives in this process. Cluster
-//! mode (a later milestone) puts the same trait in front of Redis, so that any
-//! node can redeem any ticket and every room's log is shared. Code above this
-//! crate only ever talks to `dyn Broker`.
+//! Embedded mode uses [`MemoryBroker`]: everything lives in this process.
+//! Cluster mode adds the [`Cluster`] seam (room registry, each room's shared
+//! log and snapshots, subscriptions, node liveness) and puts both in front of
+//! Redis, so that any node can redeem any ticket and every room's log is
+//! shared. Code above this crate only ever talks to `dyn Broker` and
+//! `dyn Cluster`.
 
+mod cluster;
 mod ids;
 mod memory;
 
+pub use cluster::{
+    Cluster, ClusterError, LogEntry, LogListener, LogNotice, LogPosition, NODE_HEARTBEAT_MS,
+    NODE_TTL_MS,
+};
 pub use ids::{new_epoch, new_resume_token, new_session_id, new_ticket_token};
 pub use memory::MemoryBroker;
 

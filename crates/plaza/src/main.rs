@@ -122,6 +122,15 @@ struct ServeArgs {
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     #[serde(skip_serializing_if = "Option::is_none")]
     auto_create_rooms: Option<bool>,
+    /// This node's id in a cluster [default: random].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node_id: Option<String>,
+    /// Cluster mode: the Redis URL the nodes share, e.g. redis://127.0.0.1:6379/
+    /// [default: none, embedded mode].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redis: Option<String>,
 }
 
 fn load_config(args: &ServeArgs) -> Result<ServerConfig, Box<figment::Error>> {

@@ -55,6 +55,9 @@ pub enum ErrorCode {
     RoomExists,
     /// HTTP: no such route.
     NotFound,
+    /// Cluster mode: the shared broker (Redis) cannot be reached; nothing was
+    /// done. Retry (with the same message `id`) once it is back.
+    BrokerUnavailable,
     /// A bug or an unexpected failure inside the server.
     Internal,
 }
@@ -87,6 +90,7 @@ impl ErrorCode {
         ErrorCode::InvalidRequest,
         ErrorCode::RoomExists,
         ErrorCode::NotFound,
+        ErrorCode::BrokerUnavailable,
         ErrorCode::Internal,
     ];
 
@@ -118,6 +122,7 @@ impl ErrorCode {
             ErrorCode::InvalidRequest => "invalid_request",
             ErrorCode::RoomExists => "room_exists",
             ErrorCode::NotFound => "not_found",
+            ErrorCode::BrokerUnavailable => "broker_unavailable",
             ErrorCode::Internal => "internal",
         }
     }

@@ -46,6 +46,12 @@ pub struct ServerConfig {
     pub shutdown_grace_ms: u64,
     /// Create a room on the first `join` to an unknown id (open rooms only).
     pub auto_create_rooms: bool,
+    /// This node's id, unique in a cluster; a random one when empty. Every
+    /// HTTP response carries it in `x-plaza-node`.
+    pub node_id: String,
+    /// Cluster mode: the Redis URL (e.g. `redis://127.0.0.1:6379/`) that the
+    /// nodes share; empty for embedded mode.
+    pub redis: String,
 }
 
 impl Default for ServerConfig {
@@ -70,6 +76,8 @@ impl Default for ServerConfig {
             max_lock_ttl_ms: 600_000,
             shutdown_grace_ms: 5_000,
             auto_create_rooms: false,
+            node_id: String::new(),
+            redis: String::new(),
         }
     }
 }

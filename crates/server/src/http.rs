@@ -120,7 +120,20 @@ pub(crate) fn router(node: Arc<Node>) -> Router {
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, "no such route")
         })
+        .layer(axum::middleware::map_response_with_state(
+            node.clone(),
+            add_node_header,
+        ))
         .with_state(node)
+}
+
+/// Names the node on every response, so that behind a load balancer one can
+/// tell where a request (or a WebSocket) landed.
+async fn add_node_header(State(node): State<Arc<Node>>, mut res: Response) -> Response {
+    if let Ok(v) = header::HeaderValue::from_str(node.id()) {
+        res.headers_mut().insert("x-plaza-node", v);
+    }
+    res
 }
 
 async fn index() -> Html<&'static str> {
@@ -134,7 +147,12 @@ async fn readyz(State(node): State<Arc<Node>>) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let body = json!({"ready": ready, "broker": node.broker_kind(), "shutting_down": node.is_shutting_down()});
+    let body = json!({
+        "ready": ready,
+        "broker": node.broker_kind(),
+        "node": node.id(),
+        "shutting_down": node.is_shutting_down(),
+    });
     (status, Json(body)).into_response()
 }
 

@@ -96,7 +96,10 @@ pub struct Node {
 
 impl Node {
     /// A node with no rooms.
-    pub fn new(config: ServerConfig, broker: Arc<dyn Broker>) -> Arc<Node> {
+    pub fn new(mut config: ServerConfig, broker: Arc<dyn Broker>) -> Arc<Node> {
+        if config.node_id.is_empty() {
+            config.node_id = format!("n-{}", plaza_broker::new_session_id());
+        }
         Arc::new(Node {
             config,
             broker,
@@ -111,6 +114,11 @@ impl Node {
     /// The configuration.
     pub fn config(&self) -> &ServerConfig {
         &self.config
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> &str {
+        &self.config.node_id
     }
 
     /// The broker.

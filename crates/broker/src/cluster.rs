@@ -1,0 +1,156 @@
+//! What the nodes of a cluster share besides tickets: the room registry, every
+//! room's ordered log with its snapshots, subscriptions to rooms, and which
+//! nodes are alive.
+//!
+//! A room in cluster mode is a replicated state machine. Every change to a
+//! room (a join, a publish, a lock request, a tick of the clock) is appended to
+//! the room's shared log, which gives it its place in the room's one order and
+//! its timestamp. Every node that has members in the room applies the log, in
+//! that order, to its own replica of the room; since [`plaza_core::Room`] is
+//! deterministic, all replicas agree on every outcome (who got the lock, which
+//! seq a message has) without asking each other. A node that starts to host a
+//! room loads the latest snapshot and reads the log from there.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use plaza_core::{Millis, RoomError};
+use plaza_protocol::ErrorCode;
+
+/// One entry of a room's shared log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    /// Position in the room's log: 1, 2, 3, … without gaps.
+    pub n: u64,
+    /// When the broker appended it, Unix milliseconds (the broker's clock, so
+    /// every replica applies the entry at the same time).
+    pub ts: Millis,
+    /// What the node that appended it wrote; opaque to the broker.
+    pub payload: Bytes,
+}
+
+/// Where an append landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogPosition {
+    /// The entry's position.
+    pub n: u64,
+    /// The entry's timestamp.
+    pub ts: Millis,
+}
+
+/// What a subscription reports to its listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogNotice {
+    /// A new entry, in log order (but entries can be missed: a listener that
+    /// sees a gap reads the missing entries with [`Cluster::read`]).
+    Entry(LogEntry),
+    /// The subscription was re-established after the connection to the broker
+    /// was lost: entries appended meanwhile were not delivered, so the listener
+    /// reads them with [`Cluster::read`].
+    Resubscribed,
+}
+
+/// Receives a room's [`LogNotice`]s. Called on the broker's receiving task:
+/// it must not block (hand the notice over with `try_send` and, when that
+/// fails, remember to read the log later).
+pub type LogListener = Arc<dyn Fn(LogNotice) + Send + Sync>;
+
+/// Why a cluster operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterError {
+    /// The broker cannot be reached (or answered with an error); nothing is
+    /// known to have been done.
+    #[error("broker unavailable: {0}")]
+    Unavailable(String),
+    /// The room is not in the registry.
+    #[error("no room {0:?}")]
+    RoomNotFound(String),
+    /// The log no longer holds the entries asked for: load a snapshot.
+    #[error("the log of room {0:?} no longer reaches back that far")]
+    Trimmed(String),
+}
+
+impl From<ClusterError> for RoomError {
+    fn from(e: ClusterError) -> Self {
+        let code = match &e {
+            ClusterError::Unavailable(_) => ErrorCode::BrokerUnavailable,
+            ClusterError::RoomNotFound(_) => ErrorCode::RoomNotFound,
+            ClusterError::Trimmed(_) => ErrorCode::Internal,
+        };
+        RoomError::new(code, e.to_string())
+    }
+}
+
+/// The shared side of cluster mode. Implementations: [`crate::MemoryCluster`]
+/// (nodes in one process, for tests) and the Redis one.
+#[async_trait]
+pub trait Cluster: Send + Sync + 'static {
+    /// This node's id, unique in the cluster.
+    fn node_id(&self) -> &str;
+
+    /// Adds a room to the registry with its metadata (opaque to the broker)
+    /// and its initial snapshot (at log position 0). False if the id is taken.
+    async fn create_room(
+        &self,
+        id: &str,
+        meta: Bytes,
+        snapshot: Bytes,
+    ) -> Result<bool, ClusterError>;
+
+    /// A room's metadata, `None` if there is no such room.
+    async fn room_meta(&self, id: &str) -> Result<Option<Bytes>, ClusterError>;
+
+    /// Every room with its metadata, in no particular order.
+    async fn list_rooms(&self) -> Result<Vec<(String, Bytes)>, ClusterError>;
+
+    /// Removes a room with its log and snapshot. False if there was none.
+    async fn delete_room(&self, id: &str) -> Result<bool, ClusterError>;
+
+    /// Appends to a room's log and notifies its subscribers, in one step.
+    /// Appends from one node are applied in the order they were called (the
+    /// order of the calls' start), so a client's messages keep their order.
+    async fn append(&self, room: &str, payload: Bytes) -> Result<LogPosition, ClusterError>;
+
+    /// Up to `limit` entries after position `after`, oldest first. Empty when
+    /// nothing follows `after`; [`ClusterError::Trimmed`] when entry `after + 1`
+    /// is gone but later ones exist.
+    async fn read(
+        &self,
+        room: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<LogEntry>, ClusterError>;
+
+    /// Stores a snapshot of the room as of log position `n`, unless a snapshot
+    /// at `n` or later is stored already.
+    async fn store_snapshot(&self, room: &str, n: u64, snapshot: Bytes)
+        -> Result<(), ClusterError>;
+
+    /// The latest snapshot and its log position, `None` if the room has none.
+    async fn load_snapshot(&self, room: &str) -> Result<Option<(u64, Bytes)>, ClusterError>;
+
+    /// Starts delivering the room's new entries to `listener` (replacing an
+    /// earlier listener of this room on this node). Returns once entries
+    /// appended from now on will be delivered.
+    async fn subscribe(&self, room: &str, listener: LogListener) -> Result<(), ClusterError>;
+
+    /// Stops delivering the room's entries to this node.
+    async fn unsubscribe(&self, room: &str);
+
+    /// For each node id, whether that node is alive (its heartbeat is fresh).
+    async fn nodes_alive(&self, nodes: &[String]) -> Result<Vec<bool>, ClusterError>;
+
+    /// This node leaves the cluster (graceful shutdown): its heartbeat stops
+    /// and others may treat it as gone at once.
+    async fn leave(&self);
+
+    /// Whether the broker answers now (for `/readyz`).
+    async fn ready(&self) -> bool;
+}
+
+/// How long a node's heartbeat stays fresh without renewal: a node that stopped
+/// renewing for this long is dead to the others.
+pub const NODE_TTL_MS: Millis = 5_000;
+/// How often a node renews its heartbeat.
+pub const NODE_HEARTBEAT_MS: Millis = 1_000;
