@@ -2,14 +2,16 @@ use std::collections::BTreeMap;
 
 use plaza_protocol::server::EntityInfo;
 use plaza_protocol::ErrorCode;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::room::RoomError;
 
 /// One entity of the room state.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entity {
     /// Application-defined kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     /// Current data.
     pub data: Value,
@@ -21,8 +23,11 @@ pub struct Entity {
 ///
 /// Ids are never reused within a room, so a stale reference can never hit a
 /// newer entity.
-#[derive(Debug, Default)]
+///
+/// Serializable with its id counter, as part of a [`crate::RoomState`].
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EntityStore {
+    #[serde(rename = "items")]
     entities: BTreeMap<String, Entity>,
     next_id: u64,
 }
@@ -120,6 +125,16 @@ impl EntityStore {
     /// True when there are none.
     pub fn is_empty(&self) -> bool {
         self.entities.is_empty()
+    }
+
+    /// Whether every id was issued by the counter, so no future id repeats one
+    /// (checked on a state loaded from elsewhere).
+    pub(crate) fn ids_below_counter(&self) -> bool {
+        self.entities.keys().all(|id| {
+            id.strip_prefix('e')
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n <= self.next_id)
+        })
     }
 }
 

@@ -2,29 +2,104 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 
 use crate::Millis;
 
 /// One ordered room event: its metadata for routing and its frame, encoded once.
-#[derive(Debug)]
+///
+/// Serializable as part of a [`crate::RoomState`]; absent options and a false
+/// `echo` are left out, since a full history is most of a room's snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryEntry {
     /// Position in the room's total order.
     pub seq: u64,
     /// When it was ordered.
     pub ts: Millis,
     /// Session that caused it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
     /// `Some` for messages: only subscribers of this channel receive it.
     /// `None` for room-wide events (presence, state, locks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel: Option<String>,
     /// Deliver to `from` as well.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub echo: bool,
     /// Message topic, for delivery policies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic: Option<String>,
     /// The seq this message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<u64>,
     /// The `event` frame as sent on the wire.
+    #[serde(with = "frame_bytes")]
     pub frame: Bytes,
+}
+
+/// Serde for a frame: opaque bytes that must come back identical.
+///
+/// Frames are UTF-8 (JSON) in practice, and a JSON string holds them at a
+/// small escaping cost, where the generic byte encoding of text formats (an
+/// array of numbers) would take about four times the space. Anything else
+/// still round-trips: as a byte array in text formats, and binary formats
+/// always get plain bytes.
+mod frame_bytes {
+    use std::fmt;
+
+    use bytes::Bytes;
+    use serde::de::{self, SeqAccess, Visitor};
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(frame: &Bytes, s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(frame) {
+            Ok(text) if s.is_human_readable() => s.serialize_str(text),
+            _ => s.serialize_bytes(frame),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Bytes, D::Error> {
+        if d.is_human_readable() {
+            // Text or a byte array, depending on what `serialize` chose.
+            d.deserialize_any(FrameVisitor)
+        } else {
+            d.deserialize_byte_buf(FrameVisitor)
+        }
+    }
+
+    struct FrameVisitor;
+
+    impl<'de> Visitor<'de> for FrameVisitor {
+        type Value = Bytes;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a frame as a string or bytes")
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Bytes, E> {
+            Ok(Bytes::copy_from_slice(v.as_bytes()))
+        }
+
+        fn visit_string<E: de::Error>(self, v: String) -> Result<Bytes, E> {
+            Ok(Bytes::from(v.into_bytes()))
+        }
+
+        fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Bytes, E> {
+            Ok(Bytes::copy_from_slice(v))
+        }
+
+        fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Bytes, E> {
+            Ok(Bytes::from(v))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Bytes, A::Error> {
+            let mut v = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16));
+            while let Some(b) = seq.next_element::<u8>()? {
+                v.push(b);
+            }
+            Ok(Bytes::from(v))
+        }
+    }
 }
 
 /// A room's bounded, ordered history: the last `capacity` events.

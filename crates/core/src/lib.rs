@@ -7,13 +7,16 @@
 //!
 //! The central type is [`Room`]: one room's members, state, locks and ordered
 //! history. A runtime (the `plaza-server` crate) owns each `Room` in one task and
-//! delivers the encoded events it returns.
+//! delivers the encoded events it returns. In cluster mode several nodes run
+//! replicas of one room from the same ordered inputs, which is why a room is
+//! deterministic (see [`Room`]) and can be exported as a [`RoomState`].
 
 mod entities;
 mod history;
 mod locks;
 mod rate;
 mod room;
+mod room_state;
 mod tickets;
 
 pub use entities::{Entity, EntityStore};
@@ -24,6 +27,7 @@ pub use room::{
     Access, JoinParams, Joined, Member, PublishParams, Published, RequestOutcome, Resume, Room,
     RoomConfig, RoomError,
 };
+pub use room_state::{InvalidRoomState, MemberState, RoomState};
 pub use tickets::{TicketBook, TicketGrant};
 
 /// Wall-clock time in Unix milliseconds, passed in by the caller.

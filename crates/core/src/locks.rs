@@ -2,12 +2,13 @@ use std::collections::BTreeMap;
 
 use plaza_protocol::server::LockInfo;
 use plaza_protocol::ErrorCode;
+use serde::{Deserialize, Serialize};
 
 use crate::room::RoomError;
 use crate::Millis;
 
 /// A lease on one object: who holds it, until when, and its fencing token.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockLease {
     /// Holder's session id.
     pub owner: String,
@@ -19,7 +20,10 @@ pub struct LockLease {
 }
 
 /// The room's locks. At most one live lease per object, ever.
-#[derive(Debug, Default)]
+///
+/// Serializable with its fencing-token counter, as part of a
+/// [`crate::RoomState`]: tokens must keep growing on the node that loads it.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockTable {
     leases: BTreeMap<String, LockLease>,
     last_token: u64,
@@ -123,6 +127,12 @@ impl LockTable {
     /// The live holder of `object`, if any.
     pub fn holder(&self, object: &str, now: Millis) -> Option<&LockLease> {
         self.leases.get(object).filter(|l| l.expires_at > now)
+    }
+
+    /// Whether every lease's token was issued by the counter, so later grants
+    /// get larger ones (checked on a state loaded from elsewhere).
+    pub(crate) fn tokens_below_counter(&self) -> bool {
+        self.leases.values().all(|l| l.token <= self.last_token)
     }
 
     /// When the next lease ends.

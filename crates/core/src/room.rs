@@ -7,12 +7,14 @@ use plaza_protocol::server::{
     ServerFrame, Snapshot, UnlockReason,
 };
 use plaza_protocol::{ErrorCode, DEFAULT_CHANNEL};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::{EntityStore, HistoryEntry, LockTable, Millis, RoomLog};
+use crate::{EntityStore, HistoryEntry, LockTable, MemberState, Millis, RoomLog, RoomState};
 
 /// Who may join a room.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Access {
     /// Anyone who knows the room id, with any name.
     #[default]
@@ -22,7 +24,10 @@ pub enum Access {
 }
 
 /// Per-room limits and timings.
-#[derive(Debug, Clone)]
+///
+/// Serializable as part of a [`RoomState`]: every field is required, since a
+/// replica whose limits silently defaulted would diverge from the others.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoomConfig {
     /// Events kept for resume.
     pub history_size: usize,
@@ -208,6 +213,20 @@ pub struct RequestOutcome {
 /// Every change goes through a method that takes `now` and returns the
 /// resulting events, already sequenced, encoded and stored in the history.
 /// `S` is the runtime's delivery handle for a member; the room only stores it.
+///
+/// # Determinism
+///
+/// In cluster mode every node with members in a room runs its own replica:
+/// it applies the same ordered inputs with the same timestamps, or loads a
+/// [`RoomState`] and continues from there. Replicas must keep identical state
+/// and emit byte-identical frames, or seqs, snapshots and resumes stop
+/// agreeing between nodes. So the room reads no clock and no randomness, and
+/// nothing it decides or emits may depend on the iteration order of
+/// `members`, a `HashMap` whose order differs between instances (random
+/// seeds): where members are iterated to choose, emit or return something,
+/// the result is sorted or tie-broken by session id. The one exception is
+/// [`Room::for_each_recipient`]: it only fans one frame out to distinct
+/// connections, whose relative order nobody can observe, and it is the hot path.
 #[derive(Debug)]
 pub struct Room<S> {
     id: String,
@@ -501,6 +520,113 @@ impl<S> Room<S> {
         v
     }
 
+    /// The connected members whose sink matches `pred`, ordered by session id
+    /// (e.g. those delivered through a node that went away), so that every
+    /// replica that disconnects them one by one does so in the same order.
+    pub fn connected_sessions(&self, pred: impl Fn(&S) -> bool) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.sink.as_ref().is_some_and(&pred))
+            .map(|(s, _)| s.clone())
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Everything the room holds except the sinks, for another node to
+    /// [`import`](Room::import). `owner` names where a connected member's sink
+    /// delivers (e.g. a node id); the importing node turns it back into a sink.
+    pub fn export(&self, owner: impl Fn(&S) -> String) -> RoomState {
+        let mut members: Vec<MemberState> = self
+            .members
+            .iter()
+            .map(|(session, m)| MemberState {
+                session: session.clone(),
+                name: m.info.name.clone(),
+                platform: m.info.platform.clone(),
+                channels: m.channels.clone(),
+                resume_token: m.resume_token.clone(),
+                owner: m.sink.as_ref().map(&owner),
+                disconnected_at: m.disconnected_at,
+                recent: m.recent.as_deref().map_or_else(Vec::new, |r| {
+                    r.order.iter().map(|id| (id.clone(), r.seqs[id])).collect()
+                }),
+            })
+            .collect();
+        // Sorted: the same room exports the same state on every replica.
+        members.sort_unstable_by(|a, b| a.session.cmp(&b.session));
+        RoomState {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            created_at: self.created_at,
+            epoch: self.epoch,
+            config: self.config.clone(),
+            seq: self.seq,
+            history: self.log.last(self.log.len()).cloned().collect(),
+            entities: self.entities.clone(),
+            locks: self.locks.clone(),
+            members,
+        }
+    }
+
+    /// A room continuing from an exported `state`. Each connected member gets
+    /// `sink(owner)` for the owner [`export`](Room::export) recorded;
+    /// disconnected members stay resumable, without a sink.
+    ///
+    /// # Panics
+    /// If the history has a gap. A state from another process should pass
+    /// [`RoomState::validate`] first.
+    pub fn import(state: RoomState, mut sink: impl FnMut(&str) -> S) -> Room<S> {
+        let mut log = RoomLog::new(state.config.history_size);
+        for e in state.history {
+            log.push(e);
+        }
+        let mut members = HashMap::with_capacity(state.members.len());
+        let mut tokens = HashMap::with_capacity(state.members.len());
+        let mut connected = 0;
+        for m in state.members {
+            let sink = m.owner.as_deref().map(&mut sink);
+            connected += usize::from(sink.is_some());
+            let recent = (!m.recent.is_empty()).then(|| {
+                Box::new(RecentIds {
+                    seqs: m.recent.iter().cloned().collect(),
+                    order: m.recent.into_iter().map(|(id, _)| id).collect(),
+                })
+            });
+            tokens.insert(m.resume_token.clone(), m.session.clone());
+            members.insert(
+                m.session.clone(),
+                Member {
+                    info: MemberInfo {
+                        session: m.session,
+                        name: m.name,
+                        platform: m.platform,
+                    },
+                    channels: m.channels,
+                    sink,
+                    resume_token: m.resume_token,
+                    disconnected_at: m.disconnected_at,
+                    recent,
+                },
+            );
+        }
+        Room {
+            id: state.id,
+            name: state.name,
+            created_at: state.created_at,
+            epoch: state.epoch,
+            config: state.config,
+            seq: state.seq,
+            log,
+            entities: state.entities,
+            locks: state.locks,
+            members,
+            tokens,
+            connected,
+        }
+    }
+
     /// The member's connection dropped: it stays resumable for the resume
     /// window; its locks are released and the others see it leave.
     pub fn disconnect(&mut self, session: &str, now: Millis) -> Vec<Arc<HistoryEntry>> {
@@ -560,17 +686,25 @@ impl<S> Room<S> {
         out
     }
 
-    /// Removes every connected member (the room is being deleted) and returns their sinks.
+    /// Removes every connected member (the room is being deleted) and returns
+    /// their sinks, ordered by session id.
     pub fn close(&mut self) -> Vec<S> {
         self.tokens.clear();
         self.connected = 0;
-        self.members.drain().filter_map(|(_, m)| m.sink).collect()
+        // Sorted so that every replica closes its members in the same order.
+        let mut closed: Vec<(String, S)> = self
+            .members
+            .drain()
+            .filter_map(|(s, m)| Some((s, m.sink?)))
+            .collect();
+        closed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        closed.into_iter().map(|(_, sink)| sink).collect()
     }
 
     /// Expires leases and resume windows that ended by `now`.
     pub fn tick(&mut self, now: Millis) -> Vec<Arc<HistoryEntry>> {
         let window = self.config.resume_window_ms;
-        let expired: Vec<String> = self
+        let mut expired: Vec<String> = self
             .members
             .iter()
             .filter(|(_, m)| {
@@ -579,6 +713,9 @@ impl<S> Room<S> {
             })
             .map(|(s, _)| s.clone())
             .collect();
+        // Removing is silent today, so the order is not observable; sorted all
+        // the same, so that an event added here later stays replica-safe.
+        expired.sort_unstable();
         for s in expired {
             self.remove_session(&s);
         }
@@ -604,12 +741,16 @@ impl<S> Room<S> {
     }
 
     fn evict_oldest_disconnected(&mut self) {
+        // Ties (sessions that dropped in the same millisecond) go to the
+        // smallest session id: which one is evicted must not depend on the
+        // HashMap's order, or replicas would keep different sessions.
         let oldest = self
             .members
             .iter()
-            .filter_map(|(s, m)| m.disconnected_at.map(|t| (t, s.clone())))
-            .min();
-        if let Some((_, s)) = oldest {
+            .filter_map(|(s, m)| m.disconnected_at.map(|t| (t, s.as_str())))
+            .min()
+            .map(|(_, s)| s.to_owned());
+        if let Some(s) = oldest {
             self.remove_session(&s);
         }
     }
