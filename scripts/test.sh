@@ -13,6 +13,33 @@ if command -v rustup >/dev/null; then
   rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
 
+# Cluster tests start real redis-server, nginx and HAProxy (Debian puts the last two in sbin,
+# which a non-root PATH may lack).
+missing=()
+for prog in redis-server nginx haproxy; do
+  if ! PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" command -v "$prog" >/dev/null; then
+    missing+=("$prog")
+  fi
+done
+if ((${#missing[@]})); then
+  log "installing redis-server, nginx and haproxy (missing: ${missing[*]})"
+  if ! command -v apt-get >/dev/null; then
+    echo "missing ${missing[*]} and no apt-get: install redis-server, nginx and haproxy" >&2
+    exit 1
+  elif [ "$(id -u)" -eq 0 ]; then
+    sudo=()
+  elif command -v sudo >/dev/null; then
+    sudo=(sudo)
+  else
+    echo "missing ${missing[*]}, and not root without sudo: install the Debian packages" \
+      "redis-server nginx haproxy, then run this again" >&2
+    exit 1
+  fi
+  ${sudo[@]+"${sudo[@]}"} apt-get update
+  ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends redis-server nginx haproxy
+fi
+
 log "format"
 cargo fmt --all -- --check
 
@@ -27,6 +54,13 @@ set +e
 cargo test --workspace --locked 2>&1 | tee "$out"
 status=${PIPESTATUS[0]}
 set -e
+if [ "$status" -eq 0 ]; then
+  log "server tests again in cluster mode (one node over the in-process cluster)"
+  set +e
+  PLAZA_TEST_CLUSTER=memory cargo test -p plaza-server --locked 2>&1 | tee -a "$out"
+  status=${PIPESTATUS[0]}
+  set -e
+fi
 passed=$(grep -E '^test result:' "$out" | awk '{s += $4} END {print s + 0}')
 failed=$(grep -E '^test result:' "$out" | awk '{s += $6} END {print s + 0}')
 echo

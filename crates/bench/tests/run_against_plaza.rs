@@ -85,7 +85,7 @@ async fn every_publish_is_counted_once_for_every_other_member() {
     assert!(report.server_cpu_us_per_delivery.is_some());
     assert!(report.markdown().contains("count-check"));
     // The rooms exist, with their members still in them.
-    let rooms = node.list_rooms();
+    let rooms = node.list_rooms().await.unwrap();
     assert_eq!(rooms.len(), 2);
 }
 
@@ -311,6 +311,10 @@ async fn http_steps_are_timed_and_unexpected_statuses_fail() {
     assert_eq!(report.http_failed, 4);
     assert_eq!(report.errors.get("http: status 404 Not Found"), Some(&4));
     assert_eq!(report.http_rt.as_ref().map(|l| l.count), Some(8));
-    assert_eq!(node.list_rooms().len(), 4, "every POST created its room");
+    assert_eq!(
+        node.list_rooms().await.unwrap().len(),
+        4,
+        "every POST created its room"
+    );
     assert!(report.passed, "{:?}", report.checks);
 }

@@ -51,6 +51,10 @@ pub enum LogNotice {
     Resubscribed,
 }
 
+/// The outcome of [`Cluster::append`], independent of the cluster's lifetime.
+pub type AppendFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<LogPosition, ClusterError>> + Send>>;
+
 /// Receives a room's [`LogNotice`]s. Called on the broker's receiving task:
 /// it must not block (hand the notice over with `try_send` and, when that
 /// fails, remember to read the log later).
@@ -108,9 +112,12 @@ pub trait Cluster: Send + Sync + 'static {
     async fn delete_room(&self, id: &str) -> Result<bool, ClusterError>;
 
     /// Appends to a room's log and notifies its subscribers, in one step.
-    /// Appends from one node are applied in the order they were called (the
-    /// order of the calls' start), so a client's messages keep their order.
-    async fn append(&self, room: &str, payload: Bytes) -> Result<LogPosition, ClusterError>;
+    ///
+    /// Not an `async fn` on purpose: the append is queued when this is
+    /// *called*, and appends from one node land in the order of the calls, so
+    /// a client's messages keep their order even though the caller awaits the
+    /// returned future elsewhere (it does not borrow `self`).
+    fn append(&self, room: &str, payload: Bytes) -> AppendFuture;
 
     /// Up to `limit` entries after position `after`, oldest first. Empty when
     /// nothing follows `after`; [`ClusterError::Trimmed`] when entry `after + 1`

@@ -3,20 +3,27 @@
 //! Embedded mode uses [`MemoryBroker`]: everything lives in this process.
 //! Cluster mode adds the [`Cluster`] seam (room registry, each room's shared
 //! log and snapshots, subscriptions, node liveness) and puts both in front of
-//! Redis, so that any node can redeem any ticket and every room's log is
-//! shared. Code above this crate only ever talks to `dyn Broker` and
-//! `dyn Cluster`.
+//! Redis ([`RedisBroker`]), so that any node can redeem any ticket and every
+//! room's log is shared. [`MemoryCluster`] runs several nodes of a cluster in
+//! one process, for tests. Code above this crate only ever talks to
+//! `dyn Broker` and `dyn Cluster`.
+
+#![warn(missing_docs)]
 
 mod cluster;
 mod ids;
 mod memory;
+mod memory_cluster;
+mod redis;
 
+pub use self::redis::{RedisBroker, RedisConfig};
 pub use cluster::{
-    Cluster, ClusterError, LogEntry, LogListener, LogNotice, LogPosition, NODE_HEARTBEAT_MS,
-    NODE_TTL_MS,
+    AppendFuture, Cluster, ClusterError, LogEntry, LogListener, LogNotice, LogPosition,
+    NODE_HEARTBEAT_MS, NODE_TTL_MS,
 };
 pub use ids::{new_epoch, new_resume_token, new_session_id, new_ticket_token};
 pub use memory::MemoryBroker;
+pub use memory_cluster::{MemoryCluster, DEFAULT_LOG_CAPACITY};
 
 use async_trait::async_trait;
 pub use plaza_core::RoomError;

@@ -8,6 +8,7 @@
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 mod bench;
+mod cluster;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand};
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
-use plaza_broker::MemoryBroker;
+use plaza_broker::{Cluster, MemoryBroker, RedisBroker};
 use plaza_server::{Node, ServerConfig};
 use serde::Serialize;
 
@@ -29,7 +30,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a Plaza node (embedded mode: everything in this process).
+    /// Run a Plaza node: embedded mode (everything in this process), or with
+    /// --redis a node of a cluster sharing that Redis.
     ///
     /// Settings come, in rising priority, from built-in defaults, the TOML file
     /// given by --config (keys as below, in snake_case), PLAZA_* environment
@@ -37,6 +39,9 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Load tests: run a scenario file against Plaza or a peer.
     Bench(bench::BenchArgs),
+    /// A local cluster for development: `plaza cluster up --nodes N` runs Redis, N nodes
+    /// and nginx or HAProxy on loopback until Ctrl-C.
+    Cluster(cluster::ClusterArgs),
 }
 
 /// Every flag maps to a key of the TOML file and a `PLAZA_` variable.
@@ -155,6 +160,7 @@ fn main() -> std::process::ExitCode {
         .init();
     match cli.command {
         Command::Bench(args) => bench::main(args),
+        Command::Cluster(args) => cluster::main(args),
         Command::Serve(args) => {
             let config = match load_config(&args) {
                 Ok(c) => c,
@@ -175,11 +181,35 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn serve(config: ServerConfig) -> std::io::Result<()> {
+async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
+    if config.node_id.is_empty() {
+        config.node_id = format!("n-{}", plaza_broker::new_session_id());
+    }
+    if !valid_node_id(&config.node_id) {
+        return Err(std::io::Error::other(format!(
+            "invalid node id {:?}: use 1 to 64 letters, digits, '-', '_' or '.'",
+            config.node_id
+        )));
+    }
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;
     let addr = listener.local_addr()?;
-    let node = Node::new(config, Arc::new(MemoryBroker::new()));
-    println!("Plaza is running: open http://{addr}/ (WebSocket at ws://{addr}/v1/ws)");
+    let (node, cluster) = if config.redis.is_empty() {
+        (Node::new(config, Arc::new(MemoryBroker::new())), None)
+    } else {
+        let redis = RedisBroker::connect(&config.redis, &config.node_id)
+            .await
+            .map_err(|e| std::io::Error::other(format!("cluster mode: {e}")))?;
+        let cluster: Arc<dyn Cluster> = redis.clone();
+        let node = Node::clustered(config, redis, cluster.clone());
+        (node, Some(cluster))
+    };
+    match &cluster {
+        Some(_) => println!(
+            "Plaza node {} is running in cluster mode on http://{addr}/ (WebSocket at ws://{addr}/v1/ws)",
+            node.id()
+        ),
+        None => println!("Plaza is running: open http://{addr}/ (WebSocket at ws://{addr}/v1/ws)"),
+    }
     let signals = {
         let node = node.clone();
         async move {
@@ -189,7 +219,21 @@ async fn serve(config: ServerConfig) -> std::io::Result<()> {
         }
     };
     tokio::spawn(signals);
-    plaza_server::serve(node, listener).await
+    let served = plaza_server::serve(node, listener).await;
+    if let Some(cluster) = cluster {
+        // The others may take this node's remaining members for gone at once.
+        cluster.leave().await;
+    }
+    served
+}
+
+/// Node ids go into log records as `node/connection`: no `/`, nothing odd.
+fn valid_node_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
 async fn wait_for_signal() {

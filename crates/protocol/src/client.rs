@@ -220,7 +220,10 @@ pub fn decode(bytes: &[u8]) -> Result<ClientFrame, DecodeError> {
 }
 
 /// The operations a `request` can name, with their decoded arguments.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Serializable so that a cluster node can put a decoded request into a room's
+/// shared log (that encoding is internal, not the wire format of `request`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Op {
     /// `entity.create {kind?, data}`: the server assigns the id.
     EntityCreate {

@@ -307,7 +307,7 @@ impl Connection {
                 Some(r),
             );
         }
-        let room = match self.node.room_for_join(&room_id) {
+        let room = match self.node.room_for_join(&room_id).await {
             Ok(h) => h,
             Err(e) => return self.error(e.code, e.message, Some(r)),
         };

@@ -53,7 +53,9 @@ impl From<RoomError> for ApiError {
             ErrorCode::RoomNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::RoomExists => StatusCode::CONFLICT,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorCode::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::ShuttingDown | ErrorCode::BrokerUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             _ => StatusCode::BAD_REQUEST,
         };
         ApiError::new(status, e.code, e.message)
@@ -164,8 +166,8 @@ async fn metrics(State(node): State<Arc<Node>>) -> Response {
         .into_response()
 }
 
-async fn list_rooms(State(node): State<Arc<Node>>) -> Response {
-    Json(json!({"rooms": node.list_rooms()})).into_response()
+async fn list_rooms(State(node): State<Arc<Node>>) -> ApiResult<Response> {
+    Ok(Json(json!({"rooms": node.list_rooms().await?})).into_response())
 }
 
 async fn create_room(
@@ -180,12 +182,13 @@ async fn create_room(
         ));
     }
     let spec: CreateRoom = json_object(body)?;
-    let room = node.create_room(spec)?;
+    let room = node.create_room(spec).await?;
     Ok((StatusCode::CREATED, Json(room)).into_response())
 }
 
 async fn get_room(State(node): State<Arc<Node>>, Path(id): Path<String>) -> ApiResult<Response> {
     node.room_summary(&id)
+        .await?
         .map(|r| Json(r).into_response())
         .ok_or_else(|| {
             ApiError::new(
@@ -200,7 +203,7 @@ async fn delete_room(
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    if node.delete_room(&id).await {
+    if node.delete_room(&id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::new(
@@ -225,7 +228,7 @@ async fn create_ticket(
     body: Result<Json<Value>, JsonRejection>,
 ) -> ApiResult<Response> {
     let req: TicketRequest = json_object(body)?;
-    if node.room_summary(&id).is_none() {
+    if node.room_summary(&id).await?.is_none() {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             ErrorCode::RoomNotFound,

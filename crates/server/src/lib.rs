@@ -8,6 +8,7 @@
 //! WebSocket endpoint; [`serve`] runs them until shutdown.
 
 mod clock;
+mod cluster;
 pub mod config;
 mod connection;
 mod http;

@@ -5,14 +5,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use plaza_broker::Broker;
-use plaza_core::{Access, Millis, RoomConfig, RoomError};
+use plaza_broker::{Broker, Cluster};
+use plaza_core::{Access, Millis, Room, RoomConfig, RoomError};
 use plaza_protocol::ErrorCode;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
+use crate::cluster::{self, RoomMeta, Sink};
 use crate::metrics::NodeMetrics;
 use crate::room_task::{self, RoomHandle};
 use crate::ServerConfig;
@@ -87,6 +88,9 @@ pub struct CreateRoom {
 pub struct Node {
     config: ServerConfig,
     broker: Arc<dyn Broker>,
+    /// Cluster mode: the shared room registry and logs.
+    cluster: Option<Arc<dyn Cluster>>,
+    /// Embedded mode: the rooms. Cluster mode: the rooms hosted here.
     rooms: RwLock<HashMap<String, RoomHandle>>,
     pub(crate) metrics: NodeMetrics,
     shutdown: CancellationToken,
@@ -95,14 +99,34 @@ pub struct Node {
 }
 
 impl Node {
-    /// A node with no rooms.
-    pub fn new(mut config: ServerConfig, broker: Arc<dyn Broker>) -> Arc<Node> {
-        if config.node_id.is_empty() {
+    /// An embedded-mode node with no rooms.
+    pub fn new(config: ServerConfig, broker: Arc<dyn Broker>) -> Arc<Node> {
+        Node::build(config, broker, None)
+    }
+
+    /// A cluster-mode node: rooms live in `cluster`, shared with other nodes.
+    pub fn clustered(
+        config: ServerConfig,
+        broker: Arc<dyn Broker>,
+        cluster: Arc<dyn Cluster>,
+    ) -> Arc<Node> {
+        Node::build(config, broker, Some(cluster))
+    }
+
+    fn build(
+        mut config: ServerConfig,
+        broker: Arc<dyn Broker>,
+        cluster: Option<Arc<dyn Cluster>>,
+    ) -> Arc<Node> {
+        if let Some(c) = &cluster {
+            config.node_id = c.node_id().to_owned();
+        } else if config.node_id.is_empty() {
             config.node_id = format!("n-{}", plaza_broker::new_session_id());
         }
         Arc::new(Node {
             config,
             broker,
+            cluster,
             rooms: RwLock::new(HashMap::new()),
             metrics: NodeMetrics::new(),
             shutdown: CancellationToken::new(),
@@ -184,8 +208,14 @@ impl Node {
         }
     }
 
-    /// Creates a room and starts its task.
-    pub fn create_room(&self, spec: CreateRoom) -> Result<RoomSummary, RoomError> {
+    /// The cluster, in cluster mode.
+    pub fn cluster(&self) -> Option<&Arc<dyn Cluster>> {
+        self.cluster.as_ref()
+    }
+
+    /// Creates a room: in embedded mode it starts its task; in cluster mode
+    /// it enters the shared registry (nodes host it when members join).
+    pub async fn create_room(&self, spec: CreateRoom) -> Result<RoomSummary, RoomError> {
         let id = match spec.id {
             Some(id) => {
                 validate_room_id(&id)?;
@@ -240,6 +270,29 @@ impl Node {
             presence: spec.options.presence.unwrap_or(true),
             ..RoomConfig::default()
         };
+        if let Some(cluster) = &self.cluster {
+            let now = now_ms();
+            let mut room: Room<Sink> = Room::new(
+                id.clone(),
+                name.clone(),
+                config,
+                plaza_broker::new_epoch(),
+                now,
+            );
+            for e in spec.entities {
+                room.seed_entity(e.kind, e.data);
+            }
+            let meta = RoomMeta::new(&name, room.config(), now);
+            let snapshot = cluster::first_snapshot(&room);
+            return match cluster.create_room(&id, meta.encode(), snapshot).await {
+                Ok(true) => Ok(meta.summary(&id, 0)),
+                Ok(false) => Err(RoomError::new(
+                    ErrorCode::RoomExists,
+                    format!("room {id:?} exists"),
+                )),
+                Err(e) => Err(e.into()),
+            };
+        }
         let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
         if rooms.contains_key(&id) {
             return Err(RoomError::new(
@@ -265,10 +318,14 @@ impl Node {
         Ok(summary)
     }
 
-    /// A room's handle, creating an open room on first use when `auto_create_rooms` is on.
-    pub(crate) fn room_for_join(&self, id: &str) -> Result<RoomHandle, RoomError> {
-        if let Some(h) = self.room(id) {
+    /// A room's handle, creating an open room on first use when
+    /// `auto_create_rooms` is on. In cluster mode this starts hosting the room.
+    pub(crate) async fn room_for_join(self: &Arc<Self>, id: &str) -> Result<RoomHandle, RoomError> {
+        if let Some(h) = self.room(id).filter(|h| !h.is_closed()) {
             return Ok(h);
+        }
+        if let Some(cluster) = &self.cluster {
+            return self.host_room(cluster, id).await;
         }
         if !self.config.auto_create_rooms {
             return Err(RoomError::new(
@@ -276,10 +333,13 @@ impl Node {
                 format!("no room {id:?}"),
             ));
         }
-        match self.create_room(CreateRoom {
-            id: Some(id.to_owned()),
-            ..Default::default()
-        }) {
+        match self
+            .create_room(CreateRoom {
+                id: Some(id.to_owned()),
+                ..Default::default()
+            })
+            .await
+        {
             Ok(_)
             | Err(RoomError {
                 code: ErrorCode::RoomExists,
@@ -291,6 +351,54 @@ impl Node {
         }
     }
 
+    /// Cluster mode: starts a replica of a room in the registry (creating an
+    /// open room first when `auto_create_rooms` is on).
+    async fn host_room(
+        self: &Arc<Self>,
+        cluster: &Arc<dyn Cluster>,
+        id: &str,
+    ) -> Result<RoomHandle, RoomError> {
+        let mut meta = cluster.room_meta(id).await?;
+        if meta.is_none() && self.config.auto_create_rooms {
+            let spec = CreateRoom {
+                id: Some(id.to_owned()),
+                ..Default::default()
+            };
+            match self.create_room(spec).await {
+                Ok(_)
+                | Err(RoomError {
+                    code: ErrorCode::RoomExists,
+                    ..
+                }) => meta = cluster.room_meta(id).await?,
+                Err(e) => return Err(e),
+            }
+        }
+        let Some(meta) = meta.as_deref().and_then(RoomMeta::decode) else {
+            return Err(RoomError::new(
+                ErrorCode::RoomNotFound,
+                format!("no room {id:?}"),
+            ));
+        };
+        let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
+        // Another connection may have started hosting it meanwhile.
+        if let Some(h) = rooms.get(id).filter(|h| !h.is_closed()) {
+            return Ok(h.clone());
+        }
+        let handle = cluster::spawn_replica(self, cluster.clone(), &meta, id);
+        rooms.insert(id.to_owned(), handle.clone());
+        self.metrics.rooms.set(rooms.len() as f64);
+        Ok(handle)
+    }
+
+    /// A replica ended: it leaves the map unless a newer one took its place.
+    pub(crate) fn forget_room(&self, id: &str, handle: &RoomHandle) {
+        let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
+        if rooms.get(id).is_some_and(|h| h.same(handle)) {
+            rooms.remove(id);
+        }
+        self.metrics.rooms.set(rooms.len() as f64);
+    }
+
     pub(crate) fn room(&self, id: &str) -> Option<RoomHandle> {
         self.rooms
             .read()
@@ -299,8 +407,22 @@ impl Node {
             .cloned()
     }
 
-    /// Every room, ordered by id.
-    pub fn list_rooms(&self) -> Vec<RoomSummary> {
+    /// Every room, ordered by id. In cluster mode, `members` is exact for
+    /// rooms this node hosts and 0 for the others.
+    pub async fn list_rooms(&self) -> Result<Vec<RoomSummary>, RoomError> {
+        if let Some(cluster) = &self.cluster {
+            let mut v: Vec<RoomSummary> = cluster
+                .list_rooms()
+                .await?
+                .into_iter()
+                .filter_map(|(id, meta)| {
+                    let meta = RoomMeta::decode(&meta)?;
+                    Some(meta.summary(&id, self.hosted_members(&id)))
+                })
+                .collect();
+            v.sort_by(|a, b| a.id.cmp(&b.id));
+            return Ok(v);
+        }
         let mut v: Vec<RoomSummary> = self
             .rooms
             .read()
@@ -309,16 +431,46 @@ impl Node {
             .map(RoomHandle::summary)
             .collect();
         v.sort_by(|a, b| a.id.cmp(&b.id));
-        v
+        Ok(v)
+    }
+
+    fn hosted_members(&self, id: &str) -> usize {
+        self.room(id).map_or(0, |h| h.summary().members)
     }
 
     /// One room.
-    pub fn room_summary(&self, id: &str) -> Option<RoomSummary> {
-        self.room(id).map(|h| h.summary())
+    pub async fn room_summary(&self, id: &str) -> Result<Option<RoomSummary>, RoomError> {
+        if let Some(cluster) = &self.cluster {
+            let meta = cluster.room_meta(id).await?;
+            return Ok(meta
+                .as_deref()
+                .and_then(RoomMeta::decode)
+                .map(|m| m.summary(id, self.hosted_members(id))));
+        }
+        Ok(self.room(id).map(|h| h.summary()))
     }
 
-    /// Deletes a room: its members get a `closed` frame. False if it did not exist.
-    pub async fn delete_room(&self, id: &str) -> bool {
+    /// Deletes a room: its members (on every node) get a `closed` frame.
+    /// False if it did not exist.
+    pub async fn delete_room(&self, id: &str) -> Result<bool, RoomError> {
+        if let Some(cluster) = &self.cluster {
+            if cluster.room_meta(id).await?.is_none() {
+                return Ok(false);
+            }
+            // Every replica applies `Close` before the log goes away; one
+            // that reads the log too late finds the room gone and closes too.
+            let close = cluster::close_record(self.id());
+            match cluster.append(id, close).await {
+                Ok(_) => {}
+                Err(plaza_broker::ClusterError::RoomNotFound(_)) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            }
+            return Ok(cluster.delete_room(id).await?);
+        }
+        Ok(self.delete_local_room(id).await)
+    }
+
+    async fn delete_local_room(&self, id: &str) -> bool {
         let handle = {
             let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());
             let h = rooms.remove(id);

@@ -29,6 +29,9 @@ pub struct Outgoing {
 /// State shared by a connection's reader, writer and every outbox handle.
 #[derive(Debug)]
 pub struct ConnectionControl {
+    /// Unique among this process's connections (cluster mode names a member's
+    /// connection by node id and this number).
+    id: u64,
     /// Cancelled when the connection must close.
     pub closed: CancellationToken,
     close_code: AtomicU16,
@@ -40,11 +43,18 @@ pub struct ConnectionControl {
 impl ConnectionControl {
     /// A live connection.
     pub fn new() -> Arc<Self> {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Arc::new(ConnectionControl {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             closed: CancellationToken::new(),
             close_code: AtomicU16::new(0),
             evicted: Mutex::new(Vec::new()),
         })
+    }
+
+    /// This connection's id, unique in this process.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Notes that this connection's session in `room` now lives on another connection.

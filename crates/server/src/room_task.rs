@@ -49,6 +49,10 @@ pub(crate) enum RoomCommand {
     Close {
         done: oneshot::Sender<()>,
     },
+    /// Cluster mode: an entry of the room's shared log, from the broker.
+    Log(Box<plaza_broker::LogEntry>),
+    /// Cluster mode: an append this node made failed.
+    AppendFailed(Box<crate::cluster::AppendFailure>),
 }
 
 // The larger payloads are boxed: a room's mailbox allocates its slots in
@@ -136,6 +140,53 @@ impl RoomHandle {
     }
 }
 
+/// What a room's summary shows, fixed at its creation.
+pub(crate) struct RoomInfo<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) name: &'a str,
+    pub(crate) created_at: Millis,
+    pub(crate) access: Access,
+    pub(crate) history_size: usize,
+    pub(crate) max_members: usize,
+    pub(crate) presence: bool,
+}
+
+/// A handle and the mailbox its task reads; `members` is the count the task keeps.
+pub(crate) fn mailbox(
+    info: RoomInfo<'_>,
+    members: Arc<AtomicUsize>,
+) -> (RoomHandle, mpsc::Receiver<RoomCommand>) {
+    let (tx, rx) = mpsc::channel(MAILBOX);
+    let handle = RoomHandle(Arc::new(RoomShared {
+        id: info.id.into(),
+        name: info.name.into(),
+        created_at: info.created_at,
+        access: info.access,
+        history_size: info.history_size,
+        max_members: info.max_members,
+        presence: info.presence,
+        members,
+        tx,
+    }));
+    (handle, rx)
+}
+
+impl RoomHandle {
+    /// A sender that does not keep the mailbox open (a task's way to post to itself).
+    pub(crate) fn downgrade(&self) -> mpsc::WeakSender<RoomCommand> {
+        self.0.tx.downgrade()
+    }
+
+    /// Posts without waiting; false when the mailbox is full or closed.
+    pub(crate) fn try_send(&self, cmd: RoomCommand) -> bool {
+        self.0.tx.try_send(cmd).is_ok()
+    }
+
+    pub(crate) fn same(&self, other: &RoomHandle) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 pub(crate) fn spawn(
     id: String,
     name: String,
@@ -144,19 +195,17 @@ pub(crate) fn spawn(
     now: Millis,
     metrics: &NodeMetrics,
 ) -> RoomHandle {
-    let (tx, rx) = mpsc::channel(MAILBOX);
     let members = Arc::new(AtomicUsize::new(0));
-    let handle = RoomHandle(Arc::new(RoomShared {
-        id: id.as_str().into(),
-        name: name.as_str().into(),
+    let info = RoomInfo {
+        id: &id,
+        name: &name,
         created_at: now,
         access: config.access,
         history_size: config.history_size,
         max_members: config.max_members,
         presence: config.presence,
-        members: members.clone(),
-        tx,
-    }));
+    };
+    let (handle, rx) = mailbox(info, members.clone());
     let mut room = Room::new(id, name, config, plaza_broker::new_epoch(), now);
     for (kind, data) in entities {
         room.seed_entity(kind, data);
@@ -179,9 +228,9 @@ struct Counters {
     errors: ErrorCounter,
 }
 
-type ErrorCounter = Arc<dyn Fn(ErrorCode) + Send + Sync>;
+pub(crate) type ErrorCounter = Arc<dyn Fn(ErrorCode) + Send + Sync>;
 
-fn metrics_errors(m: &NodeMetrics) -> ErrorCounter {
+pub(crate) fn metrics_errors(m: &NodeMetrics) -> ErrorCounter {
     // The room task needs only "count this error"; a closure over the node's
     // counters keeps the task independent of the node's lifetime.
     let codes: Vec<(ErrorCode, metrics::Counter)> = ErrorCode::ALL
@@ -362,6 +411,8 @@ impl RoomTask {
                 }
             }
             RoomCommand::Close { .. } => unreachable!("handled in run"),
+            // Only cluster replicas read a shared log.
+            RoomCommand::Log(_) | RoomCommand::AppendFailed(_) => {}
         }
     }
 
@@ -375,20 +426,7 @@ impl RoomTask {
 
     fn refuse(&self, outbox: &Outbox, e: RoomError, frame: &str, id: Option<String>) {
         (self.counters.errors)(e.code);
-        let reference = ErrorRef {
-            frame: Some(frame.to_owned()),
-            room: Some(self.room.id().to_owned()),
-            id,
-        };
-        outbox.send(
-            ServerFrame::Error {
-                code: e.code,
-                message: e.message,
-                reference: Some(reference),
-            }
-            .encode(),
-            None,
-        );
+        outbox.send(error_frame(self.room.id(), e, frame, id).encode(), None);
     }
 
     /// Hands each event's single encoded buffer to every recipient.
@@ -405,14 +443,32 @@ impl RoomTask {
     }
 }
 
-fn not_joined() -> RoomError {
+/// The `error` frame refusing a client's `frame` (with its message `id`) in `room`.
+pub(crate) fn error_frame(
+    room: &str,
+    e: RoomError,
+    frame: &str,
+    id: Option<String>,
+) -> ServerFrame {
+    ServerFrame::Error {
+        code: e.code,
+        message: e.message,
+        reference: Some(ErrorRef {
+            frame: Some(frame.to_owned()),
+            room: Some(room.to_owned()),
+            id,
+        }),
+    }
+}
+
+pub(crate) fn not_joined() -> RoomError {
     RoomError::new(
         ErrorCode::NotJoined,
         "not a member of this room on this connection",
     )
 }
 
-fn response(
+pub(crate) fn response(
     room: &str,
     nonce: Box<RawValue>,
     result: Result<serde_json::Value, RoomError>,
@@ -438,7 +494,7 @@ fn response(
     }
 }
 
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+pub(crate) async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,

@@ -247,9 +247,17 @@ async fn health_and_readiness() {
     assert_eq!(s.get("/healthz").await, (200, json!({"status": "ok"})));
     let (status, v) = s.get("/readyz").await;
     assert_eq!(status, 200);
+    let node = s.node.id().to_owned();
+    assert!(!node.is_empty());
     assert_eq!(
         v,
-        json!({"ready": true, "broker": "memory", "shutting_down": false})
+        json!({"ready": true, "broker": "memory", "node": node, "shutting_down": false})
+    );
+    let r = s.http.get(s.url("/readyz")).send().await.unwrap();
+    assert_eq!(
+        r.headers()["x-plaza-node"],
+        node.as_str(),
+        "every response names its node"
     );
     let (status, html) = s.get_text("/").await;
     assert_eq!(status, 200);

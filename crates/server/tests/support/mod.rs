@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::{SinkExt, StreamExt};
-use plaza_broker::MemoryBroker;
+use plaza_broker::{Cluster, MemoryBroker, MemoryCluster};
 use plaza_server::{Node, ServerConfig};
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -38,11 +38,37 @@ impl TestServer {
         Self::with_config(ServerConfig::default()).await
     }
 
-    pub async fn with_config(mut config: ServerConfig) -> TestServer {
+    /// A node with `config`. With `PLAZA_TEST_CLUSTER=memory` in the
+    /// environment it runs in cluster mode (alone, over an in-process
+    /// cluster), so that every test checks cluster mode behaves the same.
+    pub async fn with_config(config: ServerConfig) -> TestServer {
+        if std::env::var("PLAZA_TEST_CLUSTER").as_deref() == Ok("memory") {
+            let hub = MemoryCluster::new();
+            return Self::clustered(config, Arc::new(MemoryBroker::new()), hub.node("solo")).await;
+        }
+        Self::serve(config, |config| {
+            Node::new(config, Arc::new(MemoryBroker::new()))
+        })
+        .await
+    }
+
+    /// A cluster-mode node sharing `broker` (tickets) and `cluster` with others.
+    pub async fn clustered(
+        config: ServerConfig,
+        broker: Arc<MemoryBroker>,
+        cluster: Arc<dyn Cluster>,
+    ) -> TestServer {
+        Self::serve(config, |config| Node::clustered(config, broker, cluster)).await
+    }
+
+    async fn serve(
+        mut config: ServerConfig,
+        node: impl FnOnce(ServerConfig) -> Arc<Node>,
+    ) -> TestServer {
         config.listen = "127.0.0.1:0".into();
         let listener = tokio::net::TcpListener::bind(&config.listen).await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let node = Node::new(config, Arc::new(MemoryBroker::new()));
+        let node = node(config);
         let task = tokio::spawn(plaza_server::serve(node.clone(), listener));
         TestServer {
             addr,

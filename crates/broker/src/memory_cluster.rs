@@ -1,0 +1,316 @@
+//! An in-process [`Cluster`]: several nodes of one process share one hub, so
+//! the server's multi-node behaviour can be tested without Redis.
+//!
+//! Besides the [`Cluster`] behaviour it can simulate the failures a real
+//! broker has: a node crashing ([`MemoryCluster::kill_node`]) and the broker
+//! itself going away for a while ([`MemoryCluster::set_available`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use plaza_core::Millis;
+
+use crate::{AppendFuture, Cluster, ClusterError, LogEntry, LogListener, LogNotice, LogPosition};
+
+/// How many entries a room's log keeps unless configured otherwise.
+pub const DEFAULT_LOG_CAPACITY: usize = 10_000;
+
+/// The shared hub. Every node gets its view with [`MemoryCluster::node`].
+pub struct MemoryCluster {
+    log_capacity: usize,
+    hub: Mutex<Hub>,
+}
+
+#[derive(Default)]
+struct Hub {
+    available: bool,
+    rooms: HashMap<String, RoomState>,
+    nodes: HashMap<String, NodeState>,
+}
+
+struct RoomState {
+    meta: Bytes,
+    /// Position of the last entry ever appended (entries may be trimmed).
+    n: u64,
+    log: VecDeque<LogEntry>,
+    snapshot: (u64, Bytes),
+}
+
+#[derive(Default)]
+struct NodeState {
+    /// Bumped when a node id is started again, so views of its earlier life
+    /// stay dead.
+    incarnation: u64,
+    alive: bool,
+    subscriptions: HashMap<String, LogListener>,
+}
+
+impl MemoryCluster {
+    /// A hub whose rooms keep [`DEFAULT_LOG_CAPACITY`] log entries.
+    pub fn new() -> Arc<Self> {
+        Self::with_log_capacity(DEFAULT_LOG_CAPACITY)
+    }
+
+    /// A hub whose rooms keep the last `capacity` log entries (at least one).
+    pub fn with_log_capacity(capacity: usize) -> Arc<Self> {
+        Arc::new(Self {
+            log_capacity: capacity.max(1),
+            hub: Mutex::new(Hub {
+                available: true,
+                ..Hub::default()
+            }),
+        })
+    }
+
+    /// Starts node `id` (again, if it ran before) and returns its view. Views
+    /// handed out for an earlier start of the same id stop working, as a
+    /// restarted process would not know its predecessor's state.
+    pub fn node(self: &Arc<Self>, id: &str) -> Arc<dyn Cluster> {
+        let mut hub = self.lock();
+        let node = hub.nodes.entry(id.to_owned()).or_default();
+        node.incarnation += 1;
+        node.alive = true;
+        node.subscriptions.clear();
+        Arc::new(MemoryNode {
+            hub: Arc::clone(self),
+            id: id.to_owned(),
+            incarnation: node.incarnation,
+        })
+    }
+
+    /// Simulates node `id` crashing: it is reported dead, its subscriptions
+    /// are gone and its views fail every call with
+    /// [`ClusterError::Unavailable`] (a crashed node appends nothing more).
+    pub fn kill_node(&self, id: &str) {
+        if let Some(node) = self.lock().nodes.get_mut(id) {
+            node.alive = false;
+            node.subscriptions.clear();
+        }
+    }
+
+    /// Simulates a broker outage: while `false`, every call fails with
+    /// [`ClusterError::Unavailable`]. Setting it back to `true` tells every
+    /// subscribed listener [`LogNotice::Resubscribed`], as a reconnecting
+    /// broker client would.
+    pub fn set_available(&self, available: bool) {
+        let mut hub = self.lock();
+        let was = std::mem::replace(&mut hub.available, available);
+        if available && !was {
+            for node in hub.nodes.values().filter(|n| n.alive) {
+                for listener in node.subscriptions.values() {
+                    listener(LogNotice::Resubscribed);
+                }
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Hub> {
+        // A panicking listener must not take every other test node down.
+        self.hub.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl std::fmt::Debug for MemoryCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryCluster")
+            .field("log_capacity", &self.log_capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One node's view of the hub.
+struct MemoryNode {
+    hub: Arc<MemoryCluster>,
+    id: String,
+    incarnation: u64,
+}
+
+impl MemoryNode {
+    /// The hub, if this view may use it now.
+    fn hub(&self) -> Result<MutexGuard<'_, Hub>, ClusterError> {
+        let hub = self.hub.lock();
+        if !hub.available {
+            return Err(ClusterError::Unavailable(
+                "memory cluster set unavailable".into(),
+            ));
+        }
+        if !self.is_current(&hub) {
+            return Err(ClusterError::Unavailable(format!(
+                "node {:?} is not running (killed, left or started again)",
+                self.id
+            )));
+        }
+        Ok(hub)
+    }
+
+    fn append_now(&self, room: &str, payload: Bytes) -> Result<LogPosition, ClusterError> {
+        let capacity = self.hub.log_capacity;
+        let mut hub = self.hub()?;
+        let state = hub.rooms.get_mut(room).ok_or_else(|| not_found(room))?;
+        // Replicas apply entries at their timestamps, so time must not run
+        // backwards within a room even if the wall clock does.
+        let ts = now_ms().max(state.log.back().map_or(0, |e| e.ts));
+        state.n += 1;
+        let entry = LogEntry {
+            n: state.n,
+            ts,
+            payload,
+        };
+        state.log.push_back(entry.clone());
+        while state.log.len() > capacity {
+            state.log.pop_front();
+        }
+        let position = LogPosition { n: entry.n, ts };
+        // Called under the lock so every listener sees one order per room.
+        for node in hub.nodes.values().filter(|n| n.alive) {
+            if let Some(listener) = node.subscriptions.get(room) {
+                listener(LogNotice::Entry(entry.clone()));
+            }
+        }
+        Ok(position)
+    }
+
+    fn is_current(&self, hub: &Hub) -> bool {
+        hub.nodes
+            .get(&self.id)
+            .is_some_and(|n| n.alive && n.incarnation == self.incarnation)
+    }
+}
+
+fn now_ms() -> Millis {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as Millis)
+}
+
+fn not_found(room: &str) -> ClusterError {
+    ClusterError::RoomNotFound(room.to_owned())
+}
+
+#[async_trait]
+impl Cluster for MemoryNode {
+    fn node_id(&self) -> &str {
+        &self.id
+    }
+
+    async fn create_room(
+        &self,
+        id: &str,
+        meta: Bytes,
+        snapshot: Bytes,
+    ) -> Result<bool, ClusterError> {
+        let mut hub = self.hub()?;
+        if hub.rooms.contains_key(id) {
+            return Ok(false);
+        }
+        hub.rooms.insert(
+            id.to_owned(),
+            RoomState {
+                meta,
+                n: 0,
+                log: VecDeque::new(),
+                snapshot: (0, snapshot),
+            },
+        );
+        Ok(true)
+    }
+
+    async fn room_meta(&self, id: &str) -> Result<Option<Bytes>, ClusterError> {
+        Ok(self.hub()?.rooms.get(id).map(|r| r.meta.clone()))
+    }
+
+    async fn list_rooms(&self) -> Result<Vec<(String, Bytes)>, ClusterError> {
+        let hub = self.hub()?;
+        Ok(hub
+            .rooms
+            .iter()
+            .map(|(id, r)| (id.clone(), r.meta.clone()))
+            .collect())
+    }
+
+    async fn delete_room(&self, id: &str) -> Result<bool, ClusterError> {
+        Ok(self.hub()?.rooms.remove(id).is_some())
+    }
+
+    fn append(&self, room: &str, payload: Bytes) -> AppendFuture {
+        // Done at once, so the call order is the log order.
+        Box::pin(std::future::ready(self.append_now(room, payload)))
+    }
+
+    async fn read(
+        &self,
+        room: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<LogEntry>, ClusterError> {
+        let hub = self.hub()?;
+        let state = hub.rooms.get(room).ok_or_else(|| not_found(room))?;
+        let mut following = state.log.iter().filter(|e| e.n > after).peekable();
+        match following.peek() {
+            Some(first) if first.n != after + 1 => Err(ClusterError::Trimmed(room.to_owned())),
+            _ => Ok(following.take(limit).cloned().collect()),
+        }
+    }
+
+    async fn store_snapshot(
+        &self,
+        room: &str,
+        n: u64,
+        snapshot: Bytes,
+    ) -> Result<(), ClusterError> {
+        let mut hub = self.hub()?;
+        let state = hub.rooms.get_mut(room).ok_or_else(|| not_found(room))?;
+        if n > state.snapshot.0 {
+            state.snapshot = (n, snapshot);
+        }
+        Ok(())
+    }
+
+    async fn load_snapshot(&self, room: &str) -> Result<Option<(u64, Bytes)>, ClusterError> {
+        Ok(self.hub()?.rooms.get(room).map(|r| r.snapshot.clone()))
+    }
+
+    async fn subscribe(&self, room: &str, listener: LogListener) -> Result<(), ClusterError> {
+        let mut hub = self.hub()?;
+        if let Some(node) = hub.nodes.get_mut(&self.id) {
+            node.subscriptions.insert(room.to_owned(), listener);
+        }
+        Ok(())
+    }
+
+    async fn unsubscribe(&self, room: &str) {
+        let mut hub = self.hub.lock();
+        if !self.is_current(&hub) {
+            return;
+        }
+        if let Some(node) = hub.nodes.get_mut(&self.id) {
+            node.subscriptions.remove(room);
+        }
+    }
+
+    async fn nodes_alive(&self, nodes: &[String]) -> Result<Vec<bool>, ClusterError> {
+        let hub = self.hub()?;
+        Ok(nodes
+            .iter()
+            .map(|id| hub.nodes.get(id).is_some_and(|n| n.alive))
+            .collect())
+    }
+
+    async fn leave(&self) {
+        let mut hub = self.hub.lock();
+        if !self.is_current(&hub) {
+            return;
+        }
+        if let Some(node) = hub.nodes.get_mut(&self.id) {
+            node.alive = false;
+            node.subscriptions.clear();
+        }
+    }
+
+    async fn ready(&self) -> bool {
+        self.hub().is_ok()
+    }
+}

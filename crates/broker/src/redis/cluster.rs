@@ -1,0 +1,208 @@
+//! [`Cluster`] on Redis: registry, logs, snapshots, subscriptions, liveness.
+
+use std::sync::atomic::Ordering;
+
+use ::redis::Value;
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use super::appender::AppendRequest;
+use super::errors::unavailable;
+use super::scripts::{CREATE_ROOM, DELETE_ROOM, STORE_SNAPSHOT};
+use super::wire::parse_entries;
+use super::RedisBroker;
+use crate::{AppendFuture, Cluster, ClusterError, LogEntry, LogListener};
+
+fn not_found(room: &str) -> ClusterError {
+    ClusterError::RoomNotFound(room.to_owned())
+}
+
+#[async_trait]
+impl Cluster for RedisBroker {
+    fn node_id(&self) -> &str {
+        &self.config.node_id
+    }
+
+    async fn create_room(
+        &self,
+        id: &str,
+        meta: Bytes,
+        snapshot: Bytes,
+    ) -> Result<bool, ClusterError> {
+        self.check_member()?;
+        let k = &self.keys;
+        let mut call = CREATE_ROOM.prepare_invoke();
+        call.key(k.room(id))
+            .key(k.log(id))
+            .key(k.snapshot(id))
+            .key(k.rooms())
+            .arg(id)
+            .arg(&meta[..])
+            .arg(&snapshot[..]);
+        self.invoke(&call).await
+    }
+
+    async fn room_meta(&self, id: &str) -> Result<Option<Bytes>, ClusterError> {
+        self.check_member()?;
+        let mut get = ::redis::cmd("HGET");
+        get.arg(self.keys.room(id)).arg("meta");
+        let meta: Option<Vec<u8>> = self.query(&get).await?;
+        Ok(meta.map(Bytes::from))
+    }
+
+    async fn list_rooms(&self) -> Result<Vec<(String, Bytes)>, ClusterError> {
+        self.check_member()?;
+        let mut members = ::redis::cmd("SMEMBERS");
+        members.arg(self.keys.rooms());
+        let ids: Vec<String> = self.query(&members).await?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = ::redis::pipe();
+        for id in &ids {
+            pipe.cmd("HGET").arg(self.keys.room(id)).arg("meta");
+        }
+        let metas: Vec<Option<Vec<u8>>> = self.query_pipe(&pipe).await?;
+        // A room deleted between the two round trips has no meta: skip it.
+        Ok(ids
+            .into_iter()
+            .zip(metas)
+            .filter_map(|(id, meta)| Some((id, Bytes::from(meta?))))
+            .collect())
+    }
+
+    async fn delete_room(&self, id: &str) -> Result<bool, ClusterError> {
+        self.check_member()?;
+        let k = &self.keys;
+        let mut call = DELETE_ROOM.prepare_invoke();
+        call.key(k.room(id))
+            .key(k.log(id))
+            .key(k.snapshot(id))
+            .key(k.rooms())
+            .arg(id);
+        self.invoke(&call).await
+    }
+
+    fn append(&self, room: &str, payload: Bytes) -> AppendFuture {
+        if let Err(e) = self.check_member() {
+            return Box::pin(std::future::ready(Err(e)));
+        }
+        let request = AppendRequest {
+            room: room.to_owned(),
+            meta_key: self.keys.room(room),
+            log_key: self.keys.log(room),
+            channel: self.keys.channel(room),
+            payload,
+        };
+        self.appender.append(request)
+    }
+
+    async fn read(
+        &self,
+        room: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<LogEntry>, ClusterError> {
+        self.check_member()?;
+        let Some(first) = after.checked_add(1) else {
+            return Ok(Vec::new());
+        };
+        let mut pipe = ::redis::pipe();
+        pipe.cmd("EXISTS").arg(self.keys.room(room));
+        // COUNT at least 1, so a trimmed start is seen even for limit 0.
+        pipe.cmd("XRANGE")
+            .arg(self.keys.log(room))
+            .arg(format!("{first}-0"))
+            .arg("+")
+            .arg("COUNT")
+            .arg(limit.max(1));
+        let (exists, range): (bool, Value) = self.query_pipe(&pipe).await?;
+        if !exists {
+            return Err(not_found(room));
+        }
+        let mut entries = parse_entries(range).map_err(unavailable)?;
+        if entries.first().is_some_and(|e| e.n != first) {
+            return Err(ClusterError::Trimmed(room.to_owned()));
+        }
+        entries.truncate(limit);
+        Ok(entries)
+    }
+
+    async fn store_snapshot(
+        &self,
+        room: &str,
+        n: u64,
+        snapshot: Bytes,
+    ) -> Result<(), ClusterError> {
+        self.check_member()?;
+        let mut call = STORE_SNAPSHOT.prepare_invoke();
+        call.key(self.keys.room(room))
+            .key(self.keys.snapshot(room))
+            .arg(n)
+            .arg(&snapshot[..]);
+        let stored: i64 = self.invoke(&call).await?;
+        if stored < 0 {
+            return Err(not_found(room));
+        }
+        Ok(())
+    }
+
+    async fn load_snapshot(&self, room: &str) -> Result<Option<(u64, Bytes)>, ClusterError> {
+        self.check_member()?;
+        let mut get = ::redis::cmd("HMGET");
+        get.arg(self.keys.snapshot(room)).arg("n").arg("data");
+        let snapshot: (Option<u64>, Option<Vec<u8>>) = self.query(&get).await?;
+        match snapshot {
+            (Some(n), Some(data)) => Ok(Some((n, Bytes::from(data)))),
+            _ => Ok(None),
+        }
+    }
+
+    async fn subscribe(&self, room: &str, listener: LogListener) -> Result<(), ClusterError> {
+        self.check_member()?;
+        self.subscriber
+            .subscribe(self.keys.channel(room), listener)
+            .await
+    }
+
+    async fn unsubscribe(&self, room: &str) {
+        self.subscriber.unsubscribe(self.keys.channel(room)).await;
+    }
+
+    async fn nodes_alive(&self, nodes: &[String]) -> Result<Vec<bool>, ClusterError> {
+        self.check_member()?;
+        if nodes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = ::redis::pipe();
+        for node in nodes {
+            pipe.cmd("EXISTS").arg(self.keys.node(node));
+        }
+        self.query_pipe(&pipe).await
+    }
+
+    async fn leave(&self) {
+        if self.left.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.stop.cancel();
+        let heartbeat = self
+            .heartbeat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(heartbeat) = heartbeat {
+            let _ = heartbeat.await;
+        }
+        let mut del = ::redis::cmd("DEL");
+        del.arg(self.keys.node(&self.config.node_id));
+        if let Err(e) = self.query::<()>(&del).await {
+            // The key still expires after NODE_TTL_MS.
+            tracing::warn!("could not remove the heartbeat on leaving: {e}");
+        }
+    }
+
+    async fn ready(&self) -> bool {
+        !self.left.load(Ordering::Acquire) && self.ping().await
+    }
+}

@@ -1,0 +1,8 @@
+-- Removes a room with its log and snapshot.
+-- KEYS[1] meta hash, KEYS[2] log stream, KEYS[3] snapshot hash, KEYS[4] room set.
+-- ARGV[1] room id.
+-- Returns 1 when the room existed, else 0.
+local existed = redis.call('EXISTS', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('SREM', KEYS[4], ARGV[1])
+return existed

@@ -1,0 +1,180 @@
+//! The Redis broker: tickets ([`Broker`](crate::Broker)) and the cluster seam
+//! ([`Cluster`](crate::Cluster)) in one Redis 7 server.
+//!
+//! # Key layout
+//!
+//! With the default prefix `plaza:` and a room `lobby`:
+//!
+//! | key | type | holds |
+//! | --- | --- | --- |
+//! | `plaza:room:{lobby}` | hash | `meta` (opaque bytes), `n` (last log position), `ts` (last timestamp) |
+//! | `plaza:room:{lobby}:log` | stream | one entry per log position, id `<n>-0`, fields `ts` and `p` (payload) |
+//! | `plaza:room:{lobby}:snap` | hash | `n` (log position) and `data` (snapshot bytes) |
+//! | `plaza:rooms` | set | every room id |
+//! | `plaza:node:{node id}` | string | a node's heartbeat, expiring after [`NODE_TTL_MS`](crate::NODE_TTL_MS) |
+//! | `plaza:ticket:{token}` | hash | `grant` (JSON), `exp` (Unix ms), `used` (0/1); expires an hour after `exp` |
+//!
+//! Pub/sub channel `plaza:room:{lobby}:ch` carries every new entry of the room
+//! as 8 bytes `n` and 8 bytes `ts` (big-endian) followed by the payload.
+//!
+//! The braces around a room id are a Redis Cluster hash tag: all of a room's
+//! keys (and its channel) hash to one slot, so its Lua scripts stay
+//! single-slot. Only the `plaza:rooms` registry set lives elsewhere; moving
+//! to Redis Cluster means maintaining it outside the room scripts.
+//!
+//! # Connections and tasks
+//!
+//! A node holds three connections: one for ordinary commands, one owned by
+//! the append task (so one node's appends reach Redis in call order, several
+//! per round trip), and one RESP3 connection for pub/sub. Background tasks
+//! (appends, heartbeat, pub/sub dispatch and ping) end when the broker is
+//! dropped or [`Cluster::leave`](crate::Cluster::leave) is called.
+
+mod appender;
+mod cluster;
+mod config;
+mod connect;
+mod errors;
+mod heartbeat;
+mod keys;
+mod scripts;
+mod subscriber;
+mod tickets;
+mod wire;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ::redis::aio::ConnectionManager;
+use ::redis::{Cmd, FromRedisValue, Pipeline, ScriptInvocation};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use config::RedisConfig;
+
+use crate::ClusterError;
+use appender::Appender;
+use errors::on_manager;
+use keys::Keys;
+use subscriber::Subscriber;
+
+/// A Plaza node's connection to Redis, serving both [`crate::Broker`] and
+/// [`crate::Cluster`].
+pub struct RedisBroker {
+    config: RedisConfig,
+    keys: Keys,
+    commands: ConnectionManager,
+    appender: Appender,
+    subscriber: Subscriber,
+    heartbeat: Mutex<Option<JoinHandle<()>>>,
+    left: AtomicBool,
+    stop: CancellationToken,
+}
+
+impl RedisBroker {
+    /// Connects node `node_id` to the Redis at `url` (`redis://host:port/db`)
+    /// with the defaults of [`RedisConfig`]. Fails with
+    /// [`ClusterError::Unavailable`] if Redis cannot be reached now.
+    pub async fn connect(url: &str, node_id: &str) -> Result<Arc<Self>, ClusterError> {
+        Self::connect_with(RedisConfig::new(url, node_id)).await
+    }
+
+    /// Connects as `config` says. Fails with [`ClusterError::Unavailable`] if
+    /// Redis cannot be reached now; afterwards the connections are
+    /// re-established on their own.
+    pub async fn connect_with(config: RedisConfig) -> Result<Arc<Self>, ClusterError> {
+        let keys = Keys::new(&config.key_prefix);
+        let stop = CancellationToken::new();
+        // Stops the tasks already started if a later step fails.
+        let started = stop.clone().drop_guard();
+        let commands = connect::command_manager(&config).await?;
+        let appender = Appender::start(&config, stop.child_token()).await?;
+        let subscriber = Subscriber::start(&config, stop.child_token()).await?;
+        let node_key = keys.node(&config.node_id);
+        // The first beat before returning: a node is alive as soon as it exists.
+        heartbeat::beat(&commands, &node_key, config.timeout).await?;
+        let heartbeat = heartbeat::start(commands.clone(), node_key, &config, stop.child_token());
+        started.disarm();
+        Ok(Arc::new(Self {
+            config,
+            keys,
+            commands,
+            appender,
+            subscriber,
+            heartbeat: Mutex::new(Some(heartbeat)),
+            left: AtomicBool::new(false),
+            stop,
+        }))
+    }
+
+    /// The configuration this broker was connected with.
+    pub fn config(&self) -> &RedisConfig {
+        &self.config
+    }
+
+    /// Sends `cmd` on the command connection.
+    async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, ClusterError> {
+        let call = |mut conn: ConnectionManager| async move { cmd.query_async(&mut conn).await };
+        on_manager(self.config.timeout, &self.commands, call).await
+    }
+
+    /// Sends `pipe` on the command connection.
+    async fn query_pipe<T: FromRedisValue>(&self, pipe: &Pipeline) -> Result<T, ClusterError> {
+        let call = |mut conn: ConnectionManager| async move { pipe.query_async(&mut conn).await };
+        on_manager(self.config.timeout, &self.commands, call).await
+    }
+
+    /// Runs a script on the command connection (EVALSHA, loading the script
+    /// when Redis does not know it).
+    async fn invoke<T: FromRedisValue>(
+        &self,
+        script: &ScriptInvocation<'_>,
+    ) -> Result<T, ClusterError> {
+        let call =
+            |mut conn: ConnectionManager| async move { script.invoke_async(&mut conn).await };
+        on_manager(self.config.timeout, &self.commands, call).await
+    }
+
+    /// Fails every call after [`Cluster::leave`](crate::Cluster::leave): other
+    /// nodes may already have taken over, so writes from here would be a
+    /// zombie's.
+    fn check_member(&self) -> Result<(), ClusterError> {
+        if self.left.load(Ordering::Acquire) {
+            return Err(ClusterError::Unavailable(format!(
+                "node {:?} has left the cluster",
+                self.config.node_id
+            )));
+        }
+        Ok(())
+    }
+
+    async fn ping(&self) -> bool {
+        let ping = ::redis::cmd("PING");
+        let call = |mut conn: ConnectionManager| {
+            let ping = &ping;
+            async move { ping.query_async::<String>(&mut conn).await }
+        };
+        matches!(
+            on_manager(READY_TIMEOUT, &self.commands, call).await,
+            Ok(pong) if pong == "PONG"
+        )
+    }
+}
+
+/// How long `/readyz` waits for Redis.
+const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
+
+impl Drop for RedisBroker {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl std::fmt::Debug for RedisBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBroker")
+            .field("node_id", &self.config.node_id)
+            .field("key_prefix", &self.config.key_prefix)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,16 @@
+//! The Lua scripts, each one atomic step in Redis.
+
+use std::sync::LazyLock;
+
+use ::redis::Script;
+
+pub(super) static APPEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("append.lua")));
+pub(super) static CREATE_ROOM: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("create_room.lua")));
+pub(super) static DELETE_ROOM: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("delete_room.lua")));
+pub(super) static STORE_SNAPSHOT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("store_snapshot.lua")));
+pub(super) static REDEEM_TICKET: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("redeem_ticket.lua")));

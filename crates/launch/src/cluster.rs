@@ -1,0 +1,166 @@
+//! A whole local cluster: Redis, N nodes, a load balancer.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+
+use crate::proc::check_port_free;
+use crate::{LbKind, LoadBalancer, NodeOptions, NodeProcess, RedisProcess};
+
+/// What [`LocalCluster::start`] starts.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// The `plaza` executable the nodes run.
+    pub plaza_bin: PathBuf,
+    /// How many nodes (at least 1); their ids are `node-1`, `node-2`, ….
+    pub nodes: usize,
+    /// nginx or HAProxy.
+    pub lb: LbKind,
+    /// The load balancer's port on 127.0.0.1; 0 picks a free one.
+    pub listen_port: u16,
+    /// Holds everything: `redis/` (data and log), `nodes/<id>.log`, `lb/` (configuration,
+    /// logs). Created if needed.
+    pub dir: PathBuf,
+    /// Arguments appended to every node's `plaza serve` command line.
+    pub node_args: Vec<String>,
+    /// Start no Redis and run the nodes without `--redis`, each with its own in-memory broker:
+    /// rooms are then per node, which only suits trying the load balancer's routing.
+    pub embedded: bool,
+}
+
+/// A running local cluster; everything in it is killed when dropped, [`stop`](Self::stop)
+/// shuts it down in order.
+pub struct LocalCluster {
+    // Fields drop in this order: clients lose the balancer first, Redis goes last.
+    lb: LoadBalancer,
+    nodes: Vec<NodeProcess>,
+    redis: Option<RedisProcess>,
+    dir: PathBuf,
+}
+
+impl LocalCluster {
+    /// Starts Redis (unless `embedded`), the nodes (`--redis` its URL), then the load
+    /// balancer in front of them, each waited for until it is ready.
+    pub fn start(opts: ClusterOptions) -> io::Result<LocalCluster> {
+        if opts.nodes == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a cluster needs at least one node",
+            ));
+        }
+        if opts.listen_port != 0 {
+            // Before anything starts: a taken port would otherwise show only at the end.
+            check_port_free(opts.listen_port, &format!("{} cannot listen", opts.lb))?;
+        }
+        std::fs::create_dir_all(&opts.dir)?;
+        let dir = opts.dir.canonicalize()?;
+        let redis = match opts.embedded {
+            true => None,
+            false => Some(RedisProcess::start(&dir.join("redis"))?),
+        };
+        let mut nodes = Vec::with_capacity(opts.nodes);
+        for i in 1..=opts.nodes {
+            let node = NodeProcess::start(
+                &opts.plaza_bin,
+                NodeOptions {
+                    redis_url: redis.as_ref().map(RedisProcess::url),
+                    extra_args: opts.node_args.clone(),
+                    log_dir: Some(dir.join("nodes")),
+                    ..NodeOptions::new(format!("node-{i}"))
+                },
+            )?;
+            nodes.push(node);
+        }
+        let upstreams: Vec<_> = nodes.iter().map(NodeProcess::addr).collect();
+        let lb = LoadBalancer::start(opts.lb, opts.listen_port, &upstreams, &dir.join("lb"))?;
+        Ok(LocalCluster {
+            lb,
+            nodes,
+            redis,
+            dir,
+        })
+    }
+
+    /// The load balancer's URL, `http://127.0.0.1:PORT`: where clients connect.
+    pub fn url(&self) -> String {
+        self.lb.url()
+    }
+
+    /// The directory holding data and logs.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The load balancer.
+    pub fn lb(&self) -> &LoadBalancer {
+        &self.lb
+    }
+
+    /// The load balancer, to stop it.
+    pub fn lb_mut(&mut self) -> &mut LoadBalancer {
+        &mut self.lb
+    }
+
+    /// Redis (`None` in embedded mode).
+    pub fn redis(&self) -> Option<&RedisProcess> {
+        self.redis.as_ref()
+    }
+
+    /// Redis, to kill or restart it (`None` in embedded mode).
+    pub fn redis_mut(&mut self) -> Option<&mut RedisProcess> {
+        self.redis.as_mut()
+    }
+
+    /// The nodes, in start order (`node-1` first).
+    pub fn nodes(&self) -> &[NodeProcess] {
+        &self.nodes
+    }
+
+    /// Node `i` (0-based). Panics if out of range.
+    pub fn node(&self, i: usize) -> &NodeProcess {
+        &self.nodes[i]
+    }
+
+    /// Node `i` (0-based), to signal or restart it. Panics if out of range.
+    pub fn node_mut(&mut self, i: usize) -> &mut NodeProcess {
+        &mut self.nodes[i]
+    }
+
+    /// SIGKILL to node `i` (0-based), waiting until it is gone.
+    pub fn kill_node(&mut self, i: usize) -> io::Result<ExitStatus> {
+        self.nodes[i].kill()
+    }
+
+    /// SIGTERM to node `i` (0-based), without waiting.
+    pub fn terminate_node(&mut self, i: usize) -> io::Result<()> {
+        self.nodes[i].terminate()
+    }
+
+    /// Starts node `i` (0-based) again on its address, stopping it first if it runs.
+    pub fn restart_node(&mut self, i: usize) -> io::Result<()> {
+        self.nodes[i].restart()
+    }
+
+    /// Shuts down in order: the load balancer, the nodes (SIGTERM to all, then each waited
+    /// for), Redis. Every process is stopped even if one fails; the first error is returned.
+    pub fn stop(&mut self) -> io::Result<()> {
+        let mut first_err = None;
+        let mut note = |r: io::Result<ExitStatus>| {
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+            }
+        };
+        note(self.lb.stop());
+        // All nodes drain at once rather than one shutdown grace after another.
+        for n in &mut self.nodes {
+            note(n.terminate().map(|()| ExitStatus::default()));
+        }
+        for n in &mut self.nodes {
+            note(n.stop());
+        }
+        if let Some(r) = &mut self.redis {
+            note(r.stop());
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}

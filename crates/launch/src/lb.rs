@@ -1,0 +1,247 @@
+//! nginx or HAProxy in front of the nodes, configured from the templates in `deploy/`.
+
+use std::fmt;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::str::FromStr;
+
+use crate::proc::{accepts, check_port_free, find_program, NotReady, Proc, START_ATTEMPTS};
+
+const NGINX_TEMPLATE: &str = include_str!("../../../deploy/nginx/plaza.conf");
+const HAPROXY_TEMPLATE: &str = include_str!("../../../deploy/haproxy/plaza.cfg");
+
+/// Which load balancer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LbKind {
+    /// nginx, configured from `deploy/nginx/plaza.conf`.
+    Nginx,
+    /// HAProxy, configured from `deploy/haproxy/plaza.cfg`.
+    Haproxy,
+}
+
+impl LbKind {
+    /// `"nginx"` or `"haproxy"`: the program's name (and what [`FromStr`] accepts).
+    pub fn name(self) -> &'static str {
+        match self {
+            LbKind::Nginx => "nginx",
+            LbKind::Haproxy => "haproxy",
+        }
+    }
+
+    /// The configuration template embedded from `deploy/`.
+    pub fn template(self) -> &'static str {
+        match self {
+            LbKind::Nginx => NGINX_TEMPLATE,
+            LbKind::Haproxy => HAPROXY_TEMPLATE,
+        }
+    }
+
+    /// Finds the executable: `PLAZA_NGINX` or `PLAZA_HAPROXY` if set, else on `PATH` or in
+    /// the sbin directories.
+    pub fn program(self) -> io::Result<PathBuf> {
+        let env = match self {
+            LbKind::Nginx => "PLAZA_NGINX",
+            LbKind::Haproxy => "PLAZA_HAPROXY",
+        };
+        find_program(self.name(), env, self.name())
+    }
+
+    fn config_file(self) -> &'static str {
+        match self {
+            LbKind::Nginx => "plaza.conf",
+            LbKind::Haproxy => "plaza.cfg",
+        }
+    }
+
+    fn log_file(self) -> &'static str {
+        match self {
+            // The same file as the template's error_log: one place to look.
+            LbKind::Nginx => "error.log",
+            LbKind::Haproxy => "haproxy.log",
+        }
+    }
+}
+
+impl fmt::Display for LbKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+impl FromStr for LbKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<LbKind, String> {
+        match s {
+            "nginx" => Ok(LbKind::Nginx),
+            "haproxy" => Ok(LbKind::Haproxy),
+            _ => Err(format!("unknown load balancer {s:?}: nginx or haproxy")),
+        }
+    }
+}
+
+/// Fills a `deploy/` template: `{{listen}}` and `{{runtime_dir}}` everywhere, and each line
+/// holding `{{server}}` once per upstream, with `{{server}}` its address and `{{name}}`
+/// `node1`, `node2`, …. Comment lines are copied as they are.
+pub fn render_config(
+    kind: LbKind,
+    listen: SocketAddr,
+    upstreams: &[SocketAddr],
+    runtime_dir: &Path,
+) -> String {
+    let listen = listen.to_string();
+    let runtime_dir = runtime_dir.display().to_string();
+    let mut out = String::new();
+    for line in kind.template().lines() {
+        if line.trim_start().starts_with('#') {
+            // Comments document the placeholders: left as they are.
+            out.push_str(line);
+            out.push('\n');
+        } else if line.contains("{{server}}") {
+            for (i, up) in upstreams.iter().enumerate() {
+                out.push_str(
+                    &line
+                        .replace("{{server}}", &up.to_string())
+                        .replace("{{name}}", &format!("node{}", i + 1)),
+                );
+                out.push('\n');
+            }
+        } else {
+            out.push_str(
+                &line
+                    .replace("{{listen}}", &listen)
+                    .replace("{{runtime_dir}}", &runtime_dir),
+            );
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// nginx or HAProxy running in the foreground on 127.0.0.1, in front of some nodes; killed
+/// (with its workers) when dropped.
+pub struct LoadBalancer {
+    kind: LbKind,
+    proc: Proc,
+    addr: SocketAddr,
+    dir: PathBuf,
+}
+
+impl LoadBalancer {
+    /// Writes the rendered template to `dir` (created if needed; it also holds the pid file,
+    /// logs and temporary files), starts the balancer (`nginx -p DIR -e DIR/error.log -c
+    /// DIR/plaza.conf -g 'daemon off;'` or `haproxy -db -f DIR/plaza.cfg`) and waits until
+    /// its port accepts connections. `listen_port` 0 picks a free port.
+    pub fn start(
+        kind: LbKind,
+        listen_port: u16,
+        upstreams: &[SocketAddr],
+        dir: &Path,
+    ) -> io::Result<LoadBalancer> {
+        if upstreams.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a load balancer needs at least one upstream",
+            ));
+        }
+        std::fs::create_dir_all(dir)?;
+        let dir = dir.canonicalize()?;
+        let bin = kind.program()?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let port = match listen_port {
+                0 => crate::free_port()?,
+                p => {
+                    check_port_free(p, &format!("{kind} cannot listen"))?;
+                    p
+                }
+            };
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+            match launch(kind, &bin, addr, upstreams, &dir) {
+                Ok(proc) => {
+                    return Ok(LoadBalancer {
+                        kind,
+                        proc,
+                        addr,
+                        dir,
+                    })
+                }
+                Err(NotReady::Exited(_)) if listen_port == 0 && attempt < START_ATTEMPTS => {
+                    continue
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Where clients connect.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// nginx or HAProxy.
+    pub fn kind(&self) -> LbKind {
+        self.kind
+    }
+
+    /// The rendered configuration file.
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join(self.kind.config_file())
+    }
+
+    /// Its log: nginx's error log, or HAProxy's stderr.
+    pub fn log_path(&self) -> &Path {
+        self.proc.log_path()
+    }
+
+    /// Its (master's) process id while it has not been reaped; its process group has this id.
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.pid()
+    }
+
+    /// SIGTERM (both exit at once, closing open connections) and waits; SIGKILL to the whole
+    /// process group if that takes longer than 15 s.
+    pub fn stop(&mut self) -> io::Result<ExitStatus> {
+        self.proc.stop()
+    }
+}
+
+fn launch(
+    kind: LbKind,
+    bin: &Path,
+    addr: SocketAddr,
+    upstreams: &[SocketAddr],
+    dir: &Path,
+) -> Result<Proc, NotReady> {
+    let config = dir.join(kind.config_file());
+    std::fs::write(&config, render_config(kind, addr, upstreams, dir)).map_err(NotReady::Failed)?;
+    let log = dir.join(kind.log_file());
+    let mut cmd = Command::new(bin);
+    match kind {
+        LbKind::Nginx => {
+            // -e: nginx opens its default error log (/var/log/nginx) before reading the
+            // configuration, which fails when not root.
+            cmd.arg("-p")
+                .arg(dir)
+                .arg("-e")
+                .arg(&log)
+                .arg("-c")
+                .arg(&config)
+                .args(["-g", "daemon off;"]);
+        }
+        LbKind::Haproxy => {
+            cmd.arg("-db").arg("-f").arg(&config);
+        }
+    }
+    let mut proc = Proc::spawn(format!("{kind} ({addr})"), cmd, &log).map_err(NotReady::Failed)?;
+    proc.wait_ready("accepting connections", || accepts(addr))?;
+    Ok(proc)
+}

@@ -1,0 +1,183 @@
+//! `plaza serve` nodes on loopback.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
+
+use crate::proc::{check_port_free, NotReady, Proc, START_ATTEMPTS};
+
+/// How a [`NodeProcess`] is started. `NodeOptions::new(id)` gives the defaults.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    /// `--node-id`: the id in the node's `x-plaza-node` header and `/readyz`.
+    pub node_id: String,
+    /// `--redis URL` (cluster mode); `None` runs the node in embedded mode.
+    pub redis_url: Option<String>,
+    /// Port on 127.0.0.1; 0 picks a free one.
+    pub port: u16,
+    /// Further arguments after `plaza serve …`, e.g. `["--auto-create-rooms"]`.
+    pub extra_args: Vec<String>,
+    /// Environment variables set for the node (e.g. `PLAZA_LOG`).
+    pub env: Vec<(String, String)>,
+    /// Directory of the log file `<node_id>.log` (stdout and stderr); `None`: the system
+    /// temporary directory, as `plaza-node-<node_id>-<port>.log`.
+    pub log_dir: Option<PathBuf>,
+}
+
+impl NodeOptions {
+    /// Embedded mode, a free port, no extra arguments, the log in the temporary directory.
+    pub fn new(node_id: impl Into<String>) -> NodeOptions {
+        NodeOptions {
+            node_id: node_id.into(),
+            redis_url: None,
+            port: 0,
+            extra_args: Vec::new(),
+            env: Vec::new(),
+            log_dir: None,
+        }
+    }
+}
+
+/// A running `plaza serve`, killed (SIGKILL) when dropped.
+pub struct NodeProcess {
+    proc: Proc,
+    plaza_bin: PathBuf,
+    opts: NodeOptions,
+    addr: SocketAddr,
+}
+
+impl NodeProcess {
+    /// Spawns `plaza serve --listen 127.0.0.1:P [--redis URL] --node-id ID EXTRA…` and waits
+    /// until `GET /readyz` answers 200 from this node (its `x-plaza-node` header is `ID`).
+    pub fn start(plaza_bin: &Path, opts: NodeOptions) -> io::Result<NodeProcess> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let port = match opts.port {
+                0 => crate::free_port()?,
+                p => {
+                    check_port_free(p, &format!("plaza node {}", opts.node_id))?;
+                    p
+                }
+            };
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+            match launch(plaza_bin, &opts, addr) {
+                Ok(proc) => {
+                    return Ok(NodeProcess {
+                        proc,
+                        plaza_bin: plaza_bin.to_owned(),
+                        opts,
+                        addr,
+                    })
+                }
+                Err(NotReady::Exited(_)) if opts.port == 0 && attempt < START_ATTEMPTS => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Where it listens (the same after [`restart`](Self::restart)).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Its node id.
+    pub fn id(&self) -> &str {
+        &self.opts.node_id
+    }
+
+    /// The options it was started with.
+    pub fn options(&self) -> &NodeOptions {
+        &self.opts
+    }
+
+    /// The file its stdout and stderr are appended to.
+    pub fn log_path(&self) -> &Path {
+        self.proc.log_path()
+    }
+
+    /// Its process id while it has not been reaped.
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.pid()
+    }
+
+    /// Whether it still runs.
+    pub fn is_running(&mut self) -> io::Result<bool> {
+        Ok(self.proc.try_status()?.is_none())
+    }
+
+    /// SIGKILL and waits: a crash, no goodbye to clients.
+    pub fn kill(&mut self) -> io::Result<ExitStatus> {
+        self.proc.kill()
+    }
+
+    /// Sends SIGTERM (the node drains: it tells clients to reconnect and exits within its
+    /// shutdown grace) and returns at once; see [`wait_exit`](Self::wait_exit).
+    pub fn terminate(&mut self) -> io::Result<()> {
+        self.proc.signal(libc::SIGTERM)
+    }
+
+    /// Waits up to `timeout` for it to exit; `None` if it still runs.
+    pub fn wait_exit(&mut self, timeout: Duration) -> io::Result<Option<ExitStatus>> {
+        self.proc.wait_timeout(timeout)
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited within 15 s.
+    pub fn stop(&mut self) -> io::Result<ExitStatus> {
+        self.proc.stop()
+    }
+
+    /// Stops it if it still runs (as [`stop`](Self::stop)) and starts it again with the same
+    /// options and address, waiting until it is ready.
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.proc.stop()?;
+        self.proc = launch(&self.plaza_bin, &self.opts, self.addr)?;
+        Ok(())
+    }
+}
+
+fn launch(plaza_bin: &Path, opts: &NodeOptions, addr: SocketAddr) -> Result<Proc, NotReady> {
+    let mut cmd = Command::new(plaza_bin);
+    cmd.args(["serve", "--listen", &addr.to_string()]);
+    if let Some(url) = &opts.redis_url {
+        cmd.args(["--redis", url]);
+    }
+    cmd.args(["--node-id", &opts.node_id])
+        .args(&opts.extra_args);
+    // The log is a file: no colour escapes in it (tracing-subscriber honours NO_COLOR).
+    cmd.env("NO_COLOR", "1");
+    cmd.envs(opts.env.iter().map(|(k, v)| (k, v)));
+    let log = match &opts.log_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(NotReady::Failed)?;
+            dir.join(format!("{}.log", opts.node_id))
+        }
+        None => {
+            std::env::temp_dir().join(format!("plaza-node-{}-{}.log", opts.node_id, addr.port()))
+        }
+    };
+    let name = format!("plaza node {} ({addr})", opts.node_id);
+    let mut proc = Proc::spawn(name, cmd, &log).map_err(NotReady::Failed)?;
+    proc.wait_ready("answering GET /readyz with 200", || {
+        let r = crate::http_get(addr, "/readyz", Duration::from_secs(2))
+            .map_err(|e| format!("GET /readyz: {e}"))?;
+        let node = r.header("x-plaza-node").unwrap_or("");
+        if r.status == 200 && node == opts.node_id {
+            Ok(())
+        } else {
+            Err(format!(
+                "GET /readyz: {} from node {node:?}: {}",
+                r.status,
+                r.text()
+            ))
+        }
+    })?;
+    Ok(proc)
+}

@@ -1,0 +1,127 @@
+//! `redis-server` on loopback with AOF persistence.
+
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
+
+use crate::proc::{find_program, NotReady, Proc, START_ATTEMPTS};
+
+/// A `redis-server` on 127.0.0.1 with its data (the append-only file) in a directory of the
+/// caller's; killed (SIGKILL) when dropped.
+///
+/// Its output goes to `redis.log` in that directory.
+pub struct RedisProcess {
+    proc: Proc,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl RedisProcess {
+    /// Starts `redis-server --port P --bind 127.0.0.1 --dir DIR --appendonly yes --save ""
+    /// --daemonize no` on a free port P and waits until it answers PING (which it does only
+    /// once it has loaded its append-only file). Creates `dir` if needed.
+    pub fn start(dir: &Path) -> io::Result<RedisProcess> {
+        std::fs::create_dir_all(dir)?;
+        let dir = dir.canonicalize()?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let port = crate::free_port()?;
+            match launch(&dir, port) {
+                Ok(proc) => return Ok(RedisProcess { proc, port, dir }),
+                Err(NotReady::Exited(_)) if attempt < START_ATTEMPTS => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// `redis://127.0.0.1:PORT/`, for `plaza serve --redis`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The port it listens on (the same after [`restart`](Self::restart)).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// 127.0.0.1 and [`port`](Self::port).
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The data directory (`--dir`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file its stdout and stderr are appended to.
+    pub fn log_path(&self) -> &Path {
+        self.proc.log_path()
+    }
+
+    /// Its process id while it has not exited.
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.pid()
+    }
+
+    /// SIGTERM (Redis flushes its append-only file and exits) and waits for the exit; SIGKILL
+    /// if it takes longer than 15 s.
+    pub fn stop(&mut self) -> io::Result<ExitStatus> {
+        self.proc.stop()
+    }
+
+    /// SIGKILL and waits: a crash. Writes Redis acknowledged normally survive it: Redis
+    /// writes the append-only file before replying (unless a slow disk makes it postpone).
+    pub fn kill(&mut self) -> io::Result<ExitStatus> {
+        self.proc.kill()
+    }
+
+    /// Stops it if it still runs (as [`stop`](Self::stop)), then starts it again on the same
+    /// port and directory, and waits until it answers PING, i.e. has reloaded its data.
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.proc.stop()?;
+        self.proc = launch(&self.dir, self.port)?;
+        Ok(())
+    }
+}
+
+fn launch(dir: &Path, port: u16) -> Result<Proc, NotReady> {
+    let bin = find_program("redis-server", "PLAZA_REDIS_SERVER", "redis-server")
+        .map_err(NotReady::Failed)?;
+    let mut cmd = Command::new(bin);
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--dir"])
+        .arg(dir)
+        .args(["--appendonly", "yes", "--save", "", "--daemonize", "no"]);
+    let name = format!("redis-server (127.0.0.1:{port})");
+    let mut proc = Proc::spawn(name, cmd, &dir.join("redis.log")).map_err(NotReady::Failed)?;
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    proc.wait_ready("answering PING", || ping(addr))?;
+    Ok(proc)
+}
+
+/// One PING in RESP; `+PONG` means ready (a loading server answers `-LOADING`).
+fn ping(addr: SocketAddr) -> Result<(), String> {
+    let attempt = || -> io::Result<String> {
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+        s.set_read_timeout(Some(Duration::from_secs(2)))?;
+        s.write_all(b"*1\r\n$4\r\nPING\r\n")?;
+        let mut buf = [0u8; 256];
+        let mut got = Vec::new();
+        while !got.ends_with(b"\r\n") {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        Ok(String::from_utf8_lossy(&got).trim_end().to_owned())
+    };
+    match attempt() {
+        Ok(reply) if reply == "+PONG" => Ok(()),
+        Ok(reply) => Err(format!("PING answered {reply:?}")),
+        Err(e) => Err(format!("PING {addr}: {e}")),
+    }
+}

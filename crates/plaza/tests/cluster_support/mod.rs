@@ -1,0 +1,308 @@
+//! A room member for failure tests: it keeps its session across reconnects
+//! (resume with the last seq seen), retries unacknowledged publishes with the
+//! same ids, and checks on the way that it never sees a seq twice.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// One member of a room, resuming wherever `url` leads it.
+pub struct Member {
+    pub name: String,
+    pub room: String,
+    /// `ws://…/v1/ws?room=…`: a load balancer or one node.
+    pub url: String,
+    ws: Option<Ws>,
+    /// The node the current connection landed on (`x-plaza-node`).
+    pub node: String,
+    pub session: String,
+    token: String,
+    pub last_seq: u64,
+    /// Message events received: seq → (sender session, data).
+    pub received: BTreeMap<u64, (String, Value)>,
+    /// Published, not acknowledged yet: id → data.
+    unacked: BTreeMap<String, Value>,
+    /// Acknowledged: id → seq.
+    pub acked: HashMap<String, u64>,
+    /// Errors received, by code.
+    pub errors: Vec<Value>,
+    /// Responses received, by nonce.
+    pub responses: HashMap<u64, Value>,
+    /// Other room events (kind, frame).
+    pub events: Vec<Value>,
+    pub reconnects: usize,
+}
+
+/// How long a member tries to reconnect before the test fails.
+pub const RECONNECT_FOR: Duration = Duration::from_secs(30);
+
+impl Member {
+    /// Connects to `url` and joins `room` as `name`.
+    pub async fn join(url: &str, room: &str, name: &str) -> Member {
+        let mut m = Member {
+            name: name.to_owned(),
+            room: room.to_owned(),
+            url: url.to_owned(),
+            ws: None,
+            node: String::new(),
+            session: String::new(),
+            token: String::new(),
+            last_seq: 0,
+            received: BTreeMap::new(),
+            unacked: BTreeMap::new(),
+            acked: HashMap::new(),
+            errors: Vec::new(),
+            responses: HashMap::new(),
+            events: Vec::new(),
+            reconnects: 0,
+        };
+        m.connect(None).await.expect("first join");
+        m
+    }
+
+    async fn connect(&mut self, resume: Option<Value>) -> Result<(), String> {
+        let (mut ws, response) = tokio_tungstenite::connect_async(self.url.as_str())
+            .await
+            .map_err(|e| format!("connect {}: {e}", self.url))?;
+        self.node = response
+            .headers()
+            .get("x-plaza-node")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let mut join = json!({"type": "join", "room": self.room, "name": self.name});
+        if let Some(r) = resume {
+            join["resume"] = r;
+        }
+        ws.send(Message::text(join.to_string()))
+            .await
+            .map_err(|e| e.to_string())?;
+        loop {
+            let v = next_frame(&mut ws).await?;
+            match v["type"].as_str() {
+                Some("joined") => {
+                    if !self.session.is_empty() {
+                        assert_eq!(v["resumed"], true, "{} must resume: {v}", self.name);
+                        assert_eq!(v["session"], self.session.as_str());
+                    }
+                    self.session = v["session"].as_str().unwrap().to_owned();
+                    self.token = v["resume_token"].as_str().unwrap().to_owned();
+                    if self.last_seq == 0 {
+                        self.last_seq = v["seq"].as_u64().unwrap();
+                    }
+                    break;
+                }
+                Some("resync") => panic!("{} lost its stream: {v}", self.name),
+                Some("error") => return Err(format!("join refused: {v}")),
+                _ => self.on_frame(v),
+            }
+        }
+        self.ws = Some(ws);
+        // Whatever was not acknowledged is sent again, with the same ids.
+        self.resend_unacked().await;
+        Ok(())
+    }
+
+    /// Reconnects (through `url`) and resumes, retrying until [`RECONNECT_FOR`].
+    pub async fn reconnect(&mut self) {
+        self.ws = None;
+        self.reconnects += 1;
+        let start = Instant::now();
+        let mut wait = Duration::from_millis(20);
+        loop {
+            let resume = json!({"token": self.token, "last_seq": self.last_seq});
+            match self.connect(Some(resume)).await {
+                Ok(()) => return,
+                Err(e) => {
+                    assert!(
+                        start.elapsed() < RECONNECT_FOR,
+                        "{} could not reconnect: {e}",
+                        self.name
+                    );
+                    // Backoff between attempts while the cluster recovers.
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_millis(500));
+                }
+            }
+        }
+    }
+
+    /// Publishes a message with client id `id` (retried until acknowledged).
+    pub async fn publish(&mut self, id: &str, data: Value) {
+        self.unacked.insert(id.to_owned(), data.clone());
+        self.send_publish(id, &data).await;
+    }
+
+    async fn send_publish(&mut self, id: &str, data: &Value) {
+        let frame =
+            json!({"type": "publish", "room": self.room, "event": "m", "id": id, "data": data});
+        self.send(frame).await;
+    }
+
+    /// Sends a frame; a broken connection is left for [`Member::pump`] to notice.
+    pub async fn send(&mut self, frame: Value) {
+        if let Some(ws) = &mut self.ws {
+            if ws.send(Message::text(frame.to_string())).await.is_err() {
+                self.ws = None;
+            }
+        }
+    }
+
+    /// Reads frames (reconnecting when the connection ends) until `done`
+    /// holds; panics after `limit`.
+    pub async fn pump_until(&mut self, limit: Duration, mut done: impl FnMut(&Member) -> bool) {
+        let deadline = Instant::now() + limit;
+        while !done(self) {
+            assert!(
+                Instant::now() < deadline,
+                "{}: condition not met in {limit:?}; acked {}/{} received {}",
+                self.name,
+                self.acked.len(),
+                self.acked.len() + self.unacked.len(),
+                self.received.len()
+            );
+            self.pump_once(deadline).await;
+        }
+    }
+
+    /// Reads one frame or handles one disconnect.
+    pub async fn pump_once(&mut self, deadline: Instant) {
+        let Some(ws) = &mut self.ws else {
+            return self.reconnect().await;
+        };
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(wait, next_frame(ws)).await {
+            Err(_) => {}
+            Ok(Ok(v)) => {
+                if v["type"] == "closed" {
+                    self.reconnect().await;
+                } else {
+                    self.on_frame(v);
+                }
+            }
+            Ok(Err(_)) => self.reconnect().await,
+        }
+    }
+
+    fn on_frame(&mut self, v: Value) {
+        match v["type"].as_str() {
+            Some("event") => {
+                let seq = v["seq"].as_u64().unwrap();
+                assert!(
+                    seq > self.last_seq,
+                    "{}: seq {seq} after {} (a duplicate or out of order): {v}",
+                    self.name,
+                    self.last_seq
+                );
+                self.last_seq = seq;
+                if v["kind"] == "message" {
+                    let from = v["from"].as_str().unwrap_or_default().to_owned();
+                    self.received.insert(seq, (from, v["data"].clone()));
+                } else {
+                    self.events.push(v);
+                }
+            }
+            Some("ack") => {
+                let id = v["id"].as_str().unwrap().to_owned();
+                let seq = v["seq"].as_u64().unwrap();
+                self.unacked.remove(&id);
+                if let Some(earlier) = self.acked.insert(id.clone(), seq) {
+                    assert_eq!(
+                        earlier, seq,
+                        "{}: {id} acknowledged twice with two seqs",
+                        self.name
+                    );
+                }
+            }
+            Some("response") => {
+                let nonce = v["nonce"].as_u64().unwrap();
+                self.responses.insert(nonce, v);
+            }
+            Some("error") => self.errors.push(v),
+            _ => {}
+        }
+    }
+
+    /// Sends every unacknowledged publish again, with the same ids (after
+    /// errors such as `broker_unavailable`).
+    pub async fn resend_unacked(&mut self) {
+        let retry: Vec<(String, Value)> = self
+            .unacked
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (id, data) in retry {
+            self.send_publish(&id, &data).await;
+        }
+    }
+
+    /// Whether every published message was acknowledged.
+    pub fn all_acked(&self) -> bool {
+        self.unacked.is_empty()
+    }
+
+    /// Drops the connection without a close handshake (as a crash would).
+    pub fn drop_connection(&mut self) {
+        self.ws = None;
+    }
+}
+
+async fn next_frame(ws: &mut Ws) -> Result<Value, String> {
+    loop {
+        match ws.next().await {
+            None => return Err("connection ended".into()),
+            Some(Err(e)) => return Err(e.to_string()),
+            Some(Ok(Message::Text(t))) => {
+                return serde_json::from_str(&t).map_err(|e| e.to_string())
+            }
+            Some(Ok(Message::Close(_))) => return Err("closed".into()),
+            Some(Ok(_)) => continue,
+        }
+    }
+}
+
+/// Checks that every member received every acknowledged message of every
+/// other member exactly once, under the seq it was acknowledged with.
+pub fn assert_exactly_once(members: &[&Member]) {
+    for m in members {
+        for other in members {
+            if other.session == m.session {
+                continue;
+            }
+            for (id, seq) in &other.acked {
+                let got = m.received.get(seq).unwrap_or_else(|| {
+                    panic!(
+                        "{} never received {id} (seq {seq}) from {}",
+                        m.name, other.name
+                    )
+                });
+                assert_eq!(
+                    got.0, other.session,
+                    "{}: seq {seq} is from someone else",
+                    m.name
+                );
+                assert_eq!(got.1, json!(id), "{}: seq {seq} carries other data", m.name);
+            }
+        }
+        // Nothing arrived that nobody acknowledged (retries are applied once).
+        let acked: usize = members
+            .iter()
+            .filter(|o| o.session != m.session)
+            .map(|o| o.acked.len())
+            .sum();
+        assert_eq!(
+            m.received.len(),
+            acked,
+            "{} received extra messages",
+            m.name
+        );
+    }
+}
