@@ -49,6 +49,9 @@ pub struct ServerConfig {
     /// This node's id, unique in a cluster; a random one when empty. Every
     /// HTTP response carries it in `x-plaza-node`.
     pub node_id: String,
+    /// Cluster mode: how long a node keeps hosting a room after its last
+    /// member here left (members often come back soon).
+    pub room_linger_ms: u64,
     /// Cluster mode: the Redis URL (e.g. `redis://127.0.0.1:6379/`) that the
     /// nodes share; empty for embedded mode.
     pub redis: String,
@@ -77,6 +80,7 @@ impl Default for ServerConfig {
             shutdown_grace_ms: 5_000,
             auto_create_rooms: false,
             node_id: String::new(),
+            room_linger_ms: 30_000,
             redis: String::new(),
         }
     }

@@ -390,6 +390,11 @@ impl Node {
         Ok(handle)
     }
 
+    /// Rooms held here: every room in embedded mode, the hosted ones in cluster mode.
+    pub fn hosted_rooms(&self) -> usize {
+        self.rooms.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     /// A replica ended: it leaves the map unless a newer one took its place.
     pub(crate) fn forget_room(&self, id: &str, handle: &RoomHandle) {
         let mut rooms = self.rooms.write().unwrap_or_else(|p| p.into_inner());

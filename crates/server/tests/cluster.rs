@@ -21,7 +21,10 @@ async fn cluster(n: usize) -> Cluster {
 }
 
 async fn cluster_with(n: usize, config: ServerConfig) -> Cluster {
-    let hub = MemoryCluster::new();
+    cluster_on(MemoryCluster::new(), n, config).await
+}
+
+async fn cluster_on(hub: Arc<MemoryCluster>, n: usize, config: ServerConfig) -> Cluster {
     let broker = Arc::new(MemoryBroker::new());
     let mut nodes = Vec::new();
     for i in 0..n {
@@ -289,4 +292,76 @@ async fn deleting_a_room_closes_it_on_every_node() {
     }
     let (status, _) = c.nodes[0].get("/v1/rooms/del").await;
     assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn a_node_stops_hosting_a_room_its_members_left_and_hosts_it_again_on_a_join() {
+    let config = ServerConfig {
+        room_linger_ms: 50,
+        ..ServerConfig::default()
+    };
+    let c = cluster_with(2, config).await;
+    c.nodes[0].create_room(json!({"id": "h"})).await;
+    let (mut ann, _) = c.nodes[0].join("h", "ann").await;
+    let (bob, _) = join_seen(&c.nodes[1], "h", "bob", &mut [&mut ann]).await;
+    assert_eq!(c.nodes[1].node.hosted_rooms(), 1);
+    drop(bob);
+    ann.recv_event("presence.leave").await;
+    // Nothing announces the end of hosting: poll, bounded.
+    let start = std::time::Instant::now();
+    while c.nodes[1].node.hosted_rooms() != 0 {
+        assert!(
+            start.elapsed() < support::WAIT,
+            "node-1 still hosts the room"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(c.nodes[0].node.hosted_rooms(), 1, "ann is still on node-0");
+    // Meanwhile the room goes on; a new member on node-1 sees all of it.
+    ann.send(json!({"type": "request", "room": "h", "nonce": 1, "op": "entity.create", "args": {"data": {"v": 7}}}))
+        .await;
+    ann.recv_until(|v| v["type"] == "response").await;
+    let (mut cid, joined) = c.nodes[1].join("h", "cid").await;
+    assert_eq!(
+        joined["snapshot"]["entities"][0]["data"]["v"], 7,
+        "{joined}"
+    );
+    let (ack, _) = ann.publish("h", "m", json!(1)).await;
+    let (m, _) = cid.recv_event("message").await;
+    assert_eq!(m["seq"], ack["seq"]);
+}
+
+#[tokio::test]
+async fn a_late_replica_starts_from_a_snapshot_when_the_log_was_trimmed() {
+    // A log of 300 entries (just above the snapshot interval of 256): most of
+    // the room's 700 events are only in snapshots.
+    let config = ServerConfig {
+        rate_limit_per_sec: 10_000,
+        rate_limit_burst: 10_000,
+        ..ServerConfig::default()
+    };
+    let c = cluster_on(MemoryCluster::with_log_capacity(300), 2, config).await;
+    c.nodes[0].create_room(json!({"id": "s"})).await;
+    let (mut ann, _) = c.nodes[0].join("s", "ann").await;
+    let mut last = Value::Null;
+    for i in 0..700 {
+        ann.send(json!({"type": "publish", "room": "s", "event": "m", "data": i}))
+            .await;
+    }
+    for _ in 0..700 {
+        let (ack, _) = ann.recv_until(|v| v["type"] == "ack").await;
+        last = ack["seq"].clone();
+    }
+    let (mut bob, joined) = c.nodes[1].join("s", "bob").await;
+    assert_eq!(joined["type"], "joined");
+    // bob's join is the event after ann's last message, on both replicas.
+    assert_eq!(
+        joined["seq"].as_u64(),
+        last.as_u64().map(|s| s + 1),
+        "{joined}"
+    );
+    let (ack, _) = ann.publish("s", "m", json!("after")).await;
+    let (m, _) = bob.recv_event("message").await;
+    assert_eq!(m["seq"], ack["seq"]);
+    assert_eq!(m["data"], "after");
 }

@@ -73,6 +73,7 @@ pub(crate) fn spawn_replica(
         catch_up: catch_up.clone(),
         behind: false,
         tick_asked: None,
+        linger: Duration::from_millis(node.config().room_linger_ms),
         errors: room_task::metrics_errors(&node.metrics),
     };
     tokio::spawn(task.run(rx));
@@ -119,6 +120,8 @@ struct Replica {
     behind: bool,
     /// The deadline a tick was last asked for, so it is not asked again and again.
     tick_asked: Option<(Millis, Instant)>,
+    /// How long the room stays hosted without local members.
+    linger: Duration,
     errors: ErrorCounter,
 }
 
@@ -126,15 +129,26 @@ impl Replica {
     async fn run(mut self, mut rx: mpsc::Receiver<RoomCommand>) {
         if let Err(e) = self.host().await {
             tracing::warn!(room = %self.id, error = %e, "cannot host room");
-            self.give_up(&mut rx, e.into());
+            self.give_up(&mut rx, e.into()).await;
             return;
         }
         let mut liveness = tokio::time::interval(LIVENESS_EVERY);
         liveness.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut idle_since: Option<tokio::time::Instant> = None;
         loop {
             let deadline = self.tick_deadline();
             let retry = (self.behind || !self.retry.is_empty())
                 .then(|| tokio::time::Instant::now() + RETRY_AFTER);
+            // A node hosts a room while it has members there, and a while
+            // after (they often come back), not forever: every hosted room
+            // costs a subscription and the work of applying its log.
+            let idle = self.locals.is_empty() && self.pending.is_empty() && self.retry.is_empty();
+            idle_since = if idle {
+                idle_since.or_else(|| Some(tokio::time::Instant::now()))
+            } else {
+                None
+            };
+            let unhost_at = idle_since.map(|t| t + self.linger);
             tokio::select! {
                 cmd = rx.recv() => match cmd {
                     None => break,
@@ -147,6 +161,9 @@ impl Replica {
                     self.append_retries();
                 }
                 _ = liveness.tick() => self.check_nodes(),
+                _ = room_task::sleep_until(unhost_at) => {
+                    return self.unhost(&mut rx).await;
+                }
             }
             if self.room.is_none() {
                 // Closed: the room was deleted.
@@ -164,6 +181,48 @@ impl Replica {
         if let Some(node) = self.node.upgrade() {
             node.forget_room(&self.id, &self.handle);
         }
+    }
+
+    /// Stops hosting the room: no member is here. Commands that reached the
+    /// mailbox meanwhile are answered; joins go to a new replica.
+    async fn unhost(&mut self, rx: &mut mpsc::Receiver<RoomCommand>) {
+        // Unsubscribe before leaving the node's map: a new replica's
+        // subscription must not be the one removed.
+        self.cluster.unsubscribe(&self.id).await;
+        if self.applied > self.snapshot_at {
+            let state = self.room_ref().export(|s: &Sink| s.owner());
+            let bytes = serde_json::to_vec(&state).expect("room state serializes");
+            if let Err(e) = self
+                .cluster
+                .store_snapshot(&self.id, self.applied, bytes.into())
+                .await
+            {
+                tracing::debug!(room = %self.id, error = %e, "no snapshot on unhosting");
+            }
+        }
+        let node = self.node.upgrade();
+        if let Some(node) = &node {
+            node.forget_room(&self.id, &self.handle);
+        }
+        rx.close();
+        while let Ok(cmd) = rx.try_recv() {
+            match (cmd, &node) {
+                (RoomCommand::Join(join), Some(node)) => {
+                    let node = node.clone();
+                    let id = self.id.clone();
+                    tokio::spawn(async move {
+                        match node.room_for_join(&id).await {
+                            // If that fails too, dropping the reply tells the
+                            // connection the room is gone.
+                            Ok(h) => drop(h.send(RoomCommand::Join(join)).await),
+                            Err(e) => drop(join.reply.send(Err(e))),
+                        }
+                    });
+                }
+                (cmd, _) => self.refuse_command(cmd, not_joined()),
+            }
+        }
+        tracing::debug!(room = %self.id, "no longer hosted here");
     }
 
     /// Subscribes, then loads the latest snapshot and the log after it.
@@ -186,7 +245,8 @@ impl Replica {
     }
 
     /// Refuses every queued command (hosting failed) and leaves the node's map.
-    fn give_up(&mut self, rx: &mut mpsc::Receiver<RoomCommand>, e: RoomError) {
+    async fn give_up(&mut self, rx: &mut mpsc::Receiver<RoomCommand>, e: RoomError) {
+        self.cluster.unsubscribe(&self.id).await;
         rx.close();
         if let Some(node) = self.node.upgrade() {
             node.forget_room(&self.id, &self.handle);
