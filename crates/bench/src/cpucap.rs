@@ -3,12 +3,10 @@
 //! "1 CPU" runs mirror the source documents' container limits.
 
 use std::io;
-use std::path::{Path, PathBuf};
 
-/// The cgroup v1 CPU controller's mount point.
-const CPU_CGROUP: &str = "/sys/fs/cgroup/cpu";
-/// The quota period: 100 ms, the kernel's default.
-const PERIOD_US: u64 = 100_000;
+/// A cgroup holding the server under a CPU quota, removed on drop (once its processes have
+/// ended); shared with `plaza cluster up`, which caps each node with it.
+pub use plaza_launch::CpuQuota;
 
 /// Parses a CPU list such as `0`, `0,1` or `0-3,6`.
 pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
@@ -79,53 +77,11 @@ pub fn pin_process(pid: u32, cpus: &[usize]) -> io::Result<()> {
     Ok(())
 }
 
-/// A cgroup holding the server under a CPU quota; removed on drop (once its
-/// processes have ended).
-#[derive(Debug)]
-pub struct CpuQuota {
-    dir: PathBuf,
-}
-
-impl CpuQuota {
-    /// Puts process `pid` (all its threads) in a new cgroup allowed `cpus`
-    /// CPUs' worth of time (e.g. 0.25, 1.0).
-    pub fn apply(pid: u32, cpus: f64) -> io::Result<Self> {
-        if !(cpus > 0.0 && cpus.is_finite()) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("CPU quota must be positive, got {cpus}"),
-            ));
-        }
-        let root = Path::new(CPU_CGROUP);
-        if !root.join("cpu.cfs_quota_us").exists() {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!("{CPU_CGROUP} is not a cgroup v1 CPU controller"),
-            ));
-        }
-        let dir = root.join(format!("plaza-bench-{pid}"));
-        std::fs::create_dir_all(&dir)?;
-        let quota = Self { dir };
-        let quota_us = ((cpus * PERIOD_US as f64).round() as u64).max(1000);
-        std::fs::write(quota.dir.join("cpu.cfs_period_us"), PERIOD_US.to_string())?;
-        std::fs::write(quota.dir.join("cpu.cfs_quota_us"), quota_us.to_string())?;
-        // cgroup.procs moves every thread of the process.
-        std::fs::write(quota.dir.join("cgroup.procs"), pid.to_string())?;
-        Ok(quota)
-    }
-}
-
-impl Drop for CpuQuota {
-    fn drop(&mut self) {
-        // Fails while a process is still inside; the directory is then left
-        // for the next run's create_dir_all.
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use plaza_launch::CPU_CGROUP;
+    use std::path::Path;
 
     #[test]
     fn cpu_lists() {

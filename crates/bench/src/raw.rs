@@ -58,6 +58,31 @@ pub struct RawRun {
     pub http_ok: u64,
     /// Failed HTTP calls.
     pub http_failed: u64,
+    /// HTTP calls (ok or failed) that ended while recording.
+    #[serde(default)]
+    pub http_calls_rec: u64,
+    /// HTTP bytes sent over the whole run: request line, headers and body
+    /// of every call that got a response (see [`crate::report::Report::http_bytes_out`]).
+    #[serde(default)]
+    pub http_bytes_out: u64,
+    /// HTTP bytes received over the whole run: status line, headers and
+    /// body of every response (see [`crate::report::Report::http_bytes_in`]).
+    #[serde(default)]
+    pub http_bytes_in: u64,
+    /// When the run's first HTTP request was sent, unix µs. Unix time is the
+    /// clock every load process shares (their schedules start at a common
+    /// unix instant), so processes' readings compare.
+    #[serde(default)]
+    pub http_first_sent_unix_us: Option<u64>,
+    /// When the run's last HTTP call ended (response read, or failed), unix µs.
+    #[serde(default)]
+    pub http_last_done_unix_us: Option<u64>,
+    /// When the run's first WebSocket publish or request was sent, unix µs.
+    #[serde(default)]
+    pub ws_first_sent_unix_us: Option<u64>,
+    /// When a joined user last received a WebSocket message, unix µs.
+    #[serde(default)]
+    pub ws_last_received_unix_us: Option<u64>,
     /// Server CPU time while recording, µs.
     pub server_cpu_us: Option<u64>,
     /// This process's CPU time while recording, µs.
@@ -107,17 +132,32 @@ impl RawRun {
         let _ = self.http_rt.add(&other.http_rt);
         self.http_ok += other.http_ok;
         self.http_failed += other.http_failed;
+        self.http_calls_rec += other.http_calls_rec;
+        self.http_bytes_out += other.http_bytes_out;
+        self.http_bytes_in += other.http_bytes_in;
         let max = |a: Option<u64>, b: Option<u64>| match (a, b) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };
-        self.server_cpu_us = max(self.server_cpu_us, other.server_cpu_us);
-        self.server_rss_kib = max(self.server_rss_kib, other.server_rss_kib);
-        self.server_rss_max_kib = max(self.server_rss_max_kib, other.server_rss_max_kib);
-        self.server_rss_start_kib = match (self.server_rss_start_kib, other.server_rss_start_kib) {
+        let min = |a: Option<u64>, b: Option<u64>| match (a, b) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        // The run's traffic spans from the earliest start of any process to
+        // the latest end of any.
+        self.http_first_sent_unix_us =
+            min(self.http_first_sent_unix_us, other.http_first_sent_unix_us);
+        self.http_last_done_unix_us =
+            max(self.http_last_done_unix_us, other.http_last_done_unix_us);
+        self.ws_first_sent_unix_us = min(self.ws_first_sent_unix_us, other.ws_first_sent_unix_us);
+        self.ws_last_received_unix_us = max(
+            self.ws_last_received_unix_us,
+            other.ws_last_received_unix_us,
+        );
+        self.server_cpu_us = max(self.server_cpu_us, other.server_cpu_us);
+        self.server_rss_kib = max(self.server_rss_kib, other.server_rss_kib);
+        self.server_rss_max_kib = max(self.server_rss_max_kib, other.server_rss_max_kib);
+        self.server_rss_start_kib = min(self.server_rss_start_kib, other.server_rss_start_kib);
         self.generator_threads += other.generator_threads;
         self.generator_cpu_us = match (self.generator_cpu_us, other.generator_cpu_us) {
             (Some(a), Some(b)) => Some(a + b),
@@ -185,6 +225,13 @@ mod tests {
             http_rt: histogram(),
             http_ok: users,
             http_failed: 0,
+            http_calls_rec: users,
+            http_bytes_out: 1000 * users,
+            http_bytes_in: 2000 * users,
+            http_first_sent_unix_us: Some(1_000_000 + users),
+            http_last_done_unix_us: Some(5_000_000 + users),
+            ws_first_sent_unix_us: None,
+            ws_last_received_unix_us: None,
             server_cpu_us: Some(500_000 + users),
             generator_cpu_us: Some(100_000),
             generator_threads: 1,
@@ -219,5 +266,48 @@ mod tests {
         .unwrap());
         assert_eq!(report.users, 7);
         assert_eq!(report.latency.unwrap().count, 3);
+    }
+
+    #[test]
+    fn traffic_spans_merge_to_the_earliest_start_and_latest_end() {
+        let mut a = raw(3, &[]);
+        let mut b = raw(4, &[]);
+        b.ws_first_sent_unix_us = Some(2_000_000);
+        b.ws_last_received_unix_us = Some(3_000_000);
+        let json = serde_json::to_string(&b).unwrap();
+        let b: RawRun = serde_json::from_str(&json).unwrap();
+        assert_eq!(b.http_first_sent_unix_us, Some(1_000_004), "survives JSON");
+        a.merge(&b);
+        assert_eq!((a.http_bytes_out, a.http_bytes_in), (7000, 14_000));
+        assert_eq!(a.http_calls_rec, 7);
+        assert_eq!(a.http_first_sent_unix_us, Some(1_000_003), "a's start");
+        assert_eq!(a.http_last_done_unix_us, Some(5_000_004), "b's end");
+        // A process without WebSocket traffic does not erase another's.
+        assert_eq!(a.ws_first_sent_unix_us, Some(2_000_000));
+        assert_eq!(a.ws_last_received_unix_us, Some(3_000_000));
+        let report = a.report(
+            &Scenario::parse(
+                "name: x\nphases: [{name: a, duration_s: 1}]\nflows: [{name: f, steps: [connect]}]\n",
+                &[],
+            )
+            .unwrap(),
+        );
+        let d = report.http_duration_s.unwrap();
+        assert!((d - 4.000_001).abs() < 1e-9, "{d}");
+        assert!((report.http_calls_per_s.unwrap() - 7.0 / d).abs() < 1e-9);
+        assert!((report.http_bytes_in_per_s.unwrap() - 14_000.0 / d).abs() < 1e-6);
+        assert_eq!(report.ws_duration_s, Some(1.0));
+
+        // Results written before these fields existed still read.
+        let mut old = serde_json::to_value(raw(1, &[])).unwrap();
+        for f in [
+            "http_calls_rec",
+            "http_bytes_out",
+            "http_first_sent_unix_us",
+        ] {
+            old.as_object_mut().unwrap().remove(f);
+        }
+        let old: RawRun = serde_json::from_value(old).unwrap();
+        assert_eq!((old.http_bytes_out, old.http_first_sent_unix_us), (0, None));
     }
 }

@@ -120,6 +120,36 @@ pub struct Report {
     pub http_ok: u64,
     /// Failed HTTP calls.
     pub http_failed: u64,
+    /// HTTP calls (ok and failed) that ended while recording, per recorded
+    /// second: averaged over the recorded window like the other `_per_s`
+    /// figures, so idle stretches of the window lower it.
+    pub http_calls_per_recorded_s: f64,
+    /// Seconds from the first HTTP request sent to the end of the last HTTP
+    /// call (its response read, or its failure), over the whole run and
+    /// every load process: how long the HTTP work took.
+    pub http_duration_s: Option<f64>,
+    /// HTTP calls (ok and failed, whole run) / `http_duration_s`.
+    pub http_calls_per_s: Option<f64>,
+    /// HTTP bytes sent over the whole run: request line, headers and body of
+    /// every call that got a response, as written (the runner sets every
+    /// header itself, so it knows what the client writes). Calls that failed
+    /// before a response (connect errors, timeouts) are not counted.
+    pub http_bytes_out: u64,
+    /// HTTP bytes received over the whole run: status line, headers and body
+    /// of every response, as the client parsed them. Exact for HTTP/1.1
+    /// responses with a `content-length` and the standard reason phrase;
+    /// short by the chunk framing of chunked responses, and off by a
+    /// non-standard reason phrase or extra spaces in header lines, which the
+    /// client does not keep.
+    pub http_bytes_in: u64,
+    /// `http_bytes_out` / `http_duration_s`.
+    pub http_bytes_out_per_s: Option<f64>,
+    /// `http_bytes_in` / `http_duration_s`.
+    pub http_bytes_in_per_s: Option<f64>,
+    /// Seconds from the first WebSocket publish or request sent to the last
+    /// WebSocket message a joined user received (drain included), over the
+    /// whole run and every load process.
+    pub ws_duration_s: Option<f64>,
     /// Errors by kind.
     pub errors: BTreeMap<String, u64>,
     /// Errors / (users + publishes + requests + HTTP calls).
@@ -245,6 +275,11 @@ impl Report {
         check("error_rate", e.error_rate, Some(error_rate), true);
         check("delivery_ratio", e.delivery_ratio, delivery_ratio, false);
         let passed = checks.iter().all(|c| c.passed);
+        let span = |from: Option<u64>, to: Option<u64>| {
+            from.zip(to).map(|(a, b)| b.saturating_sub(a) as f64 / 1e6)
+        };
+        let http_duration_s = span(i.http_first_sent_unix_us, i.http_last_done_unix_us);
+        let per_http_s = |v: u64| http_duration_s.filter(|&d| d > 0.0).map(|d| v as f64 / d);
         Report {
             scenario: scenario.name.clone(),
             driver: i.driver.clone(),
@@ -275,6 +310,14 @@ impl Report {
             http_rt,
             http_ok: i.http_ok,
             http_failed: i.http_failed,
+            http_calls_per_recorded_s: per_s(i.http_calls_rec),
+            http_duration_s,
+            http_calls_per_s: per_http_s(i.http_ok + i.http_failed),
+            http_bytes_out: i.http_bytes_out,
+            http_bytes_in: i.http_bytes_in,
+            http_bytes_out_per_s: per_http_s(i.http_bytes_out),
+            http_bytes_in_per_s: per_http_s(i.http_bytes_in),
+            ws_duration_s: span(i.ws_first_sent_unix_us, i.ws_last_received_unix_us),
             errors: i.errors.clone(),
             error_rate,
             server_cpu_percent: pct(server_cpu),
@@ -328,9 +371,15 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "| bytes in/s, out/s | {:.0}, {:.0} |",
+            "| WebSocket bytes in/s, out/s | {:.0}, {:.0} |",
             self.bytes_in_per_s, self.bytes_out_per_s
         );
+        if let Some(d) = self.ws_duration_s {
+            let _ = writeln!(
+                s,
+                "| WebSocket duration (first publish or request → last message received) | {d:.3} s |"
+            );
+        }
         if let Some(l) = &self.latency {
             let _ = writeln!(
                 s,
@@ -350,6 +399,29 @@ impl Report {
                 s,
                 "| HTTP RT ms (mean, p50, p95, p99, max; {} ok, {} failed) | {:.2}, {:.2}, {:.2}, {:.2}, {:.2} |",
                 self.http_ok, self.http_failed, l.mean_ms, l.p50_ms, l.p95_ms, l.p99_ms, l.max_ms
+            );
+        }
+        if self.http_ok + self.http_failed > 0 {
+            let fixed =
+                |v: Option<f64>, d: usize| v.map_or("—".to_owned(), |v| format!("{v:.d$}"));
+            let _ = writeln!(
+                s,
+                "| HTTP duration (first request → last response) | {} s |",
+                fixed(self.http_duration_s, 3)
+            );
+            let _ = writeln!(
+                s,
+                "| HTTP calls/s (over that duration; over the recorded window) | {}; {:.1} |",
+                fixed(self.http_calls_per_s, 1),
+                self.http_calls_per_recorded_s
+            );
+            let _ = writeln!(
+                s,
+                "| HTTP bytes out, in (total; per s over that duration) | {}, {}; {}, {} |",
+                self.http_bytes_out,
+                self.http_bytes_in,
+                fixed(self.http_bytes_out_per_s, 0),
+                fixed(self.http_bytes_in_per_s, 0)
             );
         }
         let _ = writeln!(s, "| server CPU | {} |", opt(self.server_cpu_percent, " %"));

@@ -141,6 +141,21 @@ struct Shared {
     http_rt: Mutex<Histogram<u64>>,
     http_ok: AtomicU64,
     http_failed: AtomicU64,
+    http_calls_rec: AtomicU64,
+    http_bytes_out: AtomicU64,
+    http_bytes_in: AtomicU64,
+    /// Unix µs; `u64::MAX` until the first request.
+    http_first_sent: AtomicU64,
+    /// Unix µs; 0 until a call ends.
+    http_last_done: AtomicU64,
+    /// Unix µs; `u64::MAX` until the first publish or request.
+    ws_first_sent: AtomicU64,
+    /// Unix µs; 0 until a receiver that got messages ends.
+    ws_last_received: AtomicU64,
+    /// A monotonic instant and the unix time (µs) at that instant.
+    anchor: (Instant, u64),
+    /// Users of this process whose flows have ended.
+    flows_done: tokio::sync::watch::Sender<u64>,
     /// One HTTP client (and connection pool) for every user's calls.
     http: reqwest::Client,
     pending: Mutex<HashMap<u64, oneshot::Sender<bool>>>,
@@ -158,6 +173,24 @@ impl Shared {
 
     fn recording(&self) -> bool {
         self.recording.load(Ordering::Relaxed)
+    }
+
+    /// `t` in unix µs, the clock every load process shares. Converted from
+    /// the monotonic clock so that a step of the wall clock during the run
+    /// does not bend spans.
+    fn unix_us(&self, t: Instant) -> u64 {
+        let (at, unix) = self.anchor;
+        unix + t.saturating_duration_since(at).as_micros() as u64
+    }
+
+    /// Notes a WebSocket publish or request about to be sent.
+    fn ws_sending(&self) {
+        // Only the first send matters; after it this is a plain load rather
+        // than a write to a line every sender shares.
+        if self.ws_first_sent.load(Ordering::Relaxed) == u64::MAX {
+            self.ws_first_sent
+                .fetch_min(self.unix_us(Instant::now()), Ordering::Relaxed);
+        }
     }
 
     /// Waits until `at` unless the flows must end first (then false).
@@ -198,6 +231,12 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         }
     }
     setup(&opts, scenario).await?;
+    // The target is addressed directly: a proxy from the environment would
+    // add a hop to what is measured and change the request line counted.
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .map_err(|e| RunError::Setup(format!("HTTP client: {e}")))?;
 
     let shared = Arc::new(Shared {
         opts,
@@ -236,7 +275,16 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         http_rt: Mutex::new(histogram()),
         http_ok: AtomicU64::new(0),
         http_failed: AtomicU64::new(0),
-        http: reqwest::Client::new(),
+        http_calls_rec: AtomicU64::new(0),
+        http_bytes_out: AtomicU64::new(0),
+        http_bytes_in: AtomicU64::new(0),
+        http_first_sent: AtomicU64::new(u64::MAX),
+        http_last_done: AtomicU64::new(0),
+        ws_first_sent: AtomicU64::new(u64::MAX),
+        ws_last_received: AtomicU64::new(0),
+        anchor: (Instant::now(), unix_micros()),
+        flows_done: tokio::sync::watch::Sender::new(0),
+        http,
         pending: Mutex::new(HashMap::new()),
     });
 
@@ -284,7 +332,7 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
     // last, unrecorded phases between them included).
     let pid = shared.opts.server_pid;
     let recorded = schedule.recorded();
-    let rec_len: Duration = schedule
+    let mut rec_len: Duration = schedule
         .phases
         .iter()
         .filter(|p| p.record)
@@ -305,7 +353,24 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
     {
         let (t, phase) = edge;
         let clock = (start, schedule.end());
-        wait_sampling(start + t, &shared, &current, clock, &mut rss_max).await;
+        // The end of an `until_done` last phase comes when this process's
+        // flows have all ended, if before its bound.
+        let until_done = schedule
+            .phases
+            .last()
+            .filter(|p| phase.is_none() && p.until_done);
+        let done = until_done.map(|_| (shared.flows_done.subscribe(), my_users));
+        if wait_sampling(start + t, &shared, &current, clock, &mut rss_max, done).await {
+            let cut = (start + t).saturating_duration_since(Instant::now());
+            tracing::info!(
+                phase = %current,
+                early_s = cut.as_secs_f64(),
+                "every flow has ended: phase over"
+            );
+            if until_done.is_some_and(|p| p.record) {
+                rec_len = rec_len.saturating_sub(cut);
+            }
+        }
         if recorded.is_some_and(|(_, to)| to == t) {
             let now = CpuReading::take(pid);
             resources.server_cpu = now
@@ -367,6 +432,8 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
     let errors = s.errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let http_rt = s.http_rt.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let micros = |d: Option<Duration>| d.map(|d| d.as_micros() as u64);
+    let first = |a: &AtomicU64| Some(a.load(Ordering::Relaxed)).filter(|&v| v != u64::MAX);
+    let last = |a: &AtomicU64| Some(a.load(Ordering::Relaxed)).filter(|&v| v != 0);
     Ok(RawRun {
         driver: shared.opts.driver.name().to_owned(),
         users: my_users,
@@ -389,6 +456,13 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         http_rt,
         http_ok: s.http_ok.load(Ordering::Relaxed),
         http_failed: s.http_failed.load(Ordering::Relaxed),
+        http_calls_rec: s.http_calls_rec.load(Ordering::Relaxed),
+        http_bytes_out: s.http_bytes_out.load(Ordering::Relaxed),
+        http_bytes_in: s.http_bytes_in.load(Ordering::Relaxed),
+        http_first_sent_unix_us: first(&s.http_first_sent),
+        http_last_done_unix_us: last(&s.http_last_done),
+        ws_first_sent_unix_us: first(&s.ws_first_sent),
+        ws_last_received_unix_us: last(&s.ws_last_received),
         server_cpu_us: micros(resources.server_cpu),
         generator_cpu_us: micros(resources.generator_cpu),
         generator_threads: tokio::runtime::Handle::current().metrics().num_workers() as u64,
@@ -426,13 +500,16 @@ impl CpuReading {
 
 /// Sleeps until `at`, sampling the server's RSS and telling progress every
 /// second meanwhile. `clock` is the run's start and the schedule's length.
+/// With `done` (the count of ended flows, and how many there are), returns
+/// early, with true, once every flow has ended.
 async fn wait_sampling(
     at: Instant,
     shared: &Shared,
     phase: &str,
     clock: (Instant, Duration),
     rss_max: &mut u64,
-) {
+    mut done: Option<(tokio::sync::watch::Receiver<u64>, u64)>,
+) -> bool {
     loop {
         if let Some(rss) = shared.opts.server_pid.and_then(procstat::rss_kib) {
             *rss_max = (*rss_max).max(rss);
@@ -440,9 +517,19 @@ async fn wait_sampling(
         tell_progress(shared, phase, clock);
         let now = Instant::now();
         if now >= at {
-            return;
+            return false;
         }
-        tokio::time::sleep_until(at.min(now + Duration::from_secs(1))).await;
+        let next = at.min(now + Duration::from_secs(1));
+        match &mut done {
+            Some((ended, flows)) => {
+                let flows = *flows;
+                tokio::select! {
+                    Ok(_) = ended.wait_for(|&n| n >= flows) => return true,
+                    _ = tokio::time::sleep_until(next) => {}
+                }
+            }
+            None => tokio::time::sleep_until(next).await,
+        }
     }
 }
 
@@ -528,6 +615,16 @@ fn joined_channels(steps: &[Step]) -> &[String] {
         .unwrap_or(&[])
 }
 
+/// The room template of the first join in `steps` (depth first).
+fn first_join(steps: &[Step]) -> Option<&str> {
+    steps.iter().find_map(|step| match step {
+        Step::Join { room, .. } => Some(room.as_str()),
+        Step::Loop { steps, .. } => first_join(steps),
+        Step::Parallel(branches) => branches.iter().find_map(|b| first_join(b)),
+        _ => None,
+    })
+}
+
 /// Expands `{vu}`, `{room}` and `{flow}`.
 fn expand(template: &str, vu: u64, room: u64, flow: &str) -> String {
     template
@@ -563,6 +660,9 @@ struct UserState {
     vu: u64,
     room_index: u64,
     flow: String,
+    /// The room of the flow's first join, expanded: named in the WebSocket
+    /// URL for a cluster's load balancer (`Driver::ws_path_for`).
+    first_room: Option<String>,
     conn: Option<(WsReader, WsWriter)>,
     joined: Option<Joined>,
     out: String,
@@ -575,11 +675,14 @@ async fn virtual_user(shared: Arc<Shared>, scenario: Arc<Scenario>, vu: u64) {
         vu,
         room_index: vu % shared.rooms,
         flow: flow.name.clone(),
+        first_room: first_join(&flow.steps)
+            .map(|room| expand(room, vu, vu % shared.rooms, &flow.name)),
         conn: None,
         joined: None,
         out: String::with_capacity(256),
     };
     run_steps(&shared, &mut st, &flow.steps).await;
+    shared.flows_done.send_modify(|n| *n += 1);
     // A flow that ends early stays connected until the run ends: leaving
     // early would change what the others receive.
     shared.stop.cancelled().await;
@@ -616,7 +719,8 @@ async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &Step) -> bool
         Step::Connect => {
             let o = &shared.opts;
             let bind = (!o.bind.is_empty()).then(|| o.bind[(st.vu as usize) % o.bind.len()]);
-            let fut = session::connect(o.addr, &o.host, o.driver.as_ref(), bind);
+            let room = st.first_room.as_deref();
+            let fut = session::connect_for(o.addr, &o.host, o.driver.as_ref(), room, bind);
             match tokio::time::timeout(o.timeout, fut).await {
                 Ok(Ok(c)) => {
                     st.conn = Some(c);
@@ -703,6 +807,7 @@ async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &Step) -> bool
                         vu: st.vu,
                         room_index: st.room_index,
                         flow: st.flow.clone(),
+                        first_room: st.first_room.clone(),
                         conn: None,
                         joined: Some(j.share()),
                         out: String::with_capacity(256),
@@ -835,10 +940,13 @@ struct Tally {
     deliveries: u64,
     acks: u64,
     replies: Vec<String>,
+    /// Whether the current read held a message (not only pings).
+    got_message: bool,
 }
 
 impl Tally {
     fn message(&mut self, shared: &Shared, msg: &[u8]) {
+        self.got_message = true;
         match shared.opts.driver.classify(msg, &mut self.replies) {
             Inbound::Deliveries(n) => {
                 self.deliveries += n as u64;
@@ -894,6 +1002,24 @@ impl Tally {
     }
 }
 
+/// When a receiver last got a message. Handed to the run's latest when the
+/// receiver ends, however it ends: dropping covers a receiver aborted by a
+/// `disconnect` step too. One shared write per receiver, not per read.
+struct LastReceipt<'a> {
+    shared: &'a Shared,
+    at: Option<Instant>,
+}
+
+impl Drop for LastReceipt<'_> {
+    fn drop(&mut self) {
+        if let Some(at) = self.at {
+            self.shared
+                .ws_last_received
+                .fetch_max(self.shared.unix_us(at), Ordering::Relaxed);
+        }
+    }
+}
+
 /// Receives until the run stops: counts deliveries, times them if this user
 /// observes, routes responses, answers pings. `early` holds messages that
 /// arrived with the end of the join handshake.
@@ -910,11 +1036,16 @@ async fn receive(
         deliveries: 0,
         acks: 0,
         replies: Vec::new(),
+        got_message: false,
     };
     for m in &early {
         tally.message(&shared, m);
     }
     tally.flush(&shared, 0);
+    let mut last = LastReceipt {
+        shared: &shared,
+        at: None,
+    };
     let mut pongs: Vec<Vec<u8>> = Vec::new();
     loop {
         let mut closed = None;
@@ -931,7 +1062,12 @@ async fn receive(
                 shared.error("closed by server");
                 break;
             }
-            Ok(n) => tally.flush(&shared, n as u64),
+            Ok(n) => {
+                if std::mem::take(&mut tally.got_message) {
+                    last.at = Some(Instant::now());
+                }
+                tally.flush(&shared, n as u64);
+            }
             Err(e) => {
                 shared.error(format!("read: {}", e.kind()));
                 break;
@@ -955,7 +1091,8 @@ async fn receive(
 
 /// One HTTP call: timed while recording; a transport error or an
 /// unexpected status counts as a failed call and an error, and the user goes
-/// on (a load test of an API wants every call made).
+/// on (a load test of an API wants every call made). Its bytes and its
+/// place in the run's HTTP span are counted whatever the recording flag.
 async fn http_call(
     shared: &Arc<Shared>,
     st: &UserState,
@@ -964,39 +1101,82 @@ async fn http_call(
     body: Option<&serde_json::Value>,
     status: Option<u16>,
 ) -> bool {
+    use reqwest::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HOST};
     let Ok(method) = reqwest::Method::from_bytes(method.as_bytes()) else {
         shared.error(format!("http: bad method {method:?}"));
         return false;
     };
     let path = expand(path, st.vu, st.room_index, &st.flow);
     let url = format!("http://{}{}", shared.opts.addr, path);
+    // Every header is set here so that what the client writes is known:
+    // reqwest adds `accept`, and hyper `host` and `content-length`, only
+    // where they are missing.
     let mut req = shared
         .http
         .request(method, &url)
-        .timeout(shared.opts.timeout);
+        .timeout(shared.opts.timeout)
+        .header(HOST, shared.opts.addr.to_string())
+        .header(ACCEPT, "*/*");
     if let Some(b) = body {
-        req = req.json(&expand_json(b.clone(), st.vu, st.room_index, &st.flow));
+        let json = expand_json(b.clone(), st.vu, st.room_index, &st.flow);
+        let bytes = match serde_json::to_vec(&json) {
+            Ok(b) => b,
+            Err(e) => {
+                shared.error(format!("http: request body: {e}"));
+                return false;
+            }
+        };
+        req = req
+            .header(CONTENT_TYPE, "application/json")
+            .header(CONTENT_LENGTH, bytes.len())
+            .body(bytes);
     }
     let sent = Instant::now();
-    let outcome = match req.send().await {
-        Ok(resp) => {
-            let code = resp.status();
-            // Read the body: the call is over when the response is.
-            let read = resp.bytes().await;
-            match (status, read) {
-                (_, Err(e)) => Err(format!("http: body: {}", short(&e))),
-                (Some(want), Ok(_)) if code.as_u16() != want => Err(format!("http: status {code}")),
-                (None, Ok(_)) if !code.is_success() => Err(format!("http: status {code}")),
-                _ => Ok(()),
+    shared
+        .http_first_sent
+        .fetch_min(shared.unix_us(sent), Ordering::Relaxed);
+    let outcome = match req.build() {
+        Ok(req) => {
+            let out = request_len(&req);
+            match shared.http.execute(req).await {
+                Ok(resp) => {
+                    // A response means the whole request went out.
+                    shared.http_bytes_out.fetch_add(out, Ordering::Relaxed);
+                    let head = response_head_len(&resp);
+                    let code = resp.status();
+                    // Read the body: the call is over when the response is.
+                    let read = resp.bytes().await;
+                    let body = read.as_ref().map_or(0, |b| b.len() as u64);
+                    shared
+                        .http_bytes_in
+                        .fetch_add(head + body, Ordering::Relaxed);
+                    match (status, read) {
+                        (_, Err(e)) => Err(format!("http: body: {}", short(&e))),
+                        (Some(want), Ok(_)) if code.as_u16() != want => {
+                            Err(format!("http: status {code}"))
+                        }
+                        (None, Ok(_)) if !code.is_success() => Err(format!("http: status {code}")),
+                        _ => Ok(()),
+                    }
+                }
+                Err(e) => Err(format!("http: {}", short(&e))),
             }
         }
         Err(e) => Err(format!("http: {}", short(&e))),
     };
-    let took = sent.elapsed().as_micros() as u64;
+    let done = Instant::now();
+    shared
+        .http_last_done
+        .fetch_max(shared.unix_us(done), Ordering::Relaxed);
+    let took = (done - sent).as_micros() as u64;
+    let recording = shared.recording();
+    if recording {
+        shared.http_calls_rec.fetch_add(1, Ordering::Relaxed);
+    }
     match outcome {
         Ok(()) => {
             shared.http_ok.fetch_add(1, Ordering::Relaxed);
-            if shared.recording() {
+            if recording {
                 let _ = shared
                     .http_rt
                     .lock()
@@ -1010,6 +1190,35 @@ async fn http_call(
         }
     }
     true
+}
+
+/// The bytes of `req` as HTTP/1.1 writes them: request line, headers, the
+/// blank line, body (the client speaks HTTP/1.1 only: no HTTP/2 feature).
+fn request_len(req: &reqwest::Request) -> u64 {
+    let url = req.url();
+    // The origin form: path and query, never the fragment.
+    let target = url.path().len() + url.query().map_or(0, |q| q.len() + 1);
+    let line = req.method().as_str().len() + 1 + target + " HTTP/1.1\r\n".len();
+    let body = req.body().and_then(|b| b.as_bytes()).map_or(0, <[u8]>::len);
+    (line + headers_len(req.headers()) + body) as u64
+}
+
+/// The bytes of a response's head as HTTP/1.1 writes it, from what the
+/// client kept of it: the standard reason phrase and `name: value` lines are
+/// assumed.
+fn response_head_len(resp: &reqwest::Response) -> u64 {
+    let reason = resp.status().canonical_reason().map_or(0, str::len);
+    // `HTTP/1.1 200 OK\r\n`: version, space, code, space, reason, CRLF.
+    let line = "HTTP/1.1 ".len() + 3 + 1 + reason + 2;
+    (line + headers_len(resp.headers())) as u64
+}
+
+/// `name: value\r\n` per header, and the blank line that ends them.
+fn headers_len(h: &reqwest::header::HeaderMap) -> usize {
+    h.iter()
+        .map(|(k, v)| k.as_str().len() + 2 + v.len() + 2)
+        .sum::<usize>()
+        + 2
 }
 
 /// An error kind without the URL (so that errors group by kind).
@@ -1048,6 +1257,7 @@ async fn publish(
         .driver
         .publish(&j.room, channel, event, &payload, &mut st.out);
     let len = st.out.len() as u64;
+    shared.ws_sending();
     if let Err(e) = j.writer.lock().await.send_text(st.out.as_bytes()).await {
         shared.error(format!("publish: {}", e.kind()));
         return false;
@@ -1107,6 +1317,7 @@ async fn request(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(nonce, tx);
+    shared.ws_sending();
     let sent = Instant::now();
     if let Err(e) = j.writer.lock().await.send_text(st.out.as_bytes()).await {
         shared.error(format!("request: {}", e.kind()));

@@ -87,6 +87,17 @@ pub struct Phase {
     /// Whether measurements taken in this phase count.
     #[serde(default)]
     pub record: bool,
+    /// End the phase as soon as every user's flow has finished, `duration_s`
+    /// being only its upper bound: a run whose users each do a fixed amount
+    /// of work then ends with the work, and rates are not diluted by idle
+    /// padding. Only the last phase may have it (later phases would start at
+    /// unknown times), it needs `duration_s`, and it admits no arrivals (the
+    /// users it waits for must all have arrived before it starts). Flows
+    /// that never end (`idle`, a loop without `count`) run to the bound. In a
+    /// run over several load processes, each process ends it when its own
+    /// users are done.
+    #[serde(default)]
+    pub until_done: bool,
 }
 
 /// A weighted sequence of steps.
@@ -307,11 +318,33 @@ impl Scenario {
         if self.phases.is_empty() {
             return bad("at least one phase is needed".into());
         }
-        for p in &self.phases {
+        for (i, p) in self.phases.iter().enumerate() {
             let rate = p.arrival_rate.unwrap_or(0.0);
             let end_rate = p.ramp_to.unwrap_or(rate);
             if !(rate >= 0.0 && end_rate >= 0.0 && rate.is_finite() && end_rate.is_finite()) {
                 return bad(format!("phase {}: arrival rates must be ≥ 0", p.name));
+            }
+            if p.until_done {
+                if p.duration_s.is_none() {
+                    return bad(format!(
+                        "phase {}: until_done needs duration_s, its upper bound",
+                        p.name
+                    ));
+                }
+                if rate > 0.0 || end_rate > 0.0 || p.users.is_some() {
+                    return bad(format!(
+                        "phase {}: until_done admits no arrivals (arrival_rate, ramp_to, \
+                         users): it waits for the flows of users that arrived before it",
+                        p.name
+                    ));
+                }
+                if i + 1 != self.phases.len() {
+                    return bad(format!(
+                        "phase {}: only the last phase can be until_done (the phases after \
+                         it would start at unknown times)",
+                        p.name
+                    ));
+                }
             }
             match p.duration_s {
                 Some(d) if !(d.is_finite() && d >= 0.0) => {
@@ -571,6 +604,10 @@ expect: { latency_mean_ms: 100, error_rate: 0.01 }
             seen >= 5,
             "room-broadcast, explorviz ×2, idle-capacity, trajectory-http"
         );
+        let yaml = std::fs::read_to_string(format!("{dir}/trajectory-http.yaml")).unwrap();
+        let finish = Scenario::parse(&yaml, &[]).unwrap().phases.pop().unwrap();
+        assert!(finish.until_done && finish.record, "no idle padding");
+        assert!(finish.duration_s >= Some(60.0), "a generous bound");
         let yaml = std::fs::read_to_string(format!("{dir}/explorviz-crossplatform.yaml")).unwrap();
         let s = Scenario::parse(&yaml, &[("rooms".into(), "4".into())]).unwrap();
         assert_eq!(
@@ -643,6 +680,50 @@ expect: { latency_mean_ms: 100, error_rate: 0.01 }
         assert!(!load("trajectory-http.yaml").joins());
         assert!(load("room-broadcast.yaml").joins());
         assert!(load("explorviz-crossplatform.yaml").joins());
+    }
+
+    #[test]
+    fn until_done_is_a_bounded_last_phase_without_arrivals() {
+        let yaml = |last: &str| {
+            format!(
+                "name: x\nrooms: 2\nphases:\n  - {{name: a, arrival_rate: 10, users: 4}}\n  - {last}\nflows:\n  - {{name: f, steps: [{{think: {{ms: 1}}}}]}}\n"
+            )
+        };
+        let s = Scenario::parse(
+            &yaml("{name: b, duration_s: 60, until_done: true, record: true}"),
+            &[],
+        )
+        .unwrap();
+        assert!(s.phases[1].until_done && s.phases[1].record);
+        assert!(!s.phases[0].until_done, "off unless asked for");
+        let refused = |last: &str, why: &str| {
+            let e = Scenario::parse(&yaml(last), &[]).unwrap_err().to_string();
+            assert!(e.contains("phase b") && e.contains(why), "{last}: {e}");
+        };
+        refused("{name: b, until_done: true}", "needs duration_s");
+        refused(
+            "{name: b, duration_s: 5, arrival_rate: 2, until_done: true}",
+            "no arrivals",
+        );
+        refused(
+            "{name: b, duration_s: 5, ramp_to: 2, until_done: true}",
+            "no arrivals",
+        );
+        refused(
+            "{name: b, duration_s: 5, users: 3, until_done: true}",
+            "no arrivals",
+        );
+        refused(
+            "{name: b, duration_s: 5, users_per_room: 1, until_done: true}",
+            "no arrivals",
+        );
+        let e = Scenario::parse(
+            &yaml("{name: b, duration_s: 5, until_done: true}\n  - {name: c, duration_s: 1}"),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("only the last phase"), "{e}");
     }
 
     #[test]

@@ -12,10 +12,13 @@ pub struct PhaseWindow {
     pub name: String,
     /// Offset of its start.
     pub start: Duration,
-    /// Offset of its end.
+    /// Offset of its end; for an `until_done` phase, the latest end (it
+    /// ends earlier if every flow finishes first).
     pub end: Duration,
     /// Whether measurements in it count.
     pub record: bool,
+    /// Whether it ends once every user's flow has finished.
+    pub until_done: bool,
 }
 
 /// The run's timeline: phase windows and every arrival.
@@ -67,6 +70,7 @@ impl Schedule {
                 start: Duration::from_secs_f64(start),
                 end: Duration::from_secs_f64(start + len),
                 record: p.record,
+                until_done: p.until_done,
             });
             start += len;
         }
@@ -126,6 +130,7 @@ mod tests {
             users: u,
             users_per_room: None,
             record: name == "measure",
+            until_done: false,
         }
     }
 
@@ -178,6 +183,15 @@ mod tests {
         // N(5) = 20·25/20 = 25 users by the middle.
         let by_half = s.arrivals.iter().filter(|t| secs(**t) < 5.0).count();
         assert!((25..=26).contains(&by_half), "{by_half}");
+    }
+
+    #[test]
+    fn an_until_done_phase_is_laid_out_at_its_upper_bound() {
+        let mut last = phase("measure", Some(60.0), None, None, None);
+        last.until_done = true;
+        let s = Schedule::new(&[phase("join", None, Some(10.0), None, Some(5)), last]);
+        assert!(s.phases[1].until_done && !s.phases[0].until_done);
+        assert_eq!(secs(s.end()), 60.5, "the runner may end it earlier");
     }
 
     #[test]

@@ -14,7 +14,20 @@ pub async fn connect(
     driver: &dyn Driver,
     bind: Option<IpAddr>,
 ) -> io::Result<(WsReader, WsWriter)> {
-    wsclient::connect(addr, host, &driver.ws_path(), bind).await
+    connect_for(addr, host, driver, None, bind).await
+}
+
+/// Connects to `addr` on the driver's WebSocket path for a user whose first
+/// join is to `room` ([`Driver::ws_path_for`]: Plaza names it in the URL, for
+/// a cluster's load balancer to route on).
+pub async fn connect_for(
+    addr: SocketAddr,
+    host: &str,
+    driver: &dyn Driver,
+    room: Option<&str>,
+    bind: Option<IpAddr>,
+) -> io::Result<(WsReader, WsWriter)> {
+    wsclient::connect(addr, host, &driver.ws_path_for(room), bind).await
 }
 
 /// The messages of the next read (at least one), answering pings meanwhile.

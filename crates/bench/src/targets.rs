@@ -13,10 +13,12 @@
 //!     start: ["${CENTRIFUGO_BIN}", -c, bench/peers/centrifugo.json]
 //! ```
 //!
-//! `${VAR}` in `start` and `cwd` is taken from the environment; a target whose
-//! variable is unset, or whose program does not exist, is skipped with a
-//! reason rather than failing the whole comparison. A target without `start`
-//! is a server that is already running.
+//! `${VAR}` in `start` and `cwd` is taken from the environment, and
+//! `${VAR:-default}` too, with `default` when the variable is unset or empty
+//! (as in the shell); a target whose variable is unset (without a default),
+//! or whose program does not exist, is skipped with a reason rather than
+//! failing the whole comparison. A target without `start` is a server that is
+//! already running.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -85,7 +87,9 @@ impl TargetsFile {
     }
 }
 
-/// Replaces `${VAR}` with the variable's value from `lookup`.
+/// Replaces `${VAR}` with the variable's value from `lookup`, and
+/// `${VAR:-default}` with it or, if it is unset or empty, with `default`
+/// (which cannot hold a `}`).
 pub fn expand_env(s: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
@@ -94,8 +98,13 @@ pub fn expand_env(s: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<St
         let end = rest[at..]
             .find('}')
             .ok_or_else(|| format!("unclosed ${{ in {s:?}"))?;
-        let name = &rest[at + 2..at + end];
-        let value = lookup(name).ok_or_else(|| format!("${{{name}}} is not set"))?;
+        let inner = &rest[at + 2..at + end];
+        let value = match inner.split_once(":-") {
+            Some((name, default)) => lookup(name)
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| default.to_owned()),
+            None => lookup(inner).ok_or_else(|| format!("${{{inner}}} is not set"))?,
+        };
         out.push_str(&value);
         rest = &rest[at + end + 1..];
     }
@@ -322,6 +331,16 @@ mod tests {
         assert_eq!(expand_env("plain", env).unwrap(), "plain");
         assert!(expand_env("${NOPE}", env).unwrap_err().contains("NOPE"));
         assert!(expand_env("${BIN", env).is_err());
+        // Defaults: for an unset or empty variable only.
+        assert_eq!(expand_env("${NOPE:-0.2}", env).unwrap(), "0.2");
+        assert_eq!(expand_env("${BIN:-/usr}/c", env).unwrap(), "/opt/c/c");
+        let empty = |v: &str| (v == "E").then(String::new);
+        assert_eq!(expand_env("q=${E:-1}", empty).unwrap(), "q=1");
+        assert_eq!(expand_env("${NOPE:-}x", env).unwrap(), "x");
+        assert_eq!(
+            expand_env("${A:-1} ${B:-2}", |v| (v == "B").then(|| "b".into())).unwrap(),
+            "1 b"
+        );
     }
 
     #[test]

@@ -84,6 +84,11 @@ async fn every_publish_is_counted_once_for_every_other_member() {
     assert!(latency.count > 0 && latency.count <= 2 * 2 * 5 * 5);
     assert!(report.server_cpu_us_per_delivery.is_some());
     assert!(report.markdown().contains("count-check"));
+    // From the first publish to the last message received: at least the
+    // 5 publishes 20 ms apart, at most the run.
+    let ws = report.ws_duration_s.expect("WebSocket traffic");
+    assert!((0.08..30.0).contains(&ws), "{ws} s");
+    assert_eq!(report.http_duration_s, None);
     // The rooms exist, with their members still in them.
     let rooms = node.list_rooms().await.unwrap();
     assert_eq!(rooms.len(), 2);

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
 use crate::proc::check_port_free;
-use crate::{LbKind, LoadBalancer, NodeOptions, NodeProcess, RedisProcess};
+use crate::{LbKind, LbOptions, LoadBalancer, NodeOptions, NodeProcess, RedisProcess};
 
 /// What [`LocalCluster::start`] starts.
 #[derive(Debug, Clone)]
@@ -26,6 +26,27 @@ pub struct ClusterOptions {
     /// Start no Redis and run the nodes without `--redis`, each with its own in-memory broker:
     /// rooms are then per node, which only suits trying the load balancer's routing.
     pub embedded: bool,
+    /// CPU quotas (cgroup v1) for the cluster's processes; the default: none.
+    pub cpu_quotas: CpuQuotas,
+    /// nginx's worker processes; `None`: `auto` (one per CPU). Refused with HAProxy.
+    pub lb_workers: Option<usize>,
+    /// The first node's port: node `i` (1-based) listens on `node_ports + i - 1`. The
+    /// balancers place nodes on their hash ring by address, so fixed ports make the rooms land
+    /// on the same nodes in every run (benchmarks). `None`: free ports.
+    pub node_ports: Option<u16>,
+}
+
+/// CPU quotas, in CPUs (e.g. 0.25), for the processes of a [`LocalCluster`]: each node, Redis
+/// and the load balancer get a cgroup of their own (see [`crate::CpuQuota`]), removed when the
+/// cluster is dropped. `None`: no quota.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CpuQuotas {
+    /// For each node separately (not shared between nodes); kept across restarts.
+    pub node: Option<f64>,
+    /// For Redis.
+    pub redis: Option<f64>,
+    /// For the load balancer (nginx's master and workers together).
+    pub lb: Option<f64>,
 }
 
 /// A running local cluster; everything in it is killed when dropped, [`stop`](Self::stop)
@@ -48,6 +69,28 @@ impl LocalCluster {
                 "a cluster needs at least one node",
             ));
         }
+        let quotas = [
+            ("node", opts.cpu_quotas.node),
+            ("redis", opts.cpu_quotas.redis),
+            ("load balancer", opts.cpu_quotas.lb),
+        ];
+        for (what, cpus) in quotas {
+            // Before anything starts, rather than after Redis and some nodes did.
+            if let Some(cpus) = cpus.filter(|c| !(*c > 0.0 && c.is_finite())) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{what} CPU quota must be positive, got {cpus}"),
+                ));
+            }
+        }
+        if let Some(first) = opts.node_ports {
+            if first == 0 || usize::from(first) + opts.nodes - 1 > usize::from(u16::MAX) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{} nodes from port {first}: not in 1..=65535", opts.nodes),
+                ));
+            }
+        }
         if opts.listen_port != 0 {
             // Before anything starts: a taken port would otherwise show only at the end.
             check_port_free(opts.listen_port, &format!("{} cannot listen", opts.lb))?;
@@ -56,7 +99,10 @@ impl LocalCluster {
         let dir = opts.dir.canonicalize()?;
         let redis = match opts.embedded {
             true => None,
-            false => Some(RedisProcess::start(&dir.join("redis"))?),
+            false => Some(RedisProcess::start_with_quota(
+                &dir.join("redis"),
+                opts.cpu_quotas.redis,
+            )?),
         };
         let mut nodes = Vec::with_capacity(opts.nodes);
         for i in 1..=opts.nodes {
@@ -66,13 +112,26 @@ impl LocalCluster {
                     redis_url: redis.as_ref().map(RedisProcess::url),
                     extra_args: opts.node_args.clone(),
                     log_dir: Some(dir.join("nodes")),
+                    cpu_quota: opts.cpu_quotas.node,
+                    // Fits: checked above.
+                    port: opts.node_ports.map_or(0, |first| first + (i - 1) as u16),
                     ..NodeOptions::new(format!("node-{i}"))
                 },
             )?;
             nodes.push(node);
         }
         let upstreams: Vec<_> = nodes.iter().map(NodeProcess::addr).collect();
-        let lb = LoadBalancer::start(opts.lb, opts.listen_port, &upstreams, &dir.join("lb"))?;
+        // Last: clients that can connect to the balancer find every node ready.
+        let lb = LoadBalancer::start_with(
+            opts.lb,
+            opts.listen_port,
+            &upstreams,
+            &dir.join("lb"),
+            LbOptions {
+                workers: opts.lb_workers,
+                cpu_quota: opts.cpu_quotas.lb,
+            },
+        )?;
         Ok(LocalCluster {
             lb,
             nodes,
@@ -136,7 +195,8 @@ impl LocalCluster {
         self.nodes[i].terminate()
     }
 
-    /// Starts node `i` (0-based) again on its address, stopping it first if it runs.
+    /// Starts node `i` (0-based) again on its address, stopping it first if it runs; it
+    /// keeps its CPU quota (the same cgroup).
     pub fn restart_node(&mut self, i: usize) -> io::Result<()> {
         self.nodes[i].restart()
     }

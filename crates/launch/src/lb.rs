@@ -8,6 +8,7 @@ use std::process::{Command, ExitStatus};
 use std::str::FromStr;
 
 use crate::proc::{accepts, check_port_free, find_program, NotReady, Proc, START_ATTEMPTS};
+use crate::CpuQuota;
 
 const NGINX_TEMPLATE: &str = include_str!("../../../deploy/nginx/plaza.conf");
 const HAPROXY_TEMPLATE: &str = include_str!("../../../deploy/haproxy/plaza.cfg");
@@ -82,17 +83,32 @@ impl FromStr for LbKind {
     }
 }
 
-/// Fills a `deploy/` template: `{{listen}}` and `{{runtime_dir}}` everywhere, and each line
-/// holding `{{server}}` once per upstream, with `{{server}}` its address and `{{name}}`
-/// `node1`, `node2`, …. Comment lines are copied as they are.
+/// How a [`LoadBalancer`] runs besides its address and upstreams; the default is what the
+/// templates say.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LbOptions {
+    /// nginx's `worker_processes` (`{{workers}}` in the template); `None`: `auto`, one per
+    /// CPU. HAProxy's template has no such setting: it is refused there.
+    pub workers: Option<usize>,
+    /// Run the balancer (nginx's master and workers) in a cgroup of its own allowed this many
+    /// CPUs ([`CpuQuota`]). `None`: no quota.
+    pub cpu_quota: Option<f64>,
+}
+
+/// Fills a `deploy/` template: `{{listen}}`, `{{runtime_dir}}` and `{{workers}}` (`workers`,
+/// or `auto`) everywhere, and each line holding `{{server}}` once per upstream, with
+/// `{{server}}` its address and `{{name}}` `node1`, `node2`, …. Comment lines are copied as
+/// they are.
 pub fn render_config(
     kind: LbKind,
     listen: SocketAddr,
     upstreams: &[SocketAddr],
     runtime_dir: &Path,
+    workers: Option<usize>,
 ) -> String {
     let listen = listen.to_string();
     let runtime_dir = runtime_dir.display().to_string();
+    let workers = workers.map_or_else(|| "auto".to_owned(), |n| n.to_string());
     let mut out = String::new();
     for line in kind.template().lines() {
         if line.trim_start().starts_with('#') {
@@ -112,7 +128,8 @@ pub fn render_config(
             out.push_str(
                 &line
                     .replace("{{listen}}", &listen)
-                    .replace("{{runtime_dir}}", &runtime_dir),
+                    .replace("{{runtime_dir}}", &runtime_dir)
+                    .replace("{{workers}}", &workers),
             );
             out.push('\n');
         }
@@ -124,7 +141,9 @@ pub fn render_config(
 /// (with its workers) when dropped.
 pub struct LoadBalancer {
     kind: LbKind,
+    // Dropped (killed and reaped) before its cgroup, which can only be removed once empty.
     proc: Proc,
+    quota: Option<CpuQuota>,
     addr: SocketAddr,
     dir: PathBuf,
 }
@@ -140,12 +159,42 @@ impl LoadBalancer {
         upstreams: &[SocketAddr],
         dir: &Path,
     ) -> io::Result<LoadBalancer> {
+        LoadBalancer::start_with(kind, listen_port, upstreams, dir, LbOptions::default())
+    }
+
+    /// As [`start`](Self::start), with nginx's worker count and a CPU quota from `opts`.
+    pub fn start_with(
+        kind: LbKind,
+        listen_port: u16,
+        upstreams: &[SocketAddr],
+        dir: &Path,
+        opts: LbOptions,
+    ) -> io::Result<LoadBalancer> {
         if upstreams.is_empty() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "a load balancer needs at least one upstream",
             ));
         }
+        match (kind, opts.workers) {
+            (LbKind::Haproxy, Some(_)) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a worker count is an nginx setting: HAProxy's template has none",
+                ))
+            }
+            (_, Some(0)) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "nginx needs at least one worker",
+                ))
+            }
+            _ => {}
+        }
+        let quota = opts
+            .cpu_quota
+            .map(|cpus| CpuQuota::create_unique(kind.name(), cpus))
+            .transpose()?;
         std::fs::create_dir_all(dir)?;
         let dir = dir.canonicalize()?;
         let bin = kind.program()?;
@@ -160,11 +209,12 @@ impl LoadBalancer {
                 }
             };
             let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-            match launch(kind, &bin, addr, upstreams, &dir) {
+            match launch(kind, &bin, addr, upstreams, &dir, &opts, quota.as_ref()) {
                 Ok(proc) => {
                     return Ok(LoadBalancer {
                         kind,
                         proc,
+                        quota,
                         addr,
                         dir,
                     })
@@ -207,6 +257,11 @@ impl LoadBalancer {
         self.proc.pid()
     }
 
+    /// Its cgroup (master and workers), if it runs under a CPU quota.
+    pub fn cpu_quota(&self) -> Option<&CpuQuota> {
+        self.quota.as_ref()
+    }
+
     /// SIGTERM (both exit at once, closing open connections) and waits; SIGKILL to the whole
     /// process group if that takes longer than 15 s.
     pub fn stop(&mut self) -> io::Result<ExitStatus> {
@@ -220,9 +275,12 @@ fn launch(
     addr: SocketAddr,
     upstreams: &[SocketAddr],
     dir: &Path,
+    opts: &LbOptions,
+    quota: Option<&CpuQuota>,
 ) -> Result<Proc, NotReady> {
     let config = dir.join(kind.config_file());
-    std::fs::write(&config, render_config(kind, addr, upstreams, dir)).map_err(NotReady::Failed)?;
+    let text = render_config(kind, addr, upstreams, dir, opts.workers);
+    std::fs::write(&config, text).map_err(NotReady::Failed)?;
     let log = dir.join(kind.log_file());
     let mut cmd = Command::new(bin);
     match kind {
@@ -240,6 +298,10 @@ fn launch(
         LbKind::Haproxy => {
             cmd.arg("-db").arg("-f").arg(&config);
         }
+    }
+    if let Some(q) = quota {
+        // Before exec: the workers nginx forks at once are then inside too.
+        q.confine(&mut cmd);
     }
     let mut proc = Proc::spawn(format!("{kind} ({addr})"), cmd, &log).map_err(NotReady::Failed)?;
     proc.wait_ready("accepting connections", || accepts(addr))?;

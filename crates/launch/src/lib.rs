@@ -8,10 +8,14 @@
 //! readiness, so `start` polls (a Redis PING, `GET /readyz`, a TCP connect) until a deadline
 //! and, on failure, names the process and quotes the end of its log.
 //!
+//! Each process may run under a CPU quota of its own ([`CpuQuota`], cgroup v1), joined before
+//! it execs, so that benchmarks can give every node a fixed share of a small machine.
+//!
 //! Programs are looked up on `PATH` and in the `sbin` directories (where Debian puts nginx and
 //! HAProxy); `PLAZA_REDIS_SERVER`, `PLAZA_NGINX` and `PLAZA_HAPROXY` override the lookup.
 #![warn(missing_docs)]
 
+mod cgroup;
 mod cluster;
 mod http;
 mod lb;
@@ -19,9 +23,10 @@ mod node;
 mod proc;
 mod redis;
 
-pub use cluster::{ClusterOptions, LocalCluster};
+pub use cgroup::{CpuQuota, CPU_CGROUP};
+pub use cluster::{ClusterOptions, CpuQuotas, LocalCluster};
 pub use http::{http_get, HttpResponse};
-pub use lb::{render_config, LbKind, LoadBalancer};
+pub use lb::{render_config, LbKind, LbOptions, LoadBalancer};
 pub use node::{NodeOptions, NodeProcess};
 pub use redis::RedisProcess;
 

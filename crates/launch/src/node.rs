@@ -7,6 +7,7 @@ use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
 use crate::proc::{check_port_free, NotReady, Proc, START_ATTEMPTS};
+use crate::CpuQuota;
 
 /// How a [`NodeProcess`] is started. `NodeOptions::new(id)` gives the defaults.
 #[derive(Debug, Clone)]
@@ -24,6 +25,9 @@ pub struct NodeOptions {
     /// Directory of the log file `<node_id>.log` (stdout and stderr); `None`: the system
     /// temporary directory, as `plaza-node-<node_id>-<port>.log`.
     pub log_dir: Option<PathBuf>,
+    /// Run the node in a cgroup of its own allowed this many CPUs (cgroup v1 CPU quota,
+    /// [`CpuQuota`]); a restarted node joins the same group. `None`: no quota.
+    pub cpu_quota: Option<f64>,
 }
 
 impl NodeOptions {
@@ -36,13 +40,16 @@ impl NodeOptions {
             extra_args: Vec::new(),
             env: Vec::new(),
             log_dir: None,
+            cpu_quota: None,
         }
     }
 }
 
 /// A running `plaza serve`, killed (SIGKILL) when dropped.
 pub struct NodeProcess {
+    // Dropped (killed and reaped) before its cgroup, which can only be removed once empty.
     proc: Proc,
+    quota: Option<CpuQuota>,
     plaza_bin: PathBuf,
     opts: NodeOptions,
     addr: SocketAddr,
@@ -51,7 +58,12 @@ pub struct NodeProcess {
 impl NodeProcess {
     /// Spawns `plaza serve --listen 127.0.0.1:P [--redis URL] --node-id ID EXTRA…` and waits
     /// until `GET /readyz` answers 200 from this node (its `x-plaza-node` header is `ID`).
+    /// With a `cpu_quota`, the node runs in a new cgroup from its first instruction on.
     pub fn start(plaza_bin: &Path, opts: NodeOptions) -> io::Result<NodeProcess> {
+        let quota = opts
+            .cpu_quota
+            .map(|cpus| CpuQuota::create_unique(&opts.node_id, cpus))
+            .transpose()?;
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -63,10 +75,11 @@ impl NodeProcess {
                 }
             };
             let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-            match launch(plaza_bin, &opts, addr) {
+            match launch(plaza_bin, &opts, addr, quota.as_ref()) {
                 Ok(proc) => {
                     return Ok(NodeProcess {
                         proc,
+                        quota,
                         plaza_bin: plaza_bin.to_owned(),
                         opts,
                         addr,
@@ -108,6 +121,11 @@ impl NodeProcess {
         self.proc.pid()
     }
 
+    /// Its cgroup, if it runs under a CPU quota.
+    pub fn cpu_quota(&self) -> Option<&CpuQuota> {
+        self.quota.as_ref()
+    }
+
     /// Whether it still runs.
     pub fn is_running(&mut self) -> io::Result<bool> {
         Ok(self.proc.try_status()?.is_none())
@@ -135,15 +153,20 @@ impl NodeProcess {
     }
 
     /// Stops it if it still runs (as [`stop`](Self::stop)) and starts it again with the same
-    /// options and address, waiting until it is ready.
+    /// options, address and CPU quota (the same cgroup), waiting until it is ready.
     pub fn restart(&mut self) -> io::Result<()> {
         self.proc.stop()?;
-        self.proc = launch(&self.plaza_bin, &self.opts, self.addr)?;
+        self.proc = launch(&self.plaza_bin, &self.opts, self.addr, self.quota.as_ref())?;
         Ok(())
     }
 }
 
-fn launch(plaza_bin: &Path, opts: &NodeOptions, addr: SocketAddr) -> Result<Proc, NotReady> {
+fn launch(
+    plaza_bin: &Path,
+    opts: &NodeOptions,
+    addr: SocketAddr,
+    quota: Option<&CpuQuota>,
+) -> Result<Proc, NotReady> {
     let mut cmd = Command::new(plaza_bin);
     cmd.args(["serve", "--listen", &addr.to_string()]);
     if let Some(url) = &opts.redis_url {
@@ -154,6 +177,9 @@ fn launch(plaza_bin: &Path, opts: &NodeOptions, addr: SocketAddr) -> Result<Proc
     // The log is a file: no colour escapes in it (tracing-subscriber honours NO_COLOR).
     cmd.env("NO_COLOR", "1");
     cmd.envs(opts.env.iter().map(|(k, v)| (k, v)));
+    if let Some(q) = quota {
+        q.confine(&mut cmd);
+    }
     let log = match &opts.log_dir {
         Some(dir) => {
             std::fs::create_dir_all(dir).map_err(NotReady::Failed)?;

@@ -7,13 +7,16 @@ use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
 use crate::proc::{find_program, NotReady, Proc, START_ATTEMPTS};
+use crate::CpuQuota;
 
 /// A `redis-server` on 127.0.0.1 with its data (the append-only file) in a directory of the
 /// caller's; killed (SIGKILL) when dropped.
 ///
 /// Its output goes to `redis.log` in that directory.
 pub struct RedisProcess {
+    // Dropped (killed and reaped) before its cgroup, which can only be removed once empty.
     proc: Proc,
+    quota: Option<CpuQuota>,
     port: u16,
     dir: PathBuf,
 }
@@ -23,14 +26,30 @@ impl RedisProcess {
     /// --daemonize no` on a free port P and waits until it answers PING (which it does only
     /// once it has loaded its append-only file). Creates `dir` if needed.
     pub fn start(dir: &Path) -> io::Result<RedisProcess> {
+        RedisProcess::start_with_quota(dir, None)
+    }
+
+    /// As [`start`](Self::start), in a cgroup of its own allowed `cpu_quota` CPUs (see
+    /// [`CpuQuota`]) if given; a restarted Redis joins the same group.
+    pub fn start_with_quota(dir: &Path, cpu_quota: Option<f64>) -> io::Result<RedisProcess> {
+        let quota = cpu_quota
+            .map(|cpus| CpuQuota::create_unique("redis", cpus))
+            .transpose()?;
         std::fs::create_dir_all(dir)?;
         let dir = dir.canonicalize()?;
         let mut attempt = 0;
         loop {
             attempt += 1;
             let port = crate::free_port()?;
-            match launch(&dir, port) {
-                Ok(proc) => return Ok(RedisProcess { proc, port, dir }),
+            match launch(&dir, port, quota.as_ref()) {
+                Ok(proc) => {
+                    return Ok(RedisProcess {
+                        proc,
+                        quota,
+                        port,
+                        dir,
+                    })
+                }
                 Err(NotReady::Exited(_)) if attempt < START_ATTEMPTS => continue,
                 Err(e) => return Err(e.into()),
             }
@@ -67,6 +86,11 @@ impl RedisProcess {
         self.proc.pid()
     }
 
+    /// Its cgroup, if it runs under a CPU quota.
+    pub fn cpu_quota(&self) -> Option<&CpuQuota> {
+        self.quota.as_ref()
+    }
+
     /// SIGTERM (Redis flushes its append-only file and exits) and waits for the exit; SIGKILL
     /// if it takes longer than 15 s.
     pub fn stop(&mut self) -> io::Result<ExitStatus> {
@@ -83,18 +107,21 @@ impl RedisProcess {
     /// port and directory, and waits until it answers PING, i.e. has reloaded its data.
     pub fn restart(&mut self) -> io::Result<()> {
         self.proc.stop()?;
-        self.proc = launch(&self.dir, self.port)?;
+        self.proc = launch(&self.dir, self.port, self.quota.as_ref())?;
         Ok(())
     }
 }
 
-fn launch(dir: &Path, port: u16) -> Result<Proc, NotReady> {
+fn launch(dir: &Path, port: u16, quota: Option<&CpuQuota>) -> Result<Proc, NotReady> {
     let bin = find_program("redis-server", "PLAZA_REDIS_SERVER", "redis-server")
         .map_err(NotReady::Failed)?;
     let mut cmd = Command::new(bin);
     cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--dir"])
         .arg(dir)
         .args(["--appendonly", "yes", "--save", "", "--daemonize", "no"]);
+    if let Some(q) = quota {
+        q.confine(&mut cmd);
+    }
     let name = format!("redis-server (127.0.0.1:{port})");
     let mut proc = Proc::spawn(name, cmd, &dir.join("redis.log")).map_err(NotReady::Failed)?;
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));

@@ -6,7 +6,10 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::Command;
 use std::time::Duration;
 
-use plaza_launch::{render_config, LbKind, LoadBalancer, NodeOptions, NodeProcess, RedisProcess};
+use plaza_launch::{
+    render_config, CpuQuota, LbKind, LbOptions, LoadBalancer, NodeOptions, NodeProcess,
+    RedisProcess, CPU_CGROUP,
+};
 
 /// Sends one command in RESP and returns the raw reply (no redis crate needed for three calls).
 fn resp(addr: SocketAddr, args: &[&str]) -> String {
@@ -101,7 +104,7 @@ fn rendered_templates_are_valid_configurations() {
         "127.0.0.1:7803".parse().unwrap(),
     ];
     for kind in [LbKind::Nginx, LbKind::Haproxy] {
-        let text = render_config(kind, listen, &ups, dir.path());
+        let text = render_config(kind, listen, &ups, dir.path(), None);
         let left = text
             .lines()
             .find(|l| !l.trim_start().starts_with('#') && l.contains("{{"));
@@ -132,10 +135,13 @@ fn rendered_templates_are_valid_configurations() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let nginx = render_config(LbKind::Nginx, listen, &ups, dir.path());
+    let nginx = render_config(LbKind::Nginx, listen, &ups, dir.path(), None);
     assert!(nginx.contains("hash $arg_room consistent;"));
     assert!(nginx.contains("least_conn;"));
-    let haproxy = render_config(LbKind::Haproxy, listen, &ups, dir.path());
+    assert!(nginx.contains("\nworker_processes auto;\n"));
+    let two = render_config(LbKind::Nginx, listen, &ups, dir.path(), Some(2));
+    assert!(two.contains("\nworker_processes 2;\n"), "{two}");
+    let haproxy = render_config(LbKind::Haproxy, listen, &ups, dir.path(), None);
     assert!(haproxy.contains("server node3 127.0.0.1:7803 check"));
     assert!(haproxy.contains("balance url_param room"));
 }
@@ -184,4 +190,152 @@ fn a_node_that_exits_early_is_named_with_its_log() {
         .expect("started a missing binary");
     assert_eq!(missing.kind(), std::io::ErrorKind::NotFound, "{missing}");
     assert!(missing.to_string().contains("n-none"), "{missing}");
+}
+
+/// The cpu cgroup of process `pid`, as a directory under the controller's mount point.
+fn cpu_cgroup_of(pid: u32) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let path = text
+        .lines()
+        .find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers.split(',').any(|c| c == "cpu").then_some(path)
+        })
+        .unwrap_or_else(|| panic!("no cpu controller in {text}"));
+    std::path::Path::new(CPU_CGROUP).join(path.trim_start_matches('/'))
+}
+
+fn read_trimmed(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .to_owned()
+}
+
+fn has_cpu_controller() -> bool {
+    std::path::Path::new(CPU_CGROUP)
+        .join("cpu.cfs_quota_us")
+        .exists()
+}
+
+#[test]
+fn redis_runs_under_its_cpu_quota_across_a_restart() {
+    if !has_cpu_controller() {
+        eprintln!("skipped: no cgroup v1 CPU controller at {CPU_CGROUP}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut redis = RedisProcess::start_with_quota(dir.path(), Some(0.3)).unwrap();
+    let group = redis.cpu_quota().expect("a quota").path().to_owned();
+    let pid = redis.pid().unwrap();
+    assert_eq!(cpu_cgroup_of(pid), group);
+    assert_eq!(read_trimmed(&group.join("cpu.cfs_quota_us")), "30000");
+    assert_eq!(read_trimmed(&group.join("cpu.cfs_period_us")), "100000");
+
+    redis.restart().unwrap();
+    let new_pid = redis.pid().unwrap();
+    assert_ne!(new_pid, pid);
+    assert_eq!(
+        cpu_cgroup_of(new_pid),
+        group,
+        "the restarted Redis left its group"
+    );
+    assert_eq!(
+        read_trimmed(&group.join("cgroup.procs")),
+        new_pid.to_string()
+    );
+
+    drop(redis);
+    assert!(!group.exists(), "{} outlived Redis", group.display());
+}
+
+#[test]
+fn nginx_workers_share_the_balancers_cgroup() {
+    if !has_cpu_controller() {
+        eprintln!("skipped: no cgroup v1 CPU controller at {CPU_CGROUP}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // nginx does not connect to its upstreams until a request comes: none needs to run.
+    let up: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let opts = LbOptions {
+        workers: Some(1),
+        cpu_quota: Some(0.5),
+    };
+    let mut lb = LoadBalancer::start_with(LbKind::Nginx, 0, &[up], dir.path(), opts).unwrap();
+    assert!(std::fs::read_to_string(lb.config_path())
+        .unwrap()
+        .contains("\nworker_processes 1;\n"));
+    let group = lb.cpu_quota().expect("a quota").path().to_owned();
+    assert_eq!(read_trimmed(&group.join("cpu.cfs_quota_us")), "50000");
+    let master = lb.pid().unwrap();
+    // The master forks its worker after it became ready to accept: wait for it to show.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let procs = loop {
+        let procs: Vec<u32> = read_trimmed(&group.join("cgroup.procs"))
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        if procs.len() >= 2 || std::time::Instant::now() >= deadline {
+            break procs;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(procs.contains(&master), "{procs:?}");
+    assert_eq!(procs.len(), 2, "the master and one worker: {procs:?}");
+
+    lb.stop().unwrap();
+    drop(lb);
+    assert!(!group.exists(), "{} outlived nginx", group.display());
+}
+
+#[test]
+fn a_worker_count_is_refused_for_haproxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let up: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let opts = LbOptions {
+        workers: Some(2),
+        cpu_quota: None,
+    };
+    let err = LoadBalancer::start_with(LbKind::Haproxy, 0, &[up], dir.path(), opts)
+        .err()
+        .expect("HAProxy started with a worker count");
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
+}
+
+#[test]
+fn a_cpu_quota_confines_a_command_from_its_start() {
+    if !has_cpu_controller() {
+        assert!(CpuQuota::create_unique("t", 0.5).is_err());
+        return;
+    }
+    let quota = CpuQuota::create_unique("confine-test", 0.25).unwrap();
+    assert_eq!(quota.cpus(), 0.25);
+    let mut cmd = Command::new("sh");
+    // The shell's child is forked inside too.
+    cmd.args(["-c", "sleep 30 & wait"]);
+    quota.confine(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    assert_eq!(cpu_cgroup_of(child.id()), quota.path());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let procs = loop {
+        let procs = read_trimmed(&quota.path().join("cgroup.procs"));
+        if procs.lines().count() >= 2 || std::time::Instant::now() >= deadline {
+            break procs;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(procs.lines().count(), 2, "sh and sleep: {procs}");
+    let path = quota.path().to_owned();
+    // `sleep` is killed too, though nobody may reap it (its parent is gone): an exited process
+    // leaves the group even before it is reaped.
+    let pids: Vec<i32> = procs.lines().map(|l| l.parse().unwrap()).collect();
+    for pid in pids {
+        // SAFETY: kill(2) on processes this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    child.wait().unwrap();
+    drop(quota);
+    assert!(!path.exists(), "{} outlived its processes", path.display());
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use plaza_launch::{ClusterOptions, LbKind, LocalCluster};
+use plaza_launch::{ClusterOptions, CpuQuota, CpuQuotas, LbKind, LocalCluster};
 
 /// `plaza cluster …`
 #[derive(Args)]
@@ -42,9 +42,36 @@ struct UpArgs {
     /// load balancer's routing.
     #[arg(long)]
     embedded: bool,
+    /// Run each node in a cgroup of its own capped at this many CPUs (e.g. 0.25; cgroup v1
+    /// CPU quota, needs a writable /sys/fs/cgroup/cpu). The cgroups are removed on exit.
+    #[arg(long, value_name = "CPUS", value_parser = parse_cpus)]
+    node_cpu_quota: Option<f64>,
+    /// Cap Redis at this many CPUs, as --node-cpu-quota.
+    #[arg(long, value_name = "CPUS", value_parser = parse_cpus)]
+    redis_cpu_quota: Option<f64>,
+    /// Cap the load balancer (nginx's master and workers together) at this many CPUs, as
+    /// --node-cpu-quota.
+    #[arg(long, value_name = "CPUS", value_parser = parse_cpus)]
+    lb_cpu_quota: Option<f64>,
+    /// nginx's worker processes [default: auto, one per CPU]. For benchmarks, where nginx
+    /// shares the machine with the nodes and the load generator.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    lb_workers: Option<u16>,
+    /// The first node's port on 127.0.0.1; node-2 gets the next, and so on [default: free
+    /// ports]. The balancer hashes rooms onto nodes by address: fixed ports put the same rooms
+    /// on the same nodes in every run.
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    node_ports: Option<u16>,
     /// Arguments for every node's `plaza serve`, after `--` (e.g. `-- --auto-create-rooms`).
     #[arg(last = true)]
     node_args: Vec<String>,
+}
+
+fn parse_cpus(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(c) if c > 0.0 && c.is_finite() => Ok(c),
+        _ => Err(format!("expected a positive number of CPUs, got {s:?}")),
+    }
 }
 
 /// Runs `plaza cluster …`.
@@ -66,6 +93,9 @@ fn run_up(args: UpArgs) -> Result<(), String> {
             "--listen {}: the local cluster listens on 127.0.0.1 only",
             args.listen
         ));
+    }
+    if args.lb_workers.is_some() && args.lb != LbKind::Nginx {
+        return Err("--lb-workers is an nginx setting: HAProxy's template has none".into());
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -96,12 +126,20 @@ fn run_up(args: UpArgs) -> Result<(), String> {
         dir: dir.clone(),
         node_args: args.node_args,
         embedded: args.embedded,
+        cpu_quotas: CpuQuotas {
+            node: args.node_cpu_quota,
+            redis: args.redis_cpu_quota,
+            lb: args.lb_cpu_quota,
+        },
+        lb_workers: args.lb_workers.map(usize::from),
+        node_ports: args.node_ports,
     })
     .map_err(|e| format!("{e}\n(data and logs in {})", dir.display()))?;
     print_cluster(&cluster);
 
     rt.block_on(stop_signals.recv());
     eprintln!("plaza cluster up: stopping");
+    // The cgroups of CPU quotas go with the cluster (dropped below, every process reaped).
     if let Err(e) = cluster.stop() {
         return Err(format!(
             "while stopping: {e}\n(data and logs in {})",
@@ -116,7 +154,12 @@ fn run_up(args: UpArgs) -> Result<(), String> {
 }
 
 fn print_cluster(c: &LocalCluster) {
-    let pid = |p: Option<u32>| p.map_or(String::new(), |p| format!("  (pid {p})"));
+    // The quota goes before the pid: scripts (and tests) read the pid from the line's end.
+    let pid = |p: Option<u32>, q: Option<&CpuQuota>| {
+        let quota = q.map_or(String::new(), |q| format!("  cpu quota {}", q.cpus()));
+        let pid = p.map_or(String::new(), |p| format!("  (pid {p})"));
+        quota + &pid
+    };
     let lb = c.lb();
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "Plaza cluster is up; Ctrl-C stops it.");
@@ -126,18 +169,29 @@ fn print_cluster(c: &LocalCluster) {
         lb.kind(),
         lb.url(),
         lb.addr(),
-        pid(lb.pid())
+        pid(lb.pid(), lb.cpu_quota())
     );
     match c.redis() {
         Some(r) => {
-            let _ = writeln!(out, "  redis          {}{}", r.url(), pid(r.pid()));
+            let _ = writeln!(
+                out,
+                "  redis          {}{}",
+                r.url(),
+                pid(r.pid(), r.cpu_quota())
+            );
         }
         None => {
             let _ = writeln!(out, "  redis          none (embedded nodes)");
         }
     }
     for n in c.nodes() {
-        let _ = writeln!(out, "  {:<14} {}{}", n.id(), n.url(), pid(n.pid()));
+        let _ = writeln!(
+            out,
+            "  {:<14} {}{}",
+            n.id(),
+            n.url(),
+            pid(n.pid(), n.cpu_quota())
+        );
     }
     let _ = writeln!(out, "  data and logs  {}", c.dir().display());
     let _ = out.flush();

@@ -131,6 +131,11 @@ struct ServeArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     node_id: Option<String>,
+    /// Cluster mode: how long a node keeps hosting a room after its last member
+    /// there left, in ms [default: 30000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    room_linger_ms: Option<u64>,
     /// Cluster mode: the Redis URL the nodes share, e.g. redis://127.0.0.1:6379/
     /// [default: none, embedded mode].
     #[arg(long)]

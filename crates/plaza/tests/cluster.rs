@@ -27,6 +27,9 @@ fn start(nodes: usize, name: &str) -> (LocalCluster, tempfile::TempDir) {
         dir: dir.path().to_owned(),
         node_args: vec!["--auto-create-rooms".into()],
         embedded: false,
+        cpu_quotas: Default::default(),
+        lb_workers: None,
+        node_ports: None,
     })
     .unwrap_or_else(|e| {
         panic!(

@@ -89,6 +89,14 @@ pub trait Driver: Send + Sync {
     fn name(&self) -> &'static str;
     /// Path (and query) of the WebSocket endpoint.
     fn ws_path(&self) -> String;
+    /// Path (and query) of the WebSocket endpoint for a user whose first join
+    /// is to `room` (`None`: unknown). A protocol whose clients name the room
+    /// in the URL, for a load balancer to route on, puts it there; the
+    /// default is [`ws_path`](Self::ws_path).
+    fn ws_path_for(&self, room: Option<&str>) -> String {
+        let _ = room;
+        self.ws_path()
+    }
     /// Whether the publisher receives its own messages (then it counts as a
     /// recipient).
     fn echoes_sender(&self) -> bool {

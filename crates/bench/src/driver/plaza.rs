@@ -17,6 +17,15 @@ impl Driver for PlazaDriver {
         "/v1/ws".into()
     }
 
+    /// `/v1/ws?room=ID`: a cluster's load balancer hashes on it, so that a
+    /// room's members share a node (deploy/README.md).
+    fn ws_path_for(&self, room: Option<&str>) -> String {
+        match room {
+            Some(room) => format!("/v1/ws?room={}", query_escape(room)),
+            None => self.ws_path(),
+        }
+    }
+
     fn setup(
         &self,
         rooms: &[String],
@@ -122,6 +131,20 @@ impl Driver for PlazaDriver {
     }
 }
 
+/// Percent-encodes all but RFC 3986's unreserved characters, for a query
+/// value.
+fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +157,23 @@ mod tests {
             platform: "browser".into(),
             channels: vec![],
         }
+    }
+
+    #[test]
+    fn the_url_names_the_room_for_the_load_balancer() {
+        let d = PlazaDriver;
+        assert_eq!(
+            d.ws_path_for(Some("explorviz-3")),
+            "/v1/ws?room=explorviz-3"
+        );
+        assert_eq!(
+            d.ws_path_for(Some("a b&c/é")),
+            "/v1/ws?room=a%20b%26c%2F%C3%A9"
+        );
+        assert_eq!(d.ws_path_for(None), "/v1/ws");
+        // Other protocols keep their one path.
+        let other = crate::driver::BroadcastDriver;
+        assert_eq!(other.ws_path_for(Some("r")), other.ws_path());
     }
 
     #[test]
