@@ -136,7 +136,7 @@ mod tests {
         child.kill().ok();
         child.wait().ok();
         drop(quota);
-        assert_eq!(set.trim(), "25000", "0.25 of a 100 ms period");
+        assert_eq!(set.trim(), "5000", "0.25 of a 20 ms period");
         assert!(cgroup.contains(&format!("plaza-bench-{pid}")), "{cgroup}");
         assert!(
             !dir.exists(),

@@ -230,8 +230,8 @@ fn redis_runs_under_its_cpu_quota_across_a_restart() {
     let group = redis.cpu_quota().expect("a quota").path().to_owned();
     let pid = redis.pid().unwrap();
     assert_eq!(cpu_cgroup_of(pid), group);
-    assert_eq!(read_trimmed(&group.join("cpu.cfs_quota_us")), "30000");
-    assert_eq!(read_trimmed(&group.join("cpu.cfs_period_us")), "100000");
+    assert_eq!(read_trimmed(&group.join("cpu.cfs_quota_us")), "6000");
+    assert_eq!(read_trimmed(&group.join("cpu.cfs_period_us")), "20000");
 
     redis.restart().unwrap();
     let new_pid = redis.pid().unwrap();
@@ -268,7 +268,7 @@ fn nginx_workers_share_the_balancers_cgroup() {
         .unwrap()
         .contains("\nworker_processes 1;\n"));
     let group = lb.cpu_quota().expect("a quota").path().to_owned();
-    assert_eq!(read_trimmed(&group.join("cpu.cfs_quota_us")), "50000");
+    assert_eq!(read_trimmed(&group.join("cpu.cfs_quota_us")), "10000");
     let master = lb.pid().unwrap();
     // The master forks its worker after it became ready to accept: wait for it to show.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

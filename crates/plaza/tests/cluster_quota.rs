@@ -139,7 +139,7 @@ fn cluster_up_caps_each_node_and_removes_the_cgroups_after_sigterm() {
         let group = cpu_cgroup_of(pid_of(line) as u32);
         assert_eq!(
             quota_of(&group),
-            ("50000".to_owned(), "100000".to_owned()),
+            ("10000".to_owned(), "20000".to_owned()),
             "{}",
             group.display()
         );
@@ -205,7 +205,7 @@ fn a_restarted_node_keeps_its_quota() {
     let first = cluster.node(0).pid().unwrap();
     assert_eq!(cpu_cgroup_of(first), group);
     assert_eq!(cpu_cgroup_of(cluster.lb().pid().unwrap()), lb_group);
-    assert_eq!(quota_of(&lb_group).0, "50000");
+    assert_eq!(quota_of(&lb_group).0, "10000");
 
     cluster.restart_node(0).unwrap();
     let second = cluster.node(0).pid().unwrap();
@@ -215,7 +215,7 @@ fn a_restarted_node_keeps_its_quota() {
         group,
         "the restarted node left its group"
     );
-    assert_eq!(quota_of(&group).0, "25000");
+    assert_eq!(quota_of(&group).0, "5000");
 
     cluster.stop().unwrap();
     drop(cluster);
