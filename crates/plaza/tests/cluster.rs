@@ -239,3 +239,92 @@ async fn a_drained_nodes_members_move_without_loss() {
     );
     assert_exactly_once(&[&a, &b, &p]);
 }
+
+/// A POST with a JSON body over a plain TCP connection; returns status and body.
+async fn post_json(
+    addr: std::net::SocketAddr,
+    path: &str,
+    body: &serde_json::Value,
+) -> (u16, serde_json::Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = body.to_string();
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: plaza\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(body.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    tcp.read_to_string(&mut out).await.unwrap();
+    let status = out[9..12].parse().unwrap();
+    let json = out.split("\r\n\r\n").nth(1).unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(json).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tickets_and_locks_hold_across_real_nodes() {
+    let (cluster, _dir) = start(2, "tickets");
+    let (status, _) = post_json(
+        cluster.node(0).addr(),
+        "/v1/rooms",
+        &json!({"id": "vip", "options": {"access": "ticket"}}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (status, t) = post_json(
+        cluster.node(0).addr(),
+        "/v1/rooms/vip/tickets",
+        &json!({"name": "ann"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{t}");
+    // Redeemed on the other node, once.
+    let url = ws_url(&cluster.node(1).url(), "vip");
+    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .unwrap();
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let join = json!({"type": "join", "ticket": t["ticket"]});
+    ws.send(Message::text(join.to_string())).await.unwrap();
+    let joined: serde_json::Value = loop {
+        if let Some(Ok(Message::Text(s))) = ws.next().await {
+            break serde_json::from_str(&s).unwrap();
+        }
+    };
+    assert_eq!(joined["type"], "joined", "{joined}");
+    let (mut again, _) =
+        tokio_tungstenite::connect_async(ws_url(&cluster.node(0).url(), "vip").as_str())
+            .await
+            .unwrap();
+    again.send(Message::text(join.to_string())).await.unwrap();
+    let refused: serde_json::Value = loop {
+        if let Some(Ok(Message::Text(s))) = again.next().await {
+            break serde_json::from_str(&s).unwrap();
+        }
+    };
+    assert_eq!(refused["code"], "ticket_used", "{refused}");
+
+    // Two members on two nodes race for one lock: exactly one gets it.
+    let room = "locks";
+    let mut a = Member::join(&ws_url(&cluster.node(0).url(), room), room, "a").await;
+    let mut b = Member::join(&ws_url(&cluster.node(1).url(), room), room, "b").await;
+    for (m, nonce) in [(&mut a, 1u64), (&mut b, 2u64)] {
+        m.send(json!({"type": "request", "room": room, "nonce": nonce, "op": "lock.acquire", "args": {"object": "o"}}))
+            .await;
+    }
+    a.pump_until(LIMIT, |m| m.responses.contains_key(&1)).await;
+    b.pump_until(LIMIT, |m| m.responses.contains_key(&2)).await;
+    let (ra, rb) = (&a.responses[&1], &b.responses[&2]);
+    assert_eq!(
+        [ra, rb].iter().filter(|r| r["ok"] == true).count(),
+        1,
+        "{ra} {rb}"
+    );
+    let loser = if ra["ok"] == true { rb } else { ra };
+    assert_eq!(loser["error"]["code"], "lock_held", "{loser}");
+}
