@@ -61,8 +61,29 @@ if [ "$status" -eq 0 ]; then
   status=${PIPESTATUS[0]}
   set -e
 fi
+# TypeScript client (clients/ts): its tests run against target/debug/plaza, which
+# `cargo test --workspace` built above.
+ts_summary="not run"
+if [ "$status" -eq 0 ]; then
+  log "TypeScript client (clients/ts): npm ci, typecheck, npm test"
+  if ! command -v npm >/dev/null; then
+    echo "npm is required for clients/ts (Node >= 20, e.g. the Debian packages nodejs npm)" >&2
+    status=1
+  else
+    ts_out=$(mktemp)
+    trap 'rm -f "$out" "$ts_out"' EXIT
+    set +e
+    (cd clients/ts && npm ci --no-audit --no-fund && npm run typecheck && npm test) 2>&1 | tee "$ts_out"
+    status=${PIPESTATUS[0]}
+    set -e
+    # vitest's summary line, e.g. "      Tests  8 passed (8)" (colours stripped).
+    ts_summary=$(sed 's/\x1b\[[0-9;]*m//g' "$ts_out" | grep -E '^ *Tests +' | tail -1 | sed -E 's/^ *Tests +//' || true)
+    [ -n "$ts_summary" ] || ts_summary="no vitest summary (see the output above)"
+  fi
+fi
 passed=$(grep -E '^test result:' "$out" | awk '{s += $4} END {print s + 0}')
 failed=$(grep -E '^test result:' "$out" | awk '{s += $6} END {print s + 0}')
 echo
 echo "Summary: ${passed} passed, ${failed} failed"
+echo "TypeScript client (vitest): ${ts_summary}"
 exit "$status"

@@ -1,0 +1,239 @@
+import { backoffDelay, type BackoffOptions } from './backoff.js';
+import { Emitter } from './emitter.js';
+import { PlazaError } from './errors.js';
+import type { ClientFrame, DirectFrame, RoomEvent, ServerFrame } from './frames.js';
+import { RoomHandle, type JoinOptions, type RoomTransport } from './room.js';
+import { messageText, OPEN, resolveWebSocket, type WebSocketConstructor, type WebSocketLike } from './socket.js';
+
+/** Connection states, in the order a client usually goes through them. */
+export type ConnectionState = 'idle' | 'connecting' | 'open' | 'reconnecting' | 'closed';
+
+/** Options of {@link PlazaClient}. */
+export interface PlazaClientOptions {
+  /** The one room this client will join: added to the URL as `?room=<id>` (a load-balancer hint). */
+  room?: string;
+  /** WebSocket constructor; default the global `WebSocket`. On Node 20 pass `ws`'s `WebSocket`. */
+  WebSocket?: WebSocketConstructor;
+  /** Reconnect automatically after a drop (default `true`), with these backoff settings. */
+  reconnect?: boolean | BackoffOptions;
+  /** Called with every sequenced event and direct message of every room, once, in order. */
+  onEvent?: (room: string, frame: RoomEvent | DirectFrame) => void;
+}
+
+/** Events of a {@link PlazaClient}, with their listener arguments. */
+export type ClientEvents = {
+  /** Every state change. */
+  state: [ConnectionState];
+  connecting: [];
+  open: [];
+  reconnecting: [{ attempt: number; delayMs: number }];
+  closed: [];
+  /** An `error` frame not about a room (e.g. `rate_limited`, `bad_json`). */
+  error: [PlazaError];
+};
+
+/**
+ * A connection to a Plaza server (`ws://HOST:PORT/v1/ws`), shared by the rooms it joins.
+ * Reconnects on its own with exponential backoff and jitter, and resumes every room.
+ *
+ * ```ts
+ * const client = new PlazaClient('ws://127.0.0.1:7700/v1/ws', { room: 'lobby' });
+ * const lobby = await client.join('lobby', { name: 'ann' });
+ * lobby.on('message', (m) => console.log(m.event, m.data));
+ * await lobby.publish('chat', { text: 'hi' });
+ * ```
+ */
+export class PlazaClient extends Emitter<ClientEvents> {
+  /** The WebSocket URL (with the room hint, if any). */
+  readonly url: string;
+  private readonly WebSocketImpl: WebSocketConstructor;
+  private readonly backoff: BackoffOptions | undefined;
+  private readonly onEvent: PlazaClientOptions['onEvent'];
+  private readonly rooms = new Map<string, RoomHandle>();
+  private socket: WebSocketLike | undefined;
+  private currentState: ConnectionState = 'idle';
+  private attempt = 0;
+  private reconnectTimer: ReturnType<typeof setTimeout> | undefined;
+  private nonce = 0;
+  private openWaiters: Array<{ resolve: () => void; reject: (err: PlazaError) => void }> = [];
+  private readonly transport: RoomTransport;
+
+  constructor(url: string, options: PlazaClientOptions = {}) {
+    super();
+    const parsed = new URL(url);
+    if (options.room !== undefined) parsed.searchParams.set('room', options.room);
+    this.url = parsed.toString();
+    this.WebSocketImpl = resolveWebSocket(options.WebSocket);
+    const reconnect = options.reconnect ?? true;
+    this.backoff = reconnect === false ? undefined : reconnect === true ? {} : reconnect;
+    this.onEvent = options.onEvent;
+    this.transport = {
+      send: (frame) => this.send(frame),
+      nextNonce: () => ++this.nonce,
+      forget: (room) => {
+        this.rooms.delete(room);
+      },
+      dispatch: (room, frame) => this.onEvent?.(room, frame),
+    };
+  }
+
+  /** The current connection state. */
+  get state(): ConnectionState {
+    return this.currentState;
+  }
+
+  /** Opens the connection (if not open yet); resolves once it is open. */
+  connect(): Promise<void> {
+    if (this.currentState === 'closed') return Promise.reject(new PlazaError('closed', 'the client was closed'));
+    if (this.currentState === 'open') return Promise.resolve();
+    const opened = new Promise<void>((resolve, reject) => this.openWaiters.push({ resolve, reject }));
+    if (this.currentState === 'idle') this.openSocket();
+    return opened;
+  }
+
+  /**
+   * Joins a room; resolves with its {@link RoomHandle} on `joined`, rejects with a
+   * {@link PlazaError} on `error` (e.g. `room_not_found`, `ticket_used`). Connects if needed.
+   */
+  async join(room: string, options: JoinOptions): Promise<RoomHandle> {
+    if (this.rooms.has(room)) throw new PlazaError('already_joined', `already in room ${room}`);
+    const handle = new RoomHandle(room, options, this.transport);
+    this.rooms.set(room, handle);
+    const joined = handle._waitJoined();
+    if (this.currentState === 'open') handle._sendJoin();
+    else void this.connect().catch(() => undefined);
+    return joined;
+  }
+
+  /** The handle of a joined room, if any. */
+  room(room: string): RoomHandle | undefined {
+    return this.rooms.get(room);
+  }
+
+  /** Sends an application `ping`; the server answers `pong` (not surfaced yet). */
+  ping(ts?: number): void {
+    this.send(ts === undefined ? { type: 'ping' } : { type: 'ping', ts });
+  }
+
+  /**
+   * Closes the connection for good: no reconnect. Sessions are disconnected, not left (call
+   * {@link RoomHandle.leave} first to end them); pending operations reject with `closed`.
+   */
+  close(): void {
+    if (this.currentState === 'closed') return;
+    clearTimeout(this.reconnectTimer);
+    const socket = this.socket;
+    this.socket = undefined;
+    if (socket) {
+      detach(socket);
+      socket.close(1000);
+    }
+    for (const room of [...this.rooms.values()]) room._onClientClosed();
+    this.rooms.clear();
+    for (const waiter of this.openWaiters.splice(0)) waiter.reject(new PlazaError('closed', 'the client was closed'));
+    this.setState('closed');
+  }
+
+  /**
+   * Test hook: drops the socket without a `leave`, as a network failure would, and reconnects
+   * as usual — after `gate` settles, when given.
+   * @internal
+   */
+  _dropConnection(gate?: Promise<unknown>): void {
+    const socket = this.socket;
+    if (!socket) return;
+    detach(socket);
+    socket.close(1000);
+    this.onSocketLost(socket, gate);
+  }
+
+  private send(frame: ClientFrame): boolean {
+    const socket = this.socket;
+    if (!socket || socket.readyState !== OPEN || this.currentState !== 'open') return false;
+    socket.send(JSON.stringify(frame));
+    return true;
+  }
+
+  private openSocket(): void {
+    if (this.currentState === 'closed') return;
+    if (this.currentState !== 'reconnecting') this.setState('connecting');
+    let socket: WebSocketLike;
+    try {
+      socket = new this.WebSocketImpl(this.url);
+    } catch (err) {
+      const error = new PlazaError('invalid_request', `cannot open ${this.url}: ${String(err)}`);
+      for (const waiter of this.openWaiters.splice(0)) waiter.reject(error);
+      this.setState('closed');
+      return;
+    }
+    this.socket = socket;
+    socket.onopen = () => {
+      if (this.socket !== socket) return;
+      this.attempt = 0;
+      this.setState('open');
+      for (const waiter of this.openWaiters.splice(0)) waiter.resolve();
+      for (const room of this.rooms.values()) room._sendJoin();
+    };
+    socket.onmessage = (ev) => {
+      if (this.socket === socket) this.onMessage(ev.data);
+    };
+    socket.onerror = () => {
+      // A `close` follows; nothing to do here.
+    };
+    socket.onclose = () => {
+      if (this.socket === socket) this.onSocketLost(socket);
+    };
+  }
+
+  private onSocketLost(socket: WebSocketLike, gate?: Promise<unknown>): void {
+    if (this.socket !== socket) return;
+    this.socket = undefined;
+    for (const room of [...this.rooms.values()]) room._onDisconnect();
+    if (this.currentState === 'closed') return;
+    if (!this.backoff) {
+      this.close();
+      return;
+    }
+    const delayMs = backoffDelay(this.attempt, this.backoff);
+    this.attempt += 1;
+    this.setState('reconnecting');
+    this.emit('reconnecting', { attempt: this.attempt, delayMs });
+    const reopen = () => {
+      this.reconnectTimer = setTimeout(() => this.openSocket(), delayMs);
+    };
+    if (gate) void gate.then(reopen, reopen);
+    else reopen();
+  }
+
+  private onMessage(data: unknown): void {
+    const text = messageText(data);
+    if (text === undefined) return;
+    let frame: ServerFrame;
+    try {
+      frame = JSON.parse(text) as ServerFrame;
+    } catch {
+      return;
+    }
+    if (typeof frame !== 'object' || frame === null) return;
+    const roomId = 'room' in frame ? frame.room : frame.type === 'error' ? frame.ref?.room : undefined;
+    const room = roomId === undefined ? undefined : this.rooms.get(roomId);
+    if (room) room._handle(frame);
+    else if (frame.type === 'error') this.emit('error', new PlazaError(frame.code, frame.message));
+  }
+
+  private setState(state: ConnectionState): void {
+    if (this.currentState === state) return;
+    this.currentState = state;
+    this.emit('state', state);
+    // `reconnecting` is emitted with its attempt and delay by onSocketLost.
+    if (state === 'connecting' || state === 'open' || state === 'closed') this.emit(state);
+  }
+}
+
+function detach(socket: WebSocketLike): void {
+  const noop = () => undefined;
+  socket.onopen = noop;
+  socket.onmessage = noop;
+  socket.onclose = noop;
+  socket.onerror = noop;
+}

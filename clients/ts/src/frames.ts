@@ -1,0 +1,171 @@
+/**
+ * Wire frames of Plaza protocol v1 (docs/protocol.md). Only what the client reads or writes
+ * is typed; unknown fields are tolerated.
+ */
+
+/** Any JSON value (payloads are relayed untouched by the server). */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** A connected member of a room. */
+export interface Member {
+  session: string;
+  name: string;
+  platform: string;
+}
+
+/** A server-validated entity of a room's state. */
+export interface Entity {
+  id: string;
+  kind?: string;
+  data: Json;
+  version: number;
+}
+
+/** A lease on an object key. `token` is the fencing token. */
+export interface Lock {
+  object: string;
+  owner: string;
+  token: number;
+  expires_at: number;
+}
+
+/** The room state in `joined` / `resync`. */
+export interface Snapshot {
+  entities: Entity[];
+  locks: Lock[];
+}
+
+/** `joined` or `resync`: the answer to a `join`. */
+export interface JoinedFrame {
+  type: 'joined' | 'resync';
+  room: string;
+  session: string;
+  resume_token: string;
+  /** May exceed 2^53: compare as received, never compute with it. */
+  epoch: number;
+  seq: number;
+  members: Member[];
+  snapshot?: Snapshot;
+  channels: string[];
+  resumed: boolean;
+  reason?: 'history_truncated' | 'session_expired' | 'epoch_changed' | (string & {});
+}
+
+/** Fields common to every sequenced room event. */
+interface EventBase {
+  type: 'event';
+  room: string;
+  seq: number;
+  ts: number;
+  from?: string;
+}
+
+/** `message` event: a publish. */
+export interface MessageEvent extends EventBase {
+  kind: 'message';
+  channel: string;
+  event: string;
+  data?: Json;
+  topic?: string;
+  reply_to?: number;
+  id?: string;
+}
+
+/** `presence.join` / `presence.leave` events. */
+export type PresenceEvent =
+  | (EventBase & { kind: 'presence.join'; member: Member })
+  | (EventBase & { kind: 'presence.leave'; session: string; reason: string });
+
+/** `entity.created` / `entity.updated` / `entity.deleted` events. */
+export type EntityEvent =
+  | (EventBase & { kind: 'entity.created' | 'entity.updated'; entity: Entity })
+  | (EventBase & { kind: 'entity.deleted'; id: string; version: number });
+
+/** `lock.acquired` / `lock.released` events. */
+export type LockEvent =
+  | (EventBase & { kind: 'lock.acquired'; lock: Lock })
+  | (EventBase & {
+      kind: 'lock.released';
+      object: string;
+      owner: string;
+      token: number;
+      reason: string;
+    });
+
+/** Any sequenced room event. */
+export type RoomEvent = MessageEvent | PresenceEvent | EntityEvent | LockEvent;
+
+/** A direct message from one session. Not sequenced. */
+export interface DirectFrame {
+  type: 'direct';
+  room: string;
+  from: string;
+  event: string;
+  data?: Json;
+}
+
+/** Acknowledgement of a publish. */
+export interface AckFrame {
+  type: 'ack';
+  room: string;
+  seq: number;
+  id?: string;
+  duplicate?: true;
+}
+
+/** The answer to a request, matched by nonce. */
+export interface ResponseFrame {
+  type: 'response';
+  room: string;
+  nonce: string | number;
+  ok: boolean;
+  result?: { [key: string]: Json };
+  error?: { code: string; message: string };
+}
+
+/** A refused client frame. */
+export interface ErrorFrame {
+  type: 'error';
+  code: string;
+  message: string;
+  ref?: { frame?: string; room?: string; id?: string };
+}
+
+/** Any frame the server sends. */
+export type ServerFrame =
+  | JoinedFrame
+  | RoomEvent
+  | DirectFrame
+  | AckFrame
+  | ResponseFrame
+  | ErrorFrame
+  | { type: 'left'; room: string }
+  | { type: 'closed'; room: string; reason: string }
+  | { type: 'pong'; ts?: number };
+
+/** Any frame the client sends. */
+export type ClientFrame =
+  | {
+      type: 'join';
+      room?: string;
+      ticket?: string;
+      name?: string;
+      platform?: string;
+      channels?: string[];
+      resume?: { token: string; last_seq: number };
+    }
+  | { type: 'leave'; room: string }
+  | {
+      type: 'publish';
+      room: string;
+      event: string;
+      data?: Json;
+      id: string;
+      channel?: string;
+      topic?: string;
+      reply_to?: number;
+      echo?: boolean;
+    }
+  | { type: 'request'; room: string; nonce: number; op: string; args: Json }
+  | { type: 'direct'; room: string; to: string; event: string; data?: Json }
+  | { type: 'ping'; ts?: number };

@@ -1,0 +1,18 @@
+/**
+ * `@plaza/client`: a TypeScript client for Plaza protocol v1 (docs/protocol.md).
+ * @packageDocumentation
+ */
+export { PlazaClient, type ClientEvents, type ConnectionState, type PlazaClientOptions } from './client.js';
+export {
+  RoomHandle,
+  type JoinOptions,
+  type PublishAck,
+  type PublishOptions,
+  type RequestOptions,
+  type RoomClosed,
+  type RoomEvents,
+} from './room.js';
+export { PlazaError, type PlazaErrorCode } from './errors.js';
+export { backoffDelay, type BackoffOptions } from './backoff.js';
+export type { WebSocketConstructor, WebSocketLike } from './socket.js';
+export type * from './frames.js';

@@ -1,0 +1,440 @@
+import { Emitter } from './emitter.js';
+import { PlazaError } from './errors.js';
+import type {
+  AckFrame,
+  ClientFrame,
+  DirectFrame,
+  EntityEvent,
+  ErrorFrame,
+  JoinedFrame,
+  Json,
+  LockEvent,
+  Member,
+  MessageEvent,
+  PresenceEvent,
+  ResponseFrame,
+  RoomEvent,
+  ServerFrame,
+  Snapshot,
+} from './frames.js';
+import { newMessageId } from './ids.js';
+
+/** How to join a room. */
+export interface JoinOptions {
+  /** Display name, 1–64 bytes. Required without `ticket`. */
+  name?: string;
+  /** e.g. `browser` (the server's default), `xr`. */
+  platform?: string;
+  /** Channels besides `main`. */
+  channels?: string[];
+  /** A ticket from `POST /v1/rooms/{id}/tickets` (fixes room, name and platform). */
+  ticket?: string;
+}
+
+/** Options of {@link RoomHandle.publish}. */
+export interface PublishOptions {
+  /** Channel, default `main`. */
+  channel?: string;
+  /** Relayed in the event; no server behaviour depends on it. */
+  topic?: string;
+  /** The `seq` of an earlier event this message answers. */
+  replyTo?: number;
+  /** `true`: the sender receives the event too. */
+  echo?: boolean;
+}
+
+/** The acknowledgement of a publish. */
+export interface PublishAck {
+  /** The message's seq in the room's order. */
+  seq: number;
+  /** `true` when the server had already ordered this message id (a retry). */
+  duplicate: boolean;
+}
+
+/** Options of {@link RoomHandle.request}. */
+export interface RequestOptions {
+  /** Reject with code `timeout` after this many ms (default 10000). */
+  timeoutMs?: number;
+}
+
+/** Why a room handle ended without a `leave`. */
+export interface RoomClosed {
+  /** `room_deleted`, `resumed_elsewhere`, `client_closed`, or the code of a failed rejoin. */
+  reason: string;
+  error?: PlazaError;
+}
+
+/** Events of a {@link RoomHandle}, with their listener arguments. */
+export type RoomEvents = {
+  /** Every sequenced event, once, in seq order. */
+  event: [RoomEvent];
+  message: [MessageEvent];
+  presence: [PresenceEvent];
+  entity: [EntityEvent];
+  lock: [LockEvent];
+  direct: [DirectFrame];
+  /** Each `joined` (the first join and every successful resume). */
+  joined: [JoinedFrame];
+  /** A resume could not continue the stream: discard room state, start from this snapshot. */
+  resync: [JoinedFrame];
+  /** The room handle ended (not by `leave`). */
+  closed: [RoomClosed];
+  /** A refused frame for this room that no promise was waiting for (e.g. a `direct`). */
+  error: [PlazaError];
+};
+
+/** What a room needs from its client's connection. */
+export interface RoomTransport {
+  /** Sends a frame if the socket is open; returns whether it was sent. */
+  send(frame: ClientFrame): boolean;
+  /** A nonce unique on this client. */
+  nextNonce(): number;
+  /** Forgets the room (after leave or close). */
+  forget(room: string): void;
+  /** Hands every sequenced event and direct message to the client's `onEvent`. */
+  dispatch(room: string, frame: RoomEvent | DirectFrame): void;
+}
+
+interface PendingPublish {
+  frame: Extract<ClientFrame, { type: 'publish' }>;
+  resolve: (ack: PublishAck) => void;
+  reject: (err: PlazaError) => void;
+}
+
+interface PendingRequest {
+  resolve: (result: { [key: string]: Json }) => void;
+  reject: (err: PlazaError) => void;
+  timer: ReturnType<typeof setTimeout>;
+}
+
+type Status = 'joining' | 'live' | 'rejoining' | 'ended';
+
+/**
+ * One membership of one room, obtained from {@link PlazaClient.join}. It survives reconnects:
+ * the client resumes it with `{token, last_seq}`, re-sends unacknowledged publishes with their
+ * ids, and delivers every event once, in seq order.
+ */
+export class RoomHandle extends Emitter<RoomEvents> {
+  /** The room id. */
+  readonly room: string;
+  private readonly options: JoinOptions;
+  private readonly transport: RoomTransport;
+  private status: Status = 'joining';
+  private token: string | undefined;
+  private seq = 0;
+  private sessionId: string | undefined;
+  private memberList: Member[] = [];
+  private channelList: string[] = [];
+  private lastSnapshot: Snapshot | undefined;
+  private readonly publishes = new Map<string, PendingPublish>();
+  private readonly requests = new Map<number, PendingRequest>();
+  /** Frames (requests, directs) waiting until the room is live again. */
+  private readonly outbox: ClientFrame[] = [];
+  private joinWaiter: { resolve: (room: RoomHandle) => void; reject: (err: PlazaError) => void } | undefined;
+  private leaveWaiter: (() => void) | undefined;
+
+  /** @internal Created by {@link PlazaClient.join}. */
+  constructor(room: string, options: JoinOptions, transport: RoomTransport) {
+    super();
+    this.room = room;
+    this.options = options;
+    this.transport = transport;
+  }
+
+  /** This member's session id (the address of `direct` messages); set once joined. */
+  get session(): string | undefined {
+    return this.sessionId;
+  }
+
+  /** The highest seq seen in this room (what a resume asks to continue from). */
+  get lastSeq(): number {
+    return this.seq;
+  }
+
+  /** Connected members, kept up to date from presence events. */
+  get members(): readonly Member[] {
+    return this.memberList;
+  }
+
+  /** This session's channels as of the last `joined`/`resync`. */
+  get channels(): readonly string[] {
+    return this.channelList;
+  }
+
+  /**
+   * The last snapshot received (`joined`/`resync`). Not kept up to date by later events:
+   * a live replica is not implemented yet.
+   */
+  get snapshot(): Snapshot | undefined {
+    return this.lastSnapshot;
+  }
+
+  /** Whether the room is joined and the connection open. */
+  get live(): boolean {
+    return this.status === 'live';
+  }
+
+  /**
+   * Publishes a message on a channel. Every publish carries a fresh client message id, so
+   * re-sending it after a reconnect is idempotent. While disconnected the publish waits and is
+   * sent after the resume. Resolves with the ack; rejects with a {@link PlazaError}.
+   */
+  publish(event: string, data?: Json, options: PublishOptions = {}): Promise<PublishAck> {
+    if (this.status === 'ended') return Promise.reject(this.endedError());
+    const frame: PendingPublish['frame'] = { type: 'publish', room: this.room, event, id: newMessageId() };
+    if (data !== undefined) frame.data = data;
+    if (options.channel !== undefined) frame.channel = options.channel;
+    if (options.topic !== undefined) frame.topic = options.topic;
+    if (options.replyTo !== undefined) frame.reply_to = options.replyTo;
+    if (options.echo !== undefined) frame.echo = options.echo;
+    return new Promise<PublishAck>((resolve, reject) => {
+      this.publishes.set(frame.id, { frame, resolve, reject });
+      if (this.status === 'live') this.transport.send(frame);
+    });
+  }
+
+  /**
+   * Sends a request (`entity.create`, `lock.acquire`, `channel.subscribe`, …) and resolves with
+   * its `result`, or rejects with the response's error, with code `timeout` after `timeoutMs`,
+   * or with code `disconnected` if the connection dropped before the response (the outcome is
+   * then unknown; requests are not re-sent).
+   */
+  request<R = { [key: string]: Json }>(op: string, args: { [key: string]: Json } = {}, options: RequestOptions = {}): Promise<R> {
+    if (this.status === 'ended') return Promise.reject(this.endedError());
+    const nonce = this.transport.nextNonce();
+    const timeoutMs = options.timeoutMs ?? 10_000;
+    return new Promise<R>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.requests.delete(nonce);
+        const index = this.outbox.findIndex((f) => f.type === 'request' && f.nonce === nonce);
+        if (index >= 0) this.outbox.splice(index, 1);
+        reject(new PlazaError('timeout', `request ${op} got no response within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.requests.set(nonce, { resolve: resolve as PendingRequest['resolve'], reject, timer });
+      this.sendOrQueue({ type: 'request', room: this.room, nonce, op, args });
+    });
+  }
+
+  /** Sends a direct message to one session of the room (not sequenced, not acknowledged). */
+  direct(to: string, event: string, data?: Json): void {
+    if (this.status === 'ended') throw this.endedError();
+    const frame: ClientFrame = { type: 'direct', room: this.room, to, event };
+    if (data !== undefined) frame.data = data;
+    this.sendOrQueue(frame);
+  }
+
+  /**
+   * Leaves the room for good (the session and its resume token end). Pending publishes and
+   * requests are rejected with code `closed`.
+   */
+  leave(): Promise<void> {
+    if (this.status === 'ended') return Promise.resolve();
+    const wasLive = this.status === 'live';
+    this.end(new PlazaError('closed', 'left the room'));
+    if (!wasLive || !this.transport.send({ type: 'leave', room: this.room })) {
+      this.transport.forget(this.room);
+      return Promise.resolve();
+    }
+    return new Promise<void>((resolve) => {
+      this.leaveWaiter = () => {
+        this.transport.forget(this.room);
+        resolve();
+      };
+    });
+  }
+
+  /** @internal Resolves when the first join is answered. */
+  _waitJoined(): Promise<RoomHandle> {
+    return new Promise((resolve, reject) => {
+      this.joinWaiter = { resolve, reject };
+    });
+  }
+
+  /** @internal The connection is open: (re)join, resuming if a session exists. */
+  _sendJoin(): void {
+    if (this.status === 'ended') return;
+    const { name, platform, channels, ticket } = this.options;
+    const frame: ClientFrame = { type: 'join', room: this.room };
+    if (ticket !== undefined) frame.ticket = ticket;
+    if (name !== undefined) frame.name = name;
+    if (platform !== undefined) frame.platform = platform;
+    if (channels !== undefined) frame.channels = channels;
+    if (this.token !== undefined) frame.resume = { token: this.token, last_seq: this.seq };
+    this.transport.send(frame);
+  }
+
+  /** @internal The connection dropped: in-flight requests fail, publishes wait for the resume. */
+  _onDisconnect(): void {
+    if (this.status === 'ended') {
+      this.leaveWaiter?.();
+      return;
+    }
+    if (this.status === 'live') this.status = 'rejoining';
+    for (const [nonce, pending] of this.requests) {
+      if (this.outbox.some((f) => f.type === 'request' && f.nonce === nonce)) continue;
+      clearTimeout(pending.timer);
+      this.requests.delete(nonce);
+      pending.reject(new PlazaError('disconnected', 'the connection dropped before the response'));
+    }
+  }
+
+  /** @internal The client was closed. */
+  _onClientClosed(): void {
+    if (this.status === 'ended') {
+      this.leaveWaiter?.();
+      return;
+    }
+    const error = new PlazaError('closed', 'the client was closed');
+    this.end(error);
+    this.emit('closed', { reason: 'client_closed', error });
+  }
+
+  /** @internal A frame for this room. */
+  _handle(frame: ServerFrame): void {
+    switch (frame.type) {
+      case 'joined':
+      case 'resync':
+        this.onJoined(frame);
+        break;
+      case 'event':
+        this.onEvent(frame);
+        break;
+      case 'ack':
+        this.onAck(frame);
+        break;
+      case 'response':
+        this.onResponse(frame);
+        break;
+      case 'direct':
+        this.transport.dispatch(this.room, frame);
+        this.emit('direct', frame);
+        break;
+      case 'error':
+        this.onError(frame);
+        break;
+      case 'left':
+        this.leaveWaiter?.();
+        break;
+      case 'closed': {
+        this.end(new PlazaError('closed', `room closed: ${frame.reason}`));
+        this.transport.forget(this.room);
+        this.emit('closed', { reason: frame.reason });
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  private onJoined(frame: JoinedFrame): void {
+    if (this.status === 'ended') return;
+    this.token = frame.resume_token;
+    this.sessionId = frame.session;
+    this.memberList = [...frame.members];
+    this.channelList = [...frame.channels];
+    if (frame.snapshot) this.lastSnapshot = frame.snapshot;
+    // On a resumed `joined` the missed events (seq ≤ frame.seq) follow: keep last_seq.
+    if (!frame.resumed) this.seq = frame.seq;
+    this.status = 'live';
+    if (frame.type === 'resync') this.emit('resync', frame);
+    else this.emit('joined', frame);
+    const waiter = this.joinWaiter;
+    this.joinWaiter = undefined;
+    waiter?.resolve(this);
+    // Unacknowledged publishes go again, with their ids: the server orders each id once.
+    for (const pending of this.publishes.values()) this.transport.send(pending.frame);
+    for (const queued of this.outbox.splice(0)) this.transport.send(queued);
+  }
+
+  private onEvent(frame: RoomEvent): void {
+    if (this.status === 'ended' || frame.seq <= this.seq) return;
+    this.seq = frame.seq;
+    if (frame.kind === 'presence.join') {
+      this.memberList = [...this.memberList.filter((m) => m.session !== frame.member.session), frame.member];
+    } else if (frame.kind === 'presence.leave') {
+      this.memberList = this.memberList.filter((m) => m.session !== frame.session);
+    }
+    this.transport.dispatch(this.room, frame);
+    this.emit('event', frame);
+    if (frame.kind === 'message') this.emit('message', frame);
+    else if (frame.kind.startsWith('presence.')) this.emit('presence', frame as PresenceEvent);
+    else if (frame.kind.startsWith('entity.')) this.emit('entity', frame as EntityEvent);
+    else if (frame.kind.startsWith('lock.')) this.emit('lock', frame as LockEvent);
+  }
+
+  private onAck(frame: AckFrame): void {
+    this.seq = Math.max(this.seq, frame.seq);
+    if (frame.id === undefined) return;
+    const pending = this.publishes.get(frame.id);
+    if (!pending) return;
+    this.publishes.delete(frame.id);
+    pending.resolve({ seq: frame.seq, duplicate: frame.duplicate === true });
+  }
+
+  private onResponse(frame: ResponseFrame): void {
+    const resultSeq = frame.result?.['seq'];
+    if (typeof resultSeq === 'number') this.seq = Math.max(this.seq, resultSeq);
+    if (typeof frame.nonce !== 'number') return;
+    const pending = this.requests.get(frame.nonce);
+    if (!pending) return;
+    this.requests.delete(frame.nonce);
+    clearTimeout(pending.timer);
+    if (frame.ok) pending.resolve(frame.result ?? {});
+    else pending.reject(new PlazaError(frame.error?.code ?? 'internal', frame.error?.message ?? 'request failed'));
+  }
+
+  private onError(frame: ErrorFrame): void {
+    const error = new PlazaError(frame.code, frame.message);
+    const ref = frame.ref ?? {};
+    if (ref.frame === 'join') {
+      if (this.joinWaiter) {
+        const waiter = this.joinWaiter;
+        this.joinWaiter = undefined;
+        this.end(error);
+        this.transport.forget(this.room);
+        waiter.reject(error);
+      } else if (this.status !== 'ended') {
+        // A resume was refused (e.g. the room is gone): this membership is over.
+        this.end(error);
+        this.transport.forget(this.room);
+        this.emit('closed', { reason: frame.code, error });
+      }
+      return;
+    }
+    if (ref.frame === 'publish' && ref.id !== undefined) {
+      const pending = this.publishes.get(ref.id);
+      if (pending) {
+        this.publishes.delete(ref.id);
+        pending.reject(error);
+        return;
+      }
+    }
+    if (ref.frame === 'leave') {
+      this.leaveWaiter?.();
+      return;
+    }
+    this.emit('error', error);
+  }
+
+  private sendOrQueue(frame: ClientFrame): void {
+    if (this.status !== 'live' || !this.transport.send(frame)) this.outbox.push(frame);
+  }
+
+  private end(error: PlazaError): void {
+    this.status = 'ended';
+    this.joinWaiter?.reject(error);
+    this.joinWaiter = undefined;
+    for (const pending of this.publishes.values()) pending.reject(error);
+    this.publishes.clear();
+    for (const pending of this.requests.values()) {
+      clearTimeout(pending.timer);
+      pending.reject(error);
+    }
+    this.requests.clear();
+    this.outbox.length = 0;
+  }
+
+  private endedError(): PlazaError {
+    return new PlazaError('closed', `room ${this.room} is no longer joined`);
+  }
+}
