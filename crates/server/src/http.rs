@@ -107,6 +107,11 @@ pub(crate) fn router(node: Arc<Node>) -> Router {
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/status", get(status_page))
+        .route(
+            "/v1/status",
+            get(|State(node): State<Arc<Node>>| async move { Json(node.status()) }),
+        )
         .route("/v1/rooms", get(list_rooms).post(create_room))
         .route("/v1/rooms/{id}", get(get_room).delete(delete_room))
         .route("/v1/rooms/{id}/tickets", post(create_ticket))
@@ -140,6 +145,10 @@ async fn add_node_header(State(node): State<Arc<Node>>, mut res: Response) -> Re
 
 async fn index() -> Html<&'static str> {
     Html(include_str!("../assets/index.html"))
+}
+
+async fn status_page() -> Html<&'static str> {
+    Html(include_str!("../assets/status.html"))
 }
 
 async fn readyz(State(node): State<Arc<Node>>) -> Response {

@@ -17,11 +17,13 @@ pub mod metrics;
 mod node;
 pub mod outbox;
 mod room_task;
+mod status;
 mod trajectory;
 mod ws;
 
 pub use config::ServerConfig;
 pub use node::{Node, RoomSummary};
+pub use status::{ErrorTotals, LatencySummary, Status};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -48,7 +50,10 @@ pub async fn serve(node: Arc<Node>, listener: TcpListener) -> std::io::Result<()
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tokio::select! {
-                    _ = tick.tick() => node.metrics.upkeep(),
+                    _ = tick.tick() => {
+                        node.metrics.upkeep();
+                        node.metrics.sample();
+                    }
                     _ = token.cancelled() => return,
                 }
             }

@@ -2,8 +2,12 @@
 //!
 //! Each node has its own recorder (no global state, so several nodes can live
 //! in one process, as in tests). Handles are resolved once at start-up: the hot
-//! path only bumps atomics.
+//! path only bumps atomics. The figures of the status endpoint
+//! ([`Status`](crate::Status)) are teed into atomics of their own, since the
+//! exporter cannot be read back cheaply, and sampled once a second by
+//! [`NodeMetrics::sample`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
@@ -11,6 +15,8 @@ use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
 use plaza_protocol::ErrorCode;
+
+use crate::status::{self, Sampler, TeeCounter, TeeHistogram, Totals};
 
 /// Pre-registered metric handles of one node.
 pub struct NodeMetrics {
@@ -32,7 +38,10 @@ pub struct NodeMetrics {
     pub delivery_latency: Histogram,
     /// Connections closed because their send queue stayed full.
     pub slow_consumers: Counter,
-    errors: Vec<(ErrorCode, Counter)>,
+    errors: Vec<(ErrorCode, Counter, Arc<TeeCounter>)>,
+    totals: [Arc<TeeCounter>; 4],
+    recent_latency: Arc<TeeHistogram>,
+    sampler: Sampler,
 }
 
 const METADATA: Metadata<'static> = Metadata::new("plaza", Level::INFO, Some(module_path!()));
@@ -49,8 +58,9 @@ impl NodeMetrics {
             )
             .expect("bucket list is not empty")
             .build_recorder();
-        let counter =
-            |name: &'static str| recorder.register_counter(&Key::from_static_name(name), &METADATA);
+        let counter = |name: &'static str| {
+            TeeCounter::wrap(recorder.register_counter(&Key::from_static_name(name), &METADATA))
+        };
         let gauge =
             |name: &'static str| recorder.register_gauge(&Key::from_static_name(name), &METADATA);
         let errors = ErrorCode::ALL
@@ -60,30 +70,39 @@ impl NodeMetrics {
                     "plaza_errors_total",
                     vec![Label::new("code", code.as_str())],
                 );
-                (code, recorder.register_counter(&key, &METADATA))
+                let (tee, c) = TeeCounter::wrap(recorder.register_counter(&key, &METADATA));
+                (code, c, tee)
             })
             .collect();
+        let (frames_in_tee, frames_in) = counter("plaza_frames_in_total");
+        let (frames_out_tee, frames_out) = counter("plaza_frames_out_total");
+        let (bytes_in_tee, bytes_in) = counter("plaza_bytes_in_total");
+        let (bytes_out_tee, bytes_out) = counter("plaza_bytes_out_total");
+        let (recent_latency, delivery_latency) = TeeHistogram::wrap(recorder.register_histogram(
+            &Key::from_static_name("plaza_delivery_latency_seconds"),
+            &METADATA,
+        ));
         NodeMetrics {
             handle: recorder.handle(),
             connections: gauge("plaza_connections"),
             rooms: gauge("plaza_rooms"),
-            frames_in: counter("plaza_frames_in_total"),
-            frames_out: counter("plaza_frames_out_total"),
-            bytes_in: counter("plaza_bytes_in_total"),
-            bytes_out: counter("plaza_bytes_out_total"),
-            slow_consumers: counter("plaza_slow_consumers_total"),
-            delivery_latency: recorder.register_histogram(
-                &Key::from_static_name("plaza_delivery_latency_seconds"),
-                &METADATA,
-            ),
+            frames_in,
+            frames_out,
+            bytes_in,
+            bytes_out,
+            slow_consumers: counter("plaza_slow_consumers_total").1,
+            delivery_latency,
             errors,
+            totals: [frames_in_tee, frames_out_tee, bytes_in_tee, bytes_out_tee],
+            recent_latency,
+            sampler: Sampler::new(),
             _recorder: recorder,
         }
     }
 
     /// Counts an error sent to a client.
     pub fn error(&self, code: ErrorCode) {
-        if let Some((_, c)) = self.errors.iter().find(|(c, _)| *c == code) {
+        if let Some((_, c, _)) = self.errors.iter().find(|(c, _, _)| *c == code) {
             c.increment(1);
         }
     }
@@ -92,8 +111,8 @@ impl NodeMetrics {
     pub fn error_counter(&self, code: ErrorCode) -> Counter {
         self.errors
             .iter()
-            .find(|(c, _)| *c == code)
-            .map(|(_, c)| c.clone())
+            .find(|(c, _, _)| *c == code)
+            .map(|(_, c, _)| c.clone())
             .unwrap_or_else(Counter::noop)
     }
 
@@ -107,6 +126,36 @@ impl NodeMetrics {
     /// nobody scrapes `/metrics`, or memory grows with every sample.
     pub fn upkeep(&self) {
         self.handle.run_upkeep();
+    }
+
+    /// Takes a sample of the counters and the delivery latency since the
+    /// previous sample, for the rates and quantiles of [`Status`](crate::Status);
+    /// the node's upkeep tick calls this once a second.
+    pub fn sample(&self) {
+        let [frames_in, frames_out, ..] = &self.totals;
+        let totals = Totals {
+            frames_in: frames_in.get(),
+            frames_out: frames_out.get(),
+        };
+        self.sampler.sample(totals, &self.recent_latency.recent);
+    }
+
+    /// Totals since start-up and the recent rates and latency.
+    pub(crate) fn snapshot(&self) -> status::Snapshot {
+        let [frames_in, frames_out, bytes_in, bytes_out] = &self.totals;
+        status::Snapshot {
+            uptime: self.sampler.uptime(),
+            frames_in: frames_in.get(),
+            frames_out: frames_out.get(),
+            bytes_in: bytes_in.get(),
+            bytes_out: bytes_out.get(),
+            errors: self
+                .errors
+                .iter()
+                .map(|(code, _, tee)| (code.as_str(), tee.get()))
+                .collect(),
+            recent: self.sampler.recent(),
+        }
     }
 
     /// The Prometheus text exposition.

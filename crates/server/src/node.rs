@@ -16,6 +16,7 @@ use crate::clock::now_ms;
 use crate::cluster::{self, RoomMeta, Sink};
 use crate::metrics::NodeMetrics;
 use crate::room_task::{self, RoomHandle};
+use crate::status::Status;
 use crate::ServerConfig;
 
 /// A room as listed by the HTTP API.
@@ -158,6 +159,19 @@ impl Node {
     /// Prometheus text of this node's metrics.
     pub fn render_metrics(&self) -> String {
         self.metrics.render()
+    }
+
+    /// What this node is doing now (`GET /v1/status`). Rates and latency come
+    /// from the samples [`serve`](crate::serve) takes once a second; a node
+    /// served otherwise reports them as zero and `null`.
+    pub fn status(&self) -> Status {
+        Status::new(
+            self.id().to_owned(),
+            self.broker_kind(),
+            self.connection_count(),
+            self.hosted_rooms(),
+            self.metrics.snapshot(),
+        )
     }
 
     /// Starts shutdown: stop accepting, tell clients to reconnect.
