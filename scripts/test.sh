@@ -14,17 +14,21 @@ if command -v rustup >/dev/null; then
 fi
 
 # Cluster tests start real redis-server, nginx and HAProxy (Debian puts the last two in sbin,
-# which a non-root PATH may lack).
+# which a non-root PATH may lack). The status page's browser test (web/e2e) drives Debian's
+# chromium at /usr/bin/chromium (playwright-core never downloads a browser).
 missing=()
 for prog in redis-server nginx haproxy; do
   if ! PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" command -v "$prog" >/dev/null; then
     missing+=("$prog")
   fi
 done
+if [ ! -x /usr/bin/chromium ]; then
+  missing+=(chromium)
+fi
 if ((${#missing[@]})); then
-  log "installing redis-server, nginx and haproxy (missing: ${missing[*]})"
+  log "installing redis-server, nginx, haproxy and chromium (missing: ${missing[*]})"
   if ! command -v apt-get >/dev/null; then
-    echo "missing ${missing[*]} and no apt-get: install redis-server, nginx and haproxy" >&2
+    echo "missing ${missing[*]} and no apt-get: install redis-server, nginx, haproxy and chromium" >&2
     exit 1
   elif [ "$(id -u)" -eq 0 ]; then
     sudo=()
@@ -32,12 +36,12 @@ if ((${#missing[@]})); then
     sudo=(sudo)
   else
     echo "missing ${missing[*]}, and not root without sudo: install the Debian packages" \
-      "redis-server nginx haproxy, then run this again" >&2
+      "redis-server nginx haproxy chromium, then run this again" >&2
     exit 1
   fi
   ${sudo[@]+"${sudo[@]}"} apt-get update
   ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends redis-server nginx haproxy
+    apt-get install -y --no-install-recommends redis-server nginx haproxy chromium
 fi
 
 log "format"
@@ -81,9 +85,24 @@ if [ "$status" -eq 0 ]; then
     [ -n "$ts_summary" ] || ts_summary="no vitest summary (see the output above)"
   fi
 fi
+# Status page in a real browser (web/e2e): Debian's chromium through playwright-core, against
+# target/debug/plaza like clients/ts.
+e2e_summary="not run"
+if [ "$status" -eq 0 ]; then
+  log "status page in chromium (web/e2e): npm ci, npm test"
+  e2e_out=$(mktemp)
+  trap 'rm -f "$out" "${ts_out:-}" "$e2e_out"' EXIT
+  set +e
+  (cd web/e2e && npm ci --no-audit --no-fund && npm test) 2>&1 | tee "$e2e_out"
+  status=${PIPESTATUS[0]}
+  set -e
+  e2e_summary=$(sed 's/\x1b\[[0-9;]*m//g' "$e2e_out" | grep -E '^ *Tests +' | tail -1 | sed -E 's/^ *Tests +//' || true)
+  [ -n "$e2e_summary" ] || e2e_summary="no vitest summary (see the output above)"
+fi
 passed=$(grep -E '^test result:' "$out" | awk '{s += $4} END {print s + 0}')
 failed=$(grep -E '^test result:' "$out" | awk '{s += $6} END {print s + 0}')
 echo
 echo "Summary: ${passed} passed, ${failed} failed"
 echo "TypeScript client (vitest): ${ts_summary}"
+echo "Status page in chromium (web/e2e, vitest): ${e2e_summary}"
 exit "$status"
