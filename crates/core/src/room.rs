@@ -171,8 +171,9 @@ impl<S> Joined<S> {
     }
 }
 
-/// A message to publish.
-#[derive(Debug)]
+/// A message to publish. Serializable: cluster mode puts it into a room's
+/// shared log as it is.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct PublishParams {
     /// Channel.
     pub channel: String,
@@ -532,6 +533,11 @@ impl<S> Room<S> {
             .collect();
         v.sort_unstable();
         v
+    }
+
+    /// The sinks of the connected members, in no particular order.
+    pub fn connected_sinks(&self) -> impl Iterator<Item = &S> {
+        self.members.values().filter_map(|m| m.sink.as_ref())
     }
 
     /// Everything the room holds except the sinks, for another node to

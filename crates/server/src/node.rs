@@ -297,7 +297,7 @@ impl Node {
                 room.seed_entity(e.kind, e.data);
             }
             let meta = RoomMeta::new(&name, room.config(), now);
-            let snapshot = cluster::first_snapshot(&room);
+            let snapshot = cluster::encode_state(&room);
             return match cluster.create_room(&id, meta.encode(), snapshot).await {
                 Ok(true) => Ok(meta.summary(&id, 0)),
                 Ok(false) => Err(RoomError::new(

@@ -365,3 +365,26 @@ async fn a_late_replica_starts_from_a_snapshot_when_the_log_was_trimmed() {
     assert_eq!(m["seq"], ack["seq"]);
     assert_eq!(m["data"], "after");
 }
+
+#[tokio::test]
+async fn a_join_during_an_outage_is_refused_clearly_and_works_once_the_broker_is_back() {
+    let c = cluster(2).await;
+    c.nodes[0].create_room(json!({"id": "out"})).await;
+    c.hub.set_available(false);
+    // node-1 does not host the room yet: it cannot load it.
+    let (_, refused) = c.nodes[1]
+        .join_with(json!({"type": "join", "room": "out", "name": "bea"}))
+        .await;
+    assert_eq!(refused["code"], "broker_unavailable", "{refused}");
+    let (status, body) = c.nodes[1].get("/v1/rooms").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "broker_unavailable");
+    assert_eq!(
+        c.nodes[1].node.hosted_rooms(),
+        0,
+        "the failed replica left the node"
+    );
+    c.hub.set_available(true);
+    let (_, joined) = c.nodes[1].join("out", "bea").await;
+    assert_eq!(joined["type"], "joined");
+}

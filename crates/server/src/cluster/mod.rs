@@ -15,7 +15,7 @@ mod registry;
 mod replica;
 mod sink;
 
-pub(crate) use registry::{first_snapshot, RoomMeta};
+pub(crate) use registry::{encode_state, RoomMeta};
 pub(crate) use replica::spawn_replica;
 pub(crate) use sink::Sink;
 

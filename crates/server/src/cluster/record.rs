@@ -8,6 +8,7 @@
 //! resumed elsewhere.
 
 use bytes::Bytes;
+use plaza_core::PublishParams;
 use plaza_protocol::client::Op;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -55,13 +56,7 @@ pub(crate) enum Intent {
     /// A message.
     Publish {
         session: String,
-        channel: String,
-        event: String,
-        data: Option<Box<RawValue>>,
-        id: Option<String>,
-        topic: Option<String>,
-        reply_to: Option<u64>,
-        echo: bool,
+        params: PublishParams,
     },
     /// A request, answered by `nonce`.
     Request {
@@ -106,22 +101,24 @@ mod tests {
             req: 9,
             intent: Intent::Publish {
                 session: "s".into(),
-                channel: "main".into(),
-                event: "chat".into(),
-                data: Some(RawValue::from_string(r#"{"x": [1, 2.5e3]}"#.into()).unwrap()),
-                id: Some("m1".into()),
-                topic: None,
-                reply_to: Some(3),
-                echo: false,
+                params: PublishParams {
+                    channel: "main".into(),
+                    event: "chat".into(),
+                    data: Some(RawValue::from_string(r#"{"x": [1, 2.5e3]}"#.into()).unwrap()),
+                    id: Some("m1".into()),
+                    topic: None,
+                    reply_to: Some(3),
+                    echo: false,
+                },
             },
         };
         let back = LogRecord::decode(&r.encode()).unwrap();
         assert_eq!(back.node, "a");
         assert_eq!((back.conn, back.req), (7, 9));
         match back.intent {
-            Intent::Publish { data, reply_to, .. } => {
-                assert_eq!(data.unwrap().get(), r#"{"x": [1, 2.5e3]}"#);
-                assert_eq!(reply_to, Some(3));
+            Intent::Publish { params, .. } => {
+                assert_eq!(params.data.unwrap().get(), r#"{"x": [1, 2.5e3]}"#);
+                assert_eq!(params.reply_to, Some(3));
             }
             other => panic!("unexpected {other:?}"),
         }

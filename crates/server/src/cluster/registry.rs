@@ -66,8 +66,8 @@ impl RoomMeta {
     }
 }
 
-/// The snapshot a new room starts from (log position 0).
-pub(crate) fn first_snapshot(room: &Room<Sink>) -> Bytes {
+/// A room's state as stored in snapshots (a new room's first one included).
+pub(crate) fn encode_state(room: &Room<Sink>) -> Bytes {
     let state = room.export(|s: &Sink| s.owner());
     Bytes::from(serde_json::to_vec(&state).expect("room state serializes"))
 }

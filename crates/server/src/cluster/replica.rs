@@ -5,21 +5,20 @@
 //! entry (a full mailbox, a broker reconnect) shows as a gap and is read back
 //! from the log; a replica too far behind starts again from a snapshot.
 
-use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use plaza_broker::{Cluster, ClusterError, LogEntry, LogListener, LogNotice};
-use plaza_core::{HistoryEntry, JoinParams, Millis, PublishParams, Resume, Room, RoomError};
+use plaza_core::{HistoryEntry, JoinParams, Millis, Resume, Room, RoomError};
 use plaza_protocol::server::ServerFrame;
 use plaza_protocol::{CloseCode, ErrorCode};
 use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::record::{Intent, LogRecord};
-use super::{AppendFailure, RoomMeta, Sink, SNAPSHOT_EVERY, SNAPSHOT_MAX_LAG};
+use super::{encode_state, AppendFailure, RoomMeta, Sink, SNAPSHOT_EVERY, SNAPSHOT_MAX_LAG};
 use crate::clock::now_ms;
 use crate::node::Node;
 use crate::outbox::Outbox;
@@ -190,11 +189,10 @@ impl Replica {
         // subscription must not be the one removed.
         self.cluster.unsubscribe(&self.id).await;
         if self.applied > self.snapshot_at {
-            let state = self.room_ref().export(|s: &Sink| s.owner());
-            let bytes = serde_json::to_vec(&state).expect("room state serializes");
+            let bytes = encode_state(self.room_ref());
             if let Err(e) = self
                 .cluster
-                .store_snapshot(&self.id, self.applied, bytes.into())
+                .store_snapshot(&self.id, self.applied, bytes)
                 .await
             {
                 tracing::debug!(room = %self.id, error = %e, "no snapshot on unhosting");
@@ -340,20 +338,13 @@ impl Replica {
                 params,
             } => {
                 let conn = outbox.control().id();
-                let p = *params;
                 let pending = Pending {
                     outbox,
-                    waiter: Waiter::Publish(p.id.clone()),
+                    waiter: Waiter::Publish(params.id.clone()),
                 };
                 let intent = Intent::Publish {
                     session,
-                    channel: p.channel,
-                    event: p.event,
-                    data: p.data,
-                    id: p.id,
-                    topic: p.topic,
-                    reply_to: p.reply_to,
-                    echo: p.echo,
+                    params: *params,
                 };
                 self.submit(conn, intent, Some(pending), false);
             }
@@ -708,31 +699,14 @@ impl Replica {
                     self.deliver(&events);
                 }
             }
-            Intent::Publish {
-                session,
-                channel,
-                event,
-                data,
-                id,
-                topic,
-                reply_to,
-                echo,
-            } => {
+            Intent::Publish { session, params } => {
+                let id = params.id.clone();
                 if !connected(self.room_ref(), &session) {
                     if let Some(p) = pending {
                         self.refuse(&p.outbox, not_joined(), "publish", id);
                     }
                     return;
                 }
-                let params = PublishParams {
-                    channel,
-                    event,
-                    data,
-                    id: id.clone(),
-                    topic,
-                    reply_to,
-                    echo,
-                };
                 match self.room_mut().publish(&session, params, now) {
                     Ok(p) => {
                         if let Some(e) = &p.entry {
@@ -860,8 +834,7 @@ impl Replica {
             return;
         }
         self.snapshot_at = n;
-        let state = self.room_ref().export(|s: &Sink| s.owner());
-        let bytes = bytes::Bytes::from(serde_json::to_vec(&state).expect("room state serializes"));
+        let bytes = encode_state(self.room_ref());
         let cluster = self.cluster.clone();
         let id = self.id.clone();
         tokio::spawn(async move {
@@ -896,14 +869,12 @@ impl Replica {
     /// alive, and appends `NodeDown` for each dead one.
     fn check_nodes(&self) {
         let Some(room) = &self.room else { return };
-        let nodes = RefCell::new(BTreeSet::new());
-        room.connected_sessions(|s: &Sink| {
-            if *s.node != *self.me {
-                nodes.borrow_mut().insert(s.node.to_string());
-            }
-            false
-        });
-        let nodes: Vec<String> = nodes.into_inner().into_iter().collect();
+        let nodes: BTreeSet<&str> = room
+            .connected_sinks()
+            .map(|s| &*s.node)
+            .filter(|n| *n != &*self.me)
+            .collect();
+        let nodes: Vec<String> = nodes.into_iter().map(str::to_owned).collect();
         if nodes.is_empty() {
             return;
         }
