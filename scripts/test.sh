@@ -44,6 +44,10 @@ if ((${#missing[@]})); then
     apt-get install -y --no-install-recommends redis-server nginx haproxy chromium
 fi
 
+# The workspace's debug build needs about 3 GB (target/); say what there is, so that a full
+# disk is the first thing seen rather than a linker's bus error.
+df -h . | awk 'NR == 2 { printf "disk: %s free of %s\n", $4, $2 }'
+
 log "format"
 cargo fmt --all -- --check
 

@@ -1,0 +1,7 @@
+//! The broker crate's integration tests, in one binary: one link instead of one per file.
+
+mod support;
+
+mod cluster_conformance;
+mod memory_cluster;
+mod redis_broker;

@@ -1,0 +1,13 @@
+//! The core crate's integration tests, in one binary: one link instead of one per file.
+
+mod common;
+
+mod building_blocks;
+mod limits;
+mod locks;
+mod props;
+mod publish;
+mod replica;
+mod requests;
+mod resume;
+mod room_ordering;

@@ -1,0 +1,124 @@
+//! The real `plaza` binary: configuration sources, and SIGTERM handling.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::support::start;
+use futures_util::{SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::Message;
+
+#[test]
+fn help_documents_every_option() {
+    let out = Command::new(env!("CARGO_BIN_EXE_plaza"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    let defaults = serde_json::to_value(plaza_server::ServerConfig::default()).unwrap();
+    for key in defaults.as_object().unwrap().keys() {
+        let flag = format!("--{}", key.replace('_', "-"));
+        assert!(help.contains(&flag), "plaza serve --help lacks {flag}");
+    }
+}
+
+#[test]
+fn config_file_env_and_flags_layer_in_that_order() {
+    let dir = std::env::temp_dir().join(format!("plaza-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("plaza.toml");
+    std::fs::write(
+        &file,
+        "max_frame_bytes = 111\nhistory_size = 7\nmax_members = 5\n",
+    )
+    .unwrap();
+    // file sets 7, env overrides max_members, flag overrides history_size
+    let p = start(
+        &["--config", file.to_str().unwrap(), "--history-size", "9"],
+        // PLAZA_LOG is the log filter, not a setting: it must not be refused.
+        &[("PLAZA_MAX_MEMBERS", "3"), ("PLAZA_LOG", "warn")],
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let body: serde_json::Value = rt.block_on(async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/v1/ws", p.addr))
+            .await
+            .unwrap();
+        // max_frame_bytes = 111 from the file: a 200-byte frame is refused.
+        let big = format!("{{\"type\":\"ping\",\"pad\":\"{}\"}}", "x".repeat(200));
+        ws.send(Message::text(big)).await.unwrap();
+        loop {
+            if let Message::Text(t) = ws.next().await.unwrap().unwrap() {
+                break serde_json::from_str(&t).unwrap();
+            }
+        }
+    });
+    assert_eq!(body["code"], "frame_too_large");
+    let created = http_post(&p.addr, "/v1/rooms", r#"{"id":"c"}"#);
+    assert!(created.contains("\"history_size\":9"), "{created}");
+    assert!(created.contains("\"max_members\":3"), "{created}");
+
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "no_such_option = 1\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_plaza"))
+        .args(["serve", "--config", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no_such_option"));
+}
+
+/// A minimal HTTP/1.1 POST over a TcpStream (no client library needed for one call).
+fn http_post(addr: &str, path: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn sigterm_tells_clients_to_reconnect_and_exits_within_the_grace() {
+    let mut p = start(&["--shutdown-grace-ms", "3000"], &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/v1/ws", p.addr))
+            .await
+            .unwrap();
+        ws.send(Message::text(r#"{"type":"ping"}"#)).await.unwrap();
+        // the pong proves the connection is established server-side
+        loop {
+            if let Message::Text(_) = ws.next().await.unwrap().unwrap() {
+                break;
+            }
+        }
+        let started = Instant::now();
+        unsafe { libc::kill(p.child.id() as i32, libc::SIGTERM) };
+        let code = loop {
+            match tokio::time::timeout(Duration::from_secs(10), ws.next())
+                .await
+                .unwrap()
+            {
+                Some(Ok(Message::Close(Some(f)))) => break u16::from(f.code),
+                Some(Ok(_)) => continue,
+                other => panic!("expected a close frame, got {other:?}"),
+            }
+        };
+        assert_eq!(code, 1012);
+        let status = loop {
+            if let Some(s) = p.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "plaza did not exit after SIGTERM"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(status.success(), "exit status {status:?}");
+    });
+}

@@ -1,0 +1,10 @@
+//! The plaza crate's integration tests, in one binary: one link instead of one per file.
+
+mod cluster_support;
+mod support;
+
+mod bench_cli;
+mod binary;
+mod cluster;
+mod cluster_quota;
+mod launch;

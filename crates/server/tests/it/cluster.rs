@@ -1,0 +1,388 @@
+//! Cluster mode with several nodes in one process over the in-memory cluster:
+//! a room's members on different nodes see one room. (The same with real
+//! processes, Redis and a load balancer: crates/plaza/tests/cluster.rs.)
+
+use std::sync::Arc;
+
+use crate::support::{Client, TestServer};
+use plaza_broker::{MemoryBroker, MemoryCluster};
+use plaza_server::ServerConfig;
+use serde_json::{json, Value};
+
+struct Cluster {
+    hub: Arc<MemoryCluster>,
+    nodes: Vec<TestServer>,
+}
+
+async fn cluster(n: usize) -> Cluster {
+    cluster_with(n, ServerConfig::default()).await
+}
+
+async fn cluster_with(n: usize, config: ServerConfig) -> Cluster {
+    cluster_on(MemoryCluster::new(), n, config).await
+}
+
+async fn cluster_on(hub: Arc<MemoryCluster>, n: usize, config: ServerConfig) -> Cluster {
+    let broker = Arc::new(MemoryBroker::new());
+    let mut nodes = Vec::new();
+    for i in 0..n {
+        let id = format!("node-{i}");
+        nodes.push(TestServer::clustered(config.clone(), broker.clone(), hub.node(&id)).await);
+    }
+    Cluster { hub, nodes }
+}
+
+#[tokio::test]
+async fn a_room_created_on_one_node_is_listed_and_joinable_on_every_node() {
+    let c = cluster(2).await;
+    c.nodes[0]
+        .create_room(json!({"id": "shared", "name": "Shared", "entities": [{"kind": "box", "data": {"x": 1}}]}))
+        .await;
+    let (status, v) = c.nodes[1].get("/v1/rooms/shared").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["name"], "Shared");
+    let (status, list) = c.nodes[1].get("/v1/rooms").await;
+    assert_eq!(status, 200);
+    assert_eq!(list["rooms"][0]["id"], "shared");
+    let (status, _) = c.nodes[1].post("/v1/rooms", &json!({"id": "shared"})).await;
+    assert_eq!(status, 409, "the id is taken cluster-wide");
+    let (_, joined) = c.nodes[1].join("shared", "bea").await;
+    let entities = &joined["snapshot"]["entities"];
+    assert_eq!(entities[0]["data"]["x"], 1, "{joined}");
+    let (r, n) = node_header(&c.nodes[1]).await;
+    assert_eq!((r, n.as_str()), (200, "node-1"));
+}
+
+async fn node_header(s: &TestServer) -> (u16, String) {
+    let r = s.http.get(s.url("/readyz")).send().await.unwrap();
+    let node = r.headers()["x-plaza-node"].to_str().unwrap().to_owned();
+    (r.status().as_u16(), node)
+}
+
+/// Joins `name` on `node`, then waits until `others` saw it join.
+async fn join_seen(
+    node: &TestServer,
+    room: &str,
+    name: &str,
+    others: &mut [&mut Client],
+) -> (Client, Value) {
+    let (c, joined) = node.join(room, name).await;
+    for o in others.iter_mut() {
+        let (ev, _) = o.recv_event("presence.join").await;
+        assert_eq!(ev["member"]["session"], joined["session"]);
+    }
+    (c, joined)
+}
+
+#[tokio::test]
+async fn members_on_different_nodes_share_messages_presence_and_order() {
+    let c = cluster(3).await;
+    c.nodes[0].create_room(json!({"id": "r"})).await;
+    let (mut ann, _) = c.nodes[0].join("r", "ann").await;
+    let (mut bob, bob_joined) = join_seen(&c.nodes[1], "r", "bob", &mut [&mut ann]).await;
+    let (mut cid, cid_joined) = join_seen(&c.nodes[2], "r", "cid", &mut [&mut ann, &mut bob]).await;
+    let names: Vec<&str> = cid_joined["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 3, "{cid_joined}");
+    assert!(bob_joined["members"].as_array().unwrap().len() == 2);
+
+    // Three senders on three nodes: every member sees one order.
+    for i in 0..5 {
+        ann.send(json!({"type": "publish", "room": "r", "event": "m", "data": format!("a{i}")}))
+            .await;
+        bob.send(json!({"type": "publish", "room": "r", "event": "m", "data": format!("b{i}")}))
+            .await;
+        cid.send(json!({"type": "publish", "room": "r", "event": "m", "data": format!("c{i}")}))
+            .await;
+    }
+    let mut seen: Vec<Vec<(u64, String)>> = Vec::new();
+    for client in [&mut ann, &mut bob, &mut cid] {
+        let mut events = Vec::new();
+        let mut acks = 0;
+        while acks < 5 || events.len() < 10 {
+            let v = client.recv().await;
+            match v["type"].as_str().unwrap() {
+                "ack" => acks += 1,
+                "event" => events.push((
+                    v["seq"].as_u64().unwrap(),
+                    v["data"].as_str().unwrap().to_owned(),
+                )),
+                other => panic!("unexpected {other}: {v}"),
+            }
+        }
+        seen.push(events);
+    }
+    // Each saw the 10 messages of the others, in rising seq.
+    for events in &seen {
+        assert!(events.windows(2).all(|w| w[0].0 < w[1].0), "{events:?}");
+    }
+    // Where two members saw the same message, they saw the same seq.
+    let all: std::collections::HashMap<String, u64> = seen
+        .iter()
+        .flatten()
+        .map(|(seq, d)| (d.clone(), *seq))
+        .collect();
+    assert_eq!(all.len(), 15);
+    for (seq, d) in seen.iter().flatten() {
+        assert_eq!(all[d], *seq);
+    }
+    // A member's own messages keep their order.
+    let ann_seqs: Vec<u64> = (0..5).map(|i| all[&format!("a{i}")]).collect();
+    assert!(ann_seqs.windows(2).all(|w| w[0] < w[1]), "{ann_seqs:?}");
+}
+
+#[tokio::test]
+async fn locks_are_exclusive_across_nodes_and_requests_are_answered_where_asked() {
+    let c = cluster(2).await;
+    c.nodes[0].create_room(json!({"id": "l"})).await;
+    let (mut ann, _) = c.nodes[0].join("l", "ann").await;
+    let (mut bob, _) = join_seen(&c.nodes[1], "l", "bob", &mut [&mut ann]).await;
+    ann.send(json!({"type": "request", "room": "l", "nonce": 1, "op": "lock.acquire", "args": {"object": "o"}}))
+        .await;
+    bob.send(json!({"type": "request", "room": "l", "nonce": 2, "op": "lock.acquire", "args": {"object": "o"}}))
+        .await;
+    let (ra, _) = ann.recv_until(|v| v["type"] == "response").await;
+    let (rb, _) = bob.recv_until(|v| v["type"] == "response").await;
+    assert_eq!(ra["nonce"], 1);
+    assert_eq!(rb["nonce"], 2);
+    let oks = [&ra, &rb].iter().filter(|r| r["ok"] == true).count();
+    assert_eq!(oks, 1, "exactly one holder: {ra} {rb}");
+    let loser = if ra["ok"] == true { &rb } else { &ra };
+    assert_eq!(loser["error"]["code"], "lock_held", "{loser}");
+    let token = if ra["ok"] == true { &ra } else { &rb }["result"]["lock"]["token"].clone();
+    assert!(token.as_u64().unwrap() >= 1);
+}
+
+#[tokio::test]
+async fn a_ticket_from_one_node_is_redeemed_on_another_once() {
+    let c = cluster(2).await;
+    c.nodes[0]
+        .create_room(json!({"id": "t", "options": {"access": "ticket"}}))
+        .await;
+    let ticket = c.nodes[0].ticket("t", "tia", "xr").await;
+    let (mut tia, joined) = c.nodes[1]
+        .join_with(json!({"type": "join", "ticket": ticket}))
+        .await;
+    assert_eq!(joined["type"], "joined", "{joined}");
+    assert_eq!(joined["members"][0]["platform"], "xr");
+    tia.assert_alive().await;
+    let (_, again) = c.nodes[0]
+        .join_with(json!({"type": "join", "ticket": ticket}))
+        .await;
+    assert_eq!(again["code"], "ticket_used", "{again}");
+}
+
+#[tokio::test]
+async fn direct_messages_cross_nodes() {
+    let c = cluster(2).await;
+    c.nodes[0].create_room(json!({"id": "d"})).await;
+    let (mut ann, _) = c.nodes[0].join("d", "ann").await;
+    let (mut bob, bob_joined) = join_seen(&c.nodes[1], "d", "bob", &mut [&mut ann]).await;
+    ann.send(json!({"type": "direct", "room": "d", "to": bob_joined["session"], "event": "rtc.offer", "data": {"sdp": "x"}}))
+        .await;
+    let (d, _) = bob.recv_until(|v| v["type"] == "direct").await;
+    assert_eq!(d["event"], "rtc.offer");
+    assert_eq!(d["data"]["sdp"], "x");
+    ann.send(json!({"type": "direct", "room": "d", "to": "nobody", "event": "x"}))
+        .await;
+    let (e, _) = ann.recv_until(|v| v["type"] == "error").await;
+    assert_eq!(e["code"], "session_not_found", "{e}");
+}
+
+#[tokio::test]
+async fn a_member_resumes_on_another_node_with_every_missed_event_once() {
+    let c = cluster(2).await;
+    c.nodes[0].create_room(json!({"id": "res"})).await;
+    let (mut ann, _) = c.nodes[0].join("res", "ann").await;
+    let (bob, bob_joined) = join_seen(&c.nodes[0], "res", "bob", &mut [&mut ann]).await;
+    let token = bob_joined["resume_token"].clone();
+    let last_seq = bob_joined["seq"].as_u64().unwrap();
+    drop(bob);
+    let (left, _) = ann.recv_event("presence.leave").await;
+    assert_eq!(left["reason"], "disconnected");
+    let mut acked = Vec::new();
+    for i in 0..3 {
+        let (ack, _) = ann.publish("res", "m", json!(i)).await;
+        acked.push(ack["seq"].as_u64().unwrap());
+    }
+    let (mut bob, resumed) = c.nodes[1]
+        .join_with(json!({"type": "join", "room": "res", "name": "bob", "resume": {"token": token, "last_seq": last_seq}}))
+        .await;
+    assert_eq!(resumed["type"], "joined", "{resumed}");
+    assert_eq!(resumed["resumed"], true, "{resumed}");
+    assert_eq!(resumed["session"], bob_joined["session"]);
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        let v = bob.recv().await;
+        if v["type"] == "event" && v["kind"] == "message" {
+            got.push(v["seq"].as_u64().unwrap());
+        }
+    }
+    assert_eq!(got, acked, "every missed message once, in order");
+    assert_eq!(bob.drain().await, Vec::<Value>::new(), "and nothing twice");
+}
+
+#[tokio::test]
+async fn a_dead_nodes_members_leave_and_their_locks_free() {
+    let c = cluster(2).await;
+    c.nodes[0].create_room(json!({"id": "k"})).await;
+    let (mut ann, _) = c.nodes[0].join("k", "ann").await;
+    let (mut bob, bob_joined) = join_seen(&c.nodes[1], "k", "bob", &mut [&mut ann]).await;
+    bob.send(json!({"type": "request", "room": "k", "nonce": 1, "op": "lock.acquire", "args": {"object": "o", "ttl_ms": 600000}}))
+        .await;
+    let (r, _) = bob.recv_until(|v| v["type"] == "response").await;
+    assert_eq!(r["ok"], true, "{r}");
+    // node-1 stops renewing its heartbeat (as if it crashed).
+    c.hub.kill_node("node-1");
+    let (unlocked, _) = ann.recv_event("lock.released").await;
+    assert_eq!(unlocked["object"], "o");
+    let (left, _) = ann.recv_event("presence.leave").await;
+    assert_eq!(left["session"], bob_joined["session"]);
+    ann.send(json!({"type": "request", "room": "k", "nonce": 2, "op": "lock.acquire", "args": {"object": "o"}}))
+        .await;
+    let (r, _) = ann.recv_until(|v| v["type"] == "response").await;
+    assert_eq!(r["ok"], true, "the lock is free again: {r}");
+}
+
+#[tokio::test]
+async fn during_a_broker_outage_publishes_fail_clearly_and_nothing_is_lost_after() {
+    let c = cluster(2).await;
+    c.nodes[0].create_room(json!({"id": "o"})).await;
+    let (mut ann, _) = c.nodes[0].join("o", "ann").await;
+    let (mut bob, _) = join_seen(&c.nodes[1], "o", "bob", &mut [&mut ann]).await;
+    c.hub.set_available(false);
+    ann.send(json!({"type": "publish", "room": "o", "event": "m", "data": 1, "id": "m1"}))
+        .await;
+    let (e, _) = ann.recv_until(|v| v["type"] == "error").await;
+    assert_eq!(e["code"], "broker_unavailable", "{e}");
+    assert_eq!(e["ref"]["id"], "m1", "{e}");
+    c.hub.set_available(true);
+    // The retry with the same id is applied once.
+    let (ack, _) = {
+        ann.send(json!({"type": "publish", "room": "o", "event": "m", "data": 1, "id": "m1"}))
+            .await;
+        ann.recv_until(|v| v["type"] == "ack").await
+    };
+    assert_ne!(
+        ack["duplicate"], true,
+        "the failed publish was not applied: {ack}"
+    );
+    let (m, _) = bob.recv_event("message").await;
+    assert_eq!(m["seq"], ack["seq"]);
+    assert_eq!(bob.drain().await, Vec::<Value>::new());
+}
+
+#[tokio::test]
+async fn deleting_a_room_closes_it_on_every_node() {
+    let c = cluster(2).await;
+    c.nodes[0].create_room(json!({"id": "del"})).await;
+    let (mut ann, _) = c.nodes[0].join("del", "ann").await;
+    let (mut bob, _) = join_seen(&c.nodes[1], "del", "bob", &mut [&mut ann]).await;
+    let (status, _) = c.nodes[1].delete("/v1/rooms/del").await;
+    assert_eq!(status, 204);
+    for client in [&mut ann, &mut bob] {
+        let (closed, _) = client.recv_until(|v| v["type"] == "closed").await;
+        assert_eq!(closed["reason"], "room_deleted");
+    }
+    let (status, _) = c.nodes[0].get("/v1/rooms/del").await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn a_node_stops_hosting_a_room_its_members_left_and_hosts_it_again_on_a_join() {
+    let config = ServerConfig {
+        room_linger_ms: 50,
+        ..ServerConfig::default()
+    };
+    let c = cluster_with(2, config).await;
+    c.nodes[0].create_room(json!({"id": "h"})).await;
+    let (mut ann, _) = c.nodes[0].join("h", "ann").await;
+    let (bob, _) = join_seen(&c.nodes[1], "h", "bob", &mut [&mut ann]).await;
+    assert_eq!(c.nodes[1].node.hosted_rooms(), 1);
+    drop(bob);
+    ann.recv_event("presence.leave").await;
+    // Nothing announces the end of hosting: poll, bounded.
+    let start = std::time::Instant::now();
+    while c.nodes[1].node.hosted_rooms() != 0 {
+        assert!(
+            start.elapsed() < crate::support::WAIT,
+            "node-1 still hosts the room"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(c.nodes[0].node.hosted_rooms(), 1, "ann is still on node-0");
+    // Meanwhile the room goes on; a new member on node-1 sees all of it.
+    ann.send(json!({"type": "request", "room": "h", "nonce": 1, "op": "entity.create", "args": {"data": {"v": 7}}}))
+        .await;
+    ann.recv_until(|v| v["type"] == "response").await;
+    let (mut cid, joined) = c.nodes[1].join("h", "cid").await;
+    assert_eq!(
+        joined["snapshot"]["entities"][0]["data"]["v"], 7,
+        "{joined}"
+    );
+    let (ack, _) = ann.publish("h", "m", json!(1)).await;
+    let (m, _) = cid.recv_event("message").await;
+    assert_eq!(m["seq"], ack["seq"]);
+}
+
+#[tokio::test]
+async fn a_late_replica_starts_from_a_snapshot_when_the_log_was_trimmed() {
+    // A log of 300 entries (just above the snapshot interval of 256): most of
+    // the room's 700 events are only in snapshots.
+    let config = ServerConfig {
+        rate_limit_per_sec: 10_000,
+        rate_limit_burst: 10_000,
+        ..ServerConfig::default()
+    };
+    let c = cluster_on(MemoryCluster::with_log_capacity(300), 2, config).await;
+    c.nodes[0].create_room(json!({"id": "s"})).await;
+    let (mut ann, _) = c.nodes[0].join("s", "ann").await;
+    let mut last = Value::Null;
+    for i in 0..700 {
+        ann.send(json!({"type": "publish", "room": "s", "event": "m", "data": i}))
+            .await;
+    }
+    for _ in 0..700 {
+        let (ack, _) = ann.recv_until(|v| v["type"] == "ack").await;
+        last = ack["seq"].clone();
+    }
+    let (mut bob, joined) = c.nodes[1].join("s", "bob").await;
+    assert_eq!(joined["type"], "joined");
+    // bob's join is the event after ann's last message, on both replicas.
+    assert_eq!(
+        joined["seq"].as_u64(),
+        last.as_u64().map(|s| s + 1),
+        "{joined}"
+    );
+    let (ack, _) = ann.publish("s", "m", json!("after")).await;
+    let (m, _) = bob.recv_event("message").await;
+    assert_eq!(m["seq"], ack["seq"]);
+    assert_eq!(m["data"], "after");
+}
+
+#[tokio::test]
+async fn a_join_during_an_outage_is_refused_clearly_and_works_once_the_broker_is_back() {
+    let c = cluster(2).await;
+    c.nodes[0].create_room(json!({"id": "out"})).await;
+    c.hub.set_available(false);
+    // node-1 does not host the room yet: it cannot load it.
+    let (_, refused) = c.nodes[1]
+        .join_with(json!({"type": "join", "room": "out", "name": "bea"}))
+        .await;
+    assert_eq!(refused["code"], "broker_unavailable", "{refused}");
+    let (status, body) = c.nodes[1].get("/v1/rooms").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "broker_unavailable");
+    assert_eq!(
+        c.nodes[1].node.hosted_rooms(),
+        0,
+        "the failed replica left the node"
+    );
+    c.hub.set_available(true);
+    let (_, joined) = c.nodes[1].join("out", "bea").await;
+    assert_eq!(joined["type"], "joined");
+}

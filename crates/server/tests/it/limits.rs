@@ -1,0 +1,294 @@
+//! Limits: frame size, rooms per connection, room size, rate limit, slow
+//! consumers. Each refusal has its code; nobody else is affected.
+
+use crate::support::{wait_until, Client, Closed, TestServer};
+use futures_util::SinkExt;
+use plaza_server::ServerConfig;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+const ROOM: &str = "lim";
+
+async fn pair(s: &TestServer) -> ((Client, Value), (Client, Value)) {
+    s.create_room(json!({"id": ROOM})).await;
+    let mut c = s.join_all(ROOM, &["ann", "bob"]).await;
+    let b = c.pop().unwrap();
+    let a = c.pop().unwrap();
+    (a, b)
+}
+
+/// A publish frame of exactly `len` bytes.
+fn publish_of_len(len: usize) -> String {
+    let head = format!(r#"{{"type":"publish","room":"{ROOM}","event":"big","data":""#);
+    let tail = r#""}"#;
+    let pad = len - head.len() - tail.len();
+    let s = format!("{head}{}{tail}", "x".repeat(pad));
+    assert_eq!(s.len(), len);
+    s
+}
+
+#[tokio::test]
+async fn frames_over_max_frame_bytes_are_refused() {
+    let s = TestServer::with_config(ServerConfig {
+        max_frame_bytes: 1024,
+        ..Default::default()
+    })
+    .await;
+    let ((mut a, _), (mut b, _)) = pair(&s).await;
+
+    // At the limit: fine.
+    a.send_raw(&publish_of_len(1024)).await;
+    let ack = a.recv_type("ack").await;
+    assert_eq!(b.recv_type("event").await["seq"], ack["seq"]);
+
+    // Above it (and up to 4×): refused with an error, the connection stays.
+    for len in [1025, 3000, 4096] {
+        a.send_raw(&publish_of_len(len)).await;
+        let e = a.recv_type("error").await;
+        assert_eq!(e["code"], "frame_too_large", "{len}: {e}");
+        assert!(e["message"].as_str().unwrap().contains(&len.to_string()));
+        a.assert_alive().await;
+    }
+    assert_eq!(b.drain().await, Vec::<Value>::new());
+    let (ack, _) = a.publish(ROOM, "chat", json!(1)).await;
+    assert_eq!(b.recv_type("event").await["seq"], ack["seq"]);
+    assert!(
+        s.metric(r#"plaza_errors_total{code="frame_too_large"}"#)
+            .await
+            >= Some(3.0)
+    );
+}
+
+#[tokio::test]
+async fn frames_over_four_times_the_limit_close_the_connection() {
+    let s = TestServer::with_config(ServerConfig {
+        max_frame_bytes: 1024,
+        ..Default::default()
+    })
+    .await;
+    let ((mut a, ja), (mut b, _)) = pair(&s).await;
+    a.send_raw(&publish_of_len(4097)).await;
+    assert_eq!(a.closed().await, Closed::Code(1009));
+    let (ev, _) = b.recv_event("presence.leave").await;
+    assert_eq!(ev["session"], ja["session"]);
+    assert_eq!(ev["reason"], "disconnected");
+    b.assert_alive().await;
+    let (mut c, _) = s.join(ROOM, "cid").await;
+    let (ack, _) = c.publish(ROOM, "chat", json!(1)).await;
+    let (ev, _) = b.recv_event("message").await;
+    assert_eq!(ev["seq"], ack["seq"]);
+}
+
+#[tokio::test]
+async fn a_connection_joins_a_limited_number_of_rooms() {
+    let s = TestServer::with_config(ServerConfig {
+        max_rooms_per_connection: 2,
+        ..Default::default()
+    })
+    .await;
+    for id in ["r1", "r2", "r3"] {
+        s.create_room(json!({"id": id})).await;
+    }
+    let mut c = s.connect().await;
+    for id in ["r1", "r2"] {
+        c.send(json!({"type": "join", "room": id, "name": "ann"}))
+            .await;
+        assert_eq!(c.recv_type("joined").await["room"], id);
+    }
+    c.send(json!({"type": "join", "room": "r3", "name": "ann"}))
+        .await;
+    let e = c.recv_type("error").await;
+    assert_eq!(e["code"], "too_many_rooms", "{e}");
+    assert_eq!(e["ref"], json!({"frame": "join", "room": "r3"}));
+    c.assert_alive().await;
+    s.wait_members("r3", 0).await;
+
+    // Leaving one makes room for another; the joined rooms still work.
+    c.send(json!({"type": "leave", "room": "r1"})).await;
+    assert_eq!(
+        c.recv_type("left").await,
+        json!({"type": "left", "room": "r1"})
+    );
+    c.send(json!({"type": "join", "room": "r3", "name": "ann"}))
+        .await;
+    assert_eq!(c.recv_type("joined").await["room"], "r3");
+    for id in ["r2", "r3"] {
+        let (ack, _) = c.publish(id, "chat", json!(1)).await;
+        assert_eq!(ack["room"], id);
+    }
+}
+
+#[tokio::test]
+async fn a_full_room_refuses_members() {
+    let s = TestServer::start().await;
+    let summary = s
+        .create_room(json!({"id": ROOM, "options": {"max_members": 2}}))
+        .await;
+    assert_eq!(summary["max_members"], 2);
+    let mut c = s.join_all(ROOM, &["ann", "bob"]).await;
+    let (mut b, _) = c.pop().unwrap();
+    let (mut a, _) = c.pop().unwrap();
+
+    let (mut x, e) = s
+        .join_with(json!({"type": "join", "room": ROOM, "name": "xan"}))
+        .await;
+    assert_eq!(e["type"], "error", "{e}");
+    assert_eq!(e["code"], "room_full");
+    assert_eq!(e["ref"], json!({"frame": "join", "room": ROOM}));
+    assert_eq!(
+        b.drain().await,
+        Vec::<Value>::new(),
+        "no presence for a refused join"
+    );
+
+    // Once a member leaves there is a place again.
+    a.send(json!({"type": "leave", "room": ROOM})).await;
+    a.recv_type("left").await;
+    x.send(json!({"type": "join", "room": ROOM, "name": "xan"}))
+        .await;
+    let j = x.recv_type("joined").await;
+    assert_eq!(j["members"].as_array().unwrap().len(), 2, "{j}");
+    b.recv_event("presence.join").await;
+}
+
+#[tokio::test]
+async fn frames_above_the_rate_limit_are_dropped_with_an_error() {
+    let s = TestServer::with_config(ServerConfig {
+        rate_limit_per_sec: 20,
+        rate_limit_burst: 5,
+        ..Default::default()
+    })
+    .await;
+    s.create_room(json!({"id": ROOM})).await;
+    let (mut b, _) = s.join(ROOM, "bob").await;
+    let mut a = s.connect().await;
+
+    // 30 pings back to back: the burst passes, then frames are dropped.
+    const N: u64 = 30;
+    for i in 0..N {
+        a.send(json!({"type": "ping", "ts": i})).await;
+    }
+    let mut pongs = Vec::new();
+    let mut limited = 0;
+    for _ in 0..N {
+        let v = a.recv().await;
+        match v["type"].as_str() {
+            Some("pong") => pongs.push(v["ts"].as_f64().unwrap() as u64),
+            Some("error") => {
+                assert_eq!(v["code"], "rate_limited", "{v}");
+                assert!(v.get("ref").is_none());
+                limited += 1;
+            }
+            _ => panic!("unexpected {v}"),
+        }
+    }
+    assert!(limited > 0, "nothing was rate limited");
+    assert_eq!(pongs.len() as u64 + limited, N);
+    assert_eq!(
+        pongs[..5],
+        [0, 1, 2, 3, 4],
+        "the burst goes through in order"
+    );
+    assert!(pongs.windows(2).all(|w| w[0] < w[1]));
+
+    // Tokens come back with time: poll until a frame passes again.
+    let start = std::time::Instant::now();
+    let mut ts = 100;
+    loop {
+        ts += 1;
+        a.send(json!({"type": "ping", "ts": ts})).await;
+        let v = a.recv().await;
+        if v["type"] == "pong" {
+            assert_eq!(v["ts"], ts as f64);
+            break;
+        }
+        assert_eq!(v["code"], "rate_limited", "{v}");
+        assert!(
+            start.elapsed() < crate::support::WAIT,
+            "the rate limit never let a frame through again"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+
+    // The limit is per connection: B was never limited.
+    for i in 0..5 {
+        let (ack, _) = b.publish(ROOM, "chat", json!(i)).await;
+        assert_eq!(ack["type"], "ack");
+    }
+    assert!(s.metric(r#"plaza_errors_total{code="rate_limited"}"#).await >= Some(limited as f64));
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_read_is_closed_as_slow_consumer() {
+    let s = TestServer::with_config(ServerConfig {
+        send_queue_frames: 8,
+        rate_limit_per_sec: 1_000_000,
+        rate_limit_burst: 1_000_000,
+        ..Default::default()
+    })
+    .await;
+    s.create_room(json!({"id": ROOM})).await;
+    s.create_room(json!({"id": "calm"})).await;
+    let mut c = s.join_all(ROOM, &["flood", "slow"]).await;
+    let (mut slow, jslow) = c.pop().unwrap();
+    let (mut flood, _) = c.pop().unwrap();
+    let mut calm = s.join_all("calm", &["x", "y"]).await;
+
+    // The flooder publishes (reading its acks) until the server reports the
+    // slow member gone; the slow client reads nothing meanwhile.
+    let data = "x".repeat(32 * 1024);
+    let mut gone = false;
+    for _ in 0..20_000 {
+        let (_, before) = flood.publish(ROOM, "blob", json!(data)).await;
+        if before
+            .iter()
+            .any(|v| v["kind"] == "presence.leave" && v["session"] == jslow["session"])
+        {
+            gone = true;
+            break;
+        }
+    }
+    assert!(gone, "the slow consumer was never dropped");
+
+    // The slow client finds the close code at the end of what it was sent.
+    assert_eq!(slow.closed().await, Closed::Code(4002));
+
+    // Everyone else goes on.
+    let (ack, before) = flood.publish(ROOM, "chat", json!("after")).await;
+    assert!(before.is_empty(), "{before:?}");
+    assert_eq!(ack["type"], "ack");
+    let (mut y, _) = calm.pop().unwrap();
+    let (mut x, _) = calm.pop().unwrap();
+    let (ack, _) = x.publish("calm", "chat", json!(1)).await;
+    assert_eq!(y.recv_type("event").await["seq"], ack["seq"]);
+    s.wait_members(ROOM, 1).await;
+    assert!(
+        wait_until(|| async { s.metric("plaza_slow_consumers_total").await >= Some(1.0) }).await
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_ignores_the_rate_limit_is_closed_with_4003() {
+    let s = TestServer::with_config(ServerConfig {
+        rate_limit_per_sec: 1,
+        rate_limit_burst: 5,
+        ..Default::default()
+    })
+    .await;
+    let (mut other, _) = {
+        s.create_room(json!({"id": ROOM})).await;
+        s.join(ROOM, "bob").await
+    };
+    let mut a = s.connect().await;
+    // burst 5, then 10 × burst (at least 100) refusals in a row are tolerated
+    for i in 0..200 {
+        // the server may close mid-way: later sends are allowed to fail
+        let ping = json!({"type": "ping", "ts": i}).to_string();
+        if a.ws.send(Message::text(ping)).await.is_err() {
+            break;
+        }
+    }
+    assert_eq!(a.closed().await, Closed::Code(4003));
+    // nobody else is affected
+    assert_eq!(other.drain().await, Vec::<Value>::new());
+}

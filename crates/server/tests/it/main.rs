@@ -1,0 +1,20 @@
+//! The server crate's integration tests, in one binary: one link instead of one per file.
+
+mod support;
+
+mod bad_input;
+mod broadcast;
+mod cluster;
+mod coalescing;
+mod direct;
+mod heartbeat;
+mod http_api;
+mod lifecycle;
+mod limits;
+mod locks;
+mod requests;
+mod resume;
+mod smoke;
+mod status;
+mod tickets;
+mod trajectory;
