@@ -26,6 +26,11 @@ pub struct HistoryEntry {
     /// Deliver to `from` as well.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub echo: bool,
+    /// Replay to `from` when it resumes, though it was not delivered to it
+    /// live: a state change it caused whose answer the lost connection may
+    /// have carried away.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replay_to_sender: bool,
     /// Message topic, for delivery policies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic: Option<String>,
@@ -188,6 +193,7 @@ mod tests {
             from: None,
             channel: None,
             echo: false,
+            replay_to_sender: false,
             topic: None,
             reply_to: None,
             frame: Bytes::new(),

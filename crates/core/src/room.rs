@@ -439,7 +439,7 @@ impl<S> Room<S> {
                 self.log
                     .since(last_seq)
                     .expect("checked above")
-                    .filter(|e| visible(e, &session, &m.channels))
+                    .filter(|e| replayed(e, &session, &m.channels))
                     .cloned()
                     .collect()
             }
@@ -671,17 +671,9 @@ impl<S> Room<S> {
             .release_all(session)
             .into_iter()
             .map(|l| {
-                // Echoed: a session that resumes must learn its locks ended
-                // (it gets no snapshot, only the missed events).
-                self.push_full(
-                    Some(session),
-                    None,
-                    true,
-                    None,
-                    None,
-                    unlocked(l, UnlockReason::Disconnected),
-                    now,
-                )
+                // A session that resumes must learn its locks ended (it
+                // gets no snapshot, only the missed events).
+                self.push_requested(session, unlocked(l, UnlockReason::Disconnected), now)
             })
             .collect();
         let body = EventBody::PresenceLeave {
@@ -833,10 +825,15 @@ impl<S> Room<S> {
             reply_to: p.reply_to,
             id: p.id,
         };
+        let sender = if p.echo {
+            SenderCopy::Live
+        } else {
+            SenderCopy::None
+        };
         let entry = self.push_full(
             Some(session),
             Some(p.channel),
-            p.echo,
+            sender,
             p.topic,
             p.reply_to,
             body,
@@ -856,13 +853,11 @@ impl<S> Room<S> {
         now: Millis,
     ) -> Result<RequestOutcome, RoomError> {
         self.connected_member(session)?;
-        let from = Some(session);
         match op {
             Op::EntityCreate { kind, data } => {
                 let entity = self.entities.create(kind, data);
-                let e = self.push(
-                    from,
-                    None,
+                let e = self.push_requested(
+                    session,
                     EventBody::EntityCreated {
                         entity: entity.clone(),
                     },
@@ -873,9 +868,8 @@ impl<S> Room<S> {
             Op::EntitySet { id, data, version } => {
                 self.check_lock(&id, session, now)?;
                 let entity = self.entities.set(&id, data, version)?;
-                let e = self.push(
-                    from,
-                    None,
+                let e = self.push_requested(
+                    session,
                     EventBody::EntityUpdated {
                         entity: entity.clone(),
                     },
@@ -886,9 +880,8 @@ impl<S> Room<S> {
             Op::EntityPatch { id, data, version } => {
                 self.check_lock(&id, session, now)?;
                 let entity = self.entities.patch(&id, data, version)?;
-                let e = self.push(
-                    from,
-                    None,
+                let e = self.push_requested(
+                    session,
                     EventBody::EntityUpdated {
                         entity: entity.clone(),
                     },
@@ -903,7 +896,7 @@ impl<S> Room<S> {
                     id: id.clone(),
                     version,
                 };
-                let e = self.push(from, None, body, now);
+                let e = self.push_requested(session, body, now);
                 Ok(outcome(
                     json!({"id": id, "version": version, "seq": e.seq}),
                     vec![e],
@@ -916,9 +909,8 @@ impl<S> Room<S> {
                 if let Some(old) = replaced {
                     events.push(self.push(None, None, unlocked(old, UnlockReason::Expired), now));
                 }
-                let e = self.push(
-                    from,
-                    None,
+                let e = self.push_requested(
+                    session,
                     EventBody::LockAcquired { lock: lock.clone() },
                     now,
                 );
@@ -929,9 +921,8 @@ impl<S> Room<S> {
             Op::LockRenew { object, ttl_ms } => {
                 let ttl = self.lock_ttl(ttl_ms)?;
                 let lock = self.locks.renew(&object, session, ttl, now)?;
-                let e = self.push(
-                    from,
-                    None,
+                let e = self.push_requested(
+                    session,
                     EventBody::LockAcquired { lock: lock.clone() },
                     now,
                 );
@@ -940,7 +931,7 @@ impl<S> Room<S> {
             Op::LockRelease { object } => {
                 let lock = self.locks.release(&object, session, now)?;
                 let token = lock.token;
-                let e = self.push(from, None, unlocked(lock, UnlockReason::Released), now);
+                let e = self.push_requested(session, unlocked(lock, UnlockReason::Released), now);
                 Ok(outcome(
                     json!({"object": object, "token": token, "seq": e.seq}),
                     vec![e],
@@ -1048,7 +1039,22 @@ impl<S> Room<S> {
         body: EventBody,
         now: Millis,
     ) -> Arc<HistoryEntry> {
-        self.push_full(from, channel, false, None, None, body, now)
+        self.push_full(from, channel, SenderCopy::None, None, None, body, now)
+    }
+
+    /// Records a state change `session` asked for (entities, locks). Its
+    /// requester learns the outcome from the response, and from the missed
+    /// events if it resumes without one.
+    fn push_requested(&mut self, session: &str, body: EventBody, now: Millis) -> Arc<HistoryEntry> {
+        self.push_full(
+            Some(session),
+            None,
+            SenderCopy::OnResume,
+            None,
+            None,
+            body,
+            now,
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1056,7 +1062,7 @@ impl<S> Room<S> {
         &mut self,
         from: Option<&str>,
         channel: Option<String>,
-        echo: bool,
+        sender: SenderCopy,
         topic: Option<String>,
         reply_to: Option<u64>,
         body: EventBody,
@@ -1076,7 +1082,8 @@ impl<S> Room<S> {
             ts: now,
             from: from.map(str::to_owned),
             channel,
-            echo,
+            echo: sender == SenderCopy::Live,
+            replay_to_sender: sender == SenderCopy::OnResume,
             topic,
             reply_to,
             frame,
@@ -1084,6 +1091,24 @@ impl<S> Room<S> {
         self.log.push(entry.clone());
         entry
     }
+}
+
+/// Who besides the members gets an event from the session that caused it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SenderCopy {
+    /// Nobody: the sender has its ack or response.
+    None,
+    /// The sender, live (`publish` with `echo`).
+    Live,
+    /// The sender, among the missed events when it resumes.
+    OnResume,
+}
+
+/// Whether a session that resumes gets `entry` among its missed events: what
+/// it would have received live, and the state changes it asked for itself.
+fn replayed(entry: &HistoryEntry, session: &str, channels: &[String]) -> bool {
+    (entry.replay_to_sender && entry.from.as_deref() == Some(session))
+        || visible(entry, session, channels)
 }
 
 /// Whether `session`, subscribed to `channels`, receives `entry`: not its own

@@ -173,6 +173,7 @@ mod tests {
             from: Some("s1".into()),
             channel: None,
             echo: seq == 2,
+            replay_to_sender: seq == 3,
             topic: None,
             reply_to: Some(u64::MAX - 1),
             frame: Bytes::copy_from_slice(frame),

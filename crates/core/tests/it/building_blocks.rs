@@ -23,6 +23,7 @@ fn entry(seq: u64) -> Arc<HistoryEntry> {
         from: None,
         channel: None,
         echo: false,
+        replay_to_sender: false,
         topic: None,
         reply_to: None,
         frame: Bytes::from(format!("{{\"seq\":{seq}}}")),

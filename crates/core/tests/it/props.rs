@@ -534,8 +534,11 @@ fn should_see(e: &HistoryEntry, me: &str, channels: &[String], echoed: &HashSet<
             channels.iter().any(|c| v["channel"] == c.as_str())
                 && (!mine || echoed.contains(&e.seq))
         }
-        "lock.released" if v["owner"] == me && v["reason"] == "disconnected" => true,
-        _ => !mine,
+        // its own joins and leaves are answers to it, not events
+        "presence.join" | "presence.leave" => !mine,
+        // its own state changes come in responses, or among the missed
+        // events if the connection lost the response
+        _ => true,
     }
 }
 
@@ -680,6 +683,10 @@ fn run_resume(history_size: usize, a_channels: u8, steps: Vec<Step>) -> Result<(
     let mut counter = 0;
     for st in steps {
         now += 1;
+        let asked = matches!(
+            st,
+            Step::ACreate | Step::AAcquire { .. } | Step::ARelease { .. }
+        );
         let events: Vec<Arc<HistoryEntry>> = match st {
             Step::Tick { dt } => {
                 now += Millis::from(dt);
@@ -822,6 +829,12 @@ fn run_resume(history_size: usize, a_channels: u8, steps: Vec<Step>) -> Result<(
         };
         order.take(&events)?;
         deliver(&room, &mut a, &events);
+        // A's response carries the seq of the change it asked for, after
+        // the events ordered before it.
+        if asked {
+            let answered = events.iter().filter(|e| e.from.as_deref() == Some("A"));
+            a.received.extend(answered.map(|e| e.seq));
+        }
     }
     if !a.connected {
         sink += 1;
@@ -1161,7 +1174,7 @@ proptest! {
         let mut all = Vec::new();
         for seq in start + 1..=start + len {
             let e = Arc::new(HistoryEntry {
-                seq, ts: 0, from: None, channel: None, echo: false,
+                seq, ts: 0, from: None, channel: None, echo: false, replay_to_sender: false,
                 topic: None, reply_to: None, frame: bytes::Bytes::new(),
             });
             log.push(e);

@@ -2,6 +2,7 @@
 
 use crate::common::*;
 use plaza_core::RoomConfig;
+use plaza_protocol::client::Op;
 use plaza_protocol::server::{ResyncReason, ServerFrame};
 use plaza_protocol::ErrorCode;
 use serde_json::json;
@@ -323,6 +324,51 @@ fn a_resumed_session_learns_its_locks_were_released() {
     let kinds: Vec<String> = j.missed.iter().map(|e| kind(e)).collect();
     assert_eq!(kinds, ["lock.released", "lock.acquired"]);
     assert_eq!(seqs(&j.missed), vec![4, 6]);
+}
+
+#[test]
+fn a_resumed_session_gets_the_state_changes_it_asked_for() {
+    // A request's response may be lost with the connection: the missed
+    // events then tell the requester what became of its entity and lock
+    // requests. Its own messages and presence stay out (it has acks, and
+    // it is the member that came and went).
+    let mut r = room();
+    join(&mut r, 1, 0); // 1
+    join(&mut r, 2, 0); // 2
+    let created = ok(&mut r, 1, create(json!({"x": 1})), 1).events; // 3
+    assert_eq!(recipients(&r, &created[0]), sessions(&[2]));
+    let set = Op::EntitySet {
+        id: "e1".into(),
+        data: json!({"x": 2}),
+        version: Some(1),
+    };
+    ok(&mut r, 1, set, 2); // 4
+    ok(&mut r, 1, acquire("e1", Some(10_000)), 3); // 5
+    let release = Op::LockRelease {
+        object: "e1".into(),
+    };
+    ok(&mut r, 1, release, 4); // 6
+    say(&mut r, 1, 5); // 7, own message
+    say(&mut r, 2, 6); // 8
+    r.disconnect(&sid(1), 7); // 9 presence.leave
+    let j = r.join(params(1), resume("t1", 2), 8).unwrap();
+    assert!(j.frame.resumed);
+    let kinds: Vec<String> = j.missed.iter().map(|e| kind(e)).collect();
+    assert_eq!(
+        kinds,
+        [
+            "entity.created",
+            "entity.updated",
+            "lock.acquired",
+            "lock.released",
+            "message"
+        ]
+    );
+    assert_eq!(seqs(&j.missed), vec![3, 4, 5, 6, 8]);
+    assert_eq!(frame(&j.missed[1])["entity"]["data"], json!({"x": 2}));
+    // live, the requester still gets none of them
+    let again = ok(&mut r, 1, create(json!({"x": 3})), 9).events;
+    assert_eq!(recipients(&r, &again[0]), sessions(&[2]));
 }
 
 #[test]
