@@ -5,13 +5,17 @@
 export { PlazaClient, type ClientEvents, type ConnectionState, type PlazaClientOptions } from './client.js';
 export {
   RoomHandle,
+  type EntityOptions,
   type JoinOptions,
+  type LockOptions,
+  type SavedSession,
   type PublishAck,
   type PublishOptions,
   type RequestOptions,
   type RoomClosed,
   type RoomEvents,
 } from './room.js';
+export { RoomReplica, merge, type PendingChange, type ReplicaChange, type ReplicaEvents } from './replica.js';
 export { PlazaError, type PlazaErrorCode } from './errors.js';
 export { backoffDelay, type BackoffOptions } from './backoff.js';
 export type { WebSocketConstructor, WebSocketLike } from './socket.js';

@@ -1,13 +1,16 @@
 import { Emitter } from './emitter.js';
 import { PlazaError } from './errors.js';
+import { backoffDelay } from './backoff.js';
 import type {
   AckFrame,
   ClientFrame,
   DirectFrame,
+  Entity,
   EntityEvent,
   ErrorFrame,
   JoinedFrame,
   Json,
+  Lock,
   LockEvent,
   Member,
   MessageEvent,
@@ -18,6 +21,7 @@ import type {
   Snapshot,
 } from './frames.js';
 import { newMessageId } from './ids.js';
+import { RoomReplica, type PendingChange } from './replica.js';
 
 /** How to join a room. */
 export interface JoinOptions {
@@ -27,8 +31,44 @@ export interface JoinOptions {
   platform?: string;
   /** Channels besides `main`. */
   channels?: string[];
-  /** A ticket from `POST /v1/rooms/{id}/tickets` (fixes room, name and platform). */
-  ticket?: string;
+  /**
+   * A ticket from `POST /v1/rooms/{id}/tickets` (fixes room, name and platform). In a
+   * ticket-only room every (re)join needs a fresh ticket: pass a function that fetches one,
+   * and the client calls it before each join, resumes included.
+   */
+  ticket?: string | (() => string | Promise<string>);
+  /**
+   * A session saved by {@link RoomHandle.saveSession} (e.g. before a page reload): the join
+   * resumes it (same session id), starting from its saved state and `last_seq`.
+   */
+  restore?: SavedSession;
+}
+
+/**
+ * What it takes to resume a session in a new client (e.g. after a page reload), as returned
+ * by {@link RoomHandle.saveSession}. Plain JSON; keep it secret (it holds the resume token).
+ */
+export interface SavedSession {
+  /** Format version of this object. */
+  v: 1;
+  room: string;
+  session: string;
+  token: string;
+  lastSeq: number;
+  members: Member[];
+  channels: string[];
+  snapshot: Snapshot;
+}
+
+/** Options of the entity operations: the expected current version (absent: any). */
+export interface EntityOptions {
+  version?: number;
+}
+
+/** Options of {@link RoomHandle.acquireLock} and {@link RoomHandle.renewLock}. */
+export interface LockOptions {
+  /** Lease length in ms (server default 30000). */
+  ttlMs?: number;
 }
 
 /** Options of {@link RoomHandle.publish}. */
@@ -73,6 +113,8 @@ export type RoomEvents = {
   entity: [EntityEvent];
   lock: [LockEvent];
   direct: [DirectFrame];
+  /** The member list changed (join, resync, presence): the new list. */
+  members: [readonly Member[]];
   /** Each `joined` (the first join and every successful resume). */
   joined: [JoinedFrame];
   /** A resume could not continue the stream: discard room state, start from this snapshot. */
@@ -107,6 +149,9 @@ interface PendingRequest {
   timer: ReturnType<typeof setTimeout>;
 }
 
+/** Join errors after which the same join is tried again on the same connection. */
+const TRANSIENT_JOIN_ERRORS = new Set(['broker_unavailable']);
+
 type Status = 'joining' | 'live' | 'rejoining' | 'ended';
 
 /**
@@ -126,6 +171,13 @@ export class RoomHandle extends Emitter<RoomEvents> {
   private memberList: Member[] = [];
   private channelList: string[] = [];
   private lastSnapshot: Snapshot | undefined;
+  /** The local replica of the room's state. */
+  readonly state = new RoomReplica();
+  /** Optimistically created entities (temporary id) → their server id, once known. */
+  private readonly createdIds = new Map<string, Promise<string>>();
+  private tempCounter = 0;
+  private joinAttempt = 0;
+  private joinRetry: ReturnType<typeof setTimeout> | undefined;
   private readonly publishes = new Map<string, PendingPublish>();
   private readonly requests = new Map<number, PendingRequest>();
   /** Frames (requests, directs) waiting until the room is live again. */
@@ -139,6 +191,16 @@ export class RoomHandle extends Emitter<RoomEvents> {
     this.room = room;
     this.options = options;
     this.transport = transport;
+    const saved = options.restore;
+    if (saved && saved.v === 1 && saved.room === room) {
+      this.token = saved.token;
+      this.seq = saved.lastSeq;
+      this.sessionId = saved.session;
+      this.memberList = [...saved.members];
+      this.channelList = [...saved.channels];
+      this.lastSnapshot = saved.snapshot;
+      this.state._reset(saved.snapshot);
+    }
   }
 
   /** This member's session id (the address of `direct` messages); set once joined. */
@@ -162,11 +224,29 @@ export class RoomHandle extends Emitter<RoomEvents> {
   }
 
   /**
-   * The last snapshot received (`joined`/`resync`). Not kept up to date by later events:
-   * a live replica is not implemented yet.
+   * The last snapshot received (`joined`/`resync`), as it was then. For the current state use
+   * {@link state}, which events keep up to date.
    */
   get snapshot(): Snapshot | undefined {
     return this.lastSnapshot;
+  }
+
+  /**
+   * What a new client needs to resume this session ({@link JoinOptions.restore}), e.g. saved
+   * to `sessionStorage` on `pagehide`. Undefined until joined.
+   */
+  saveSession(): SavedSession | undefined {
+    if (this.token === undefined || this.sessionId === undefined) return undefined;
+    return {
+      v: 1,
+      room: this.room,
+      session: this.sessionId,
+      token: this.token,
+      lastSeq: this.seq,
+      members: [...this.memberList],
+      channels: [...this.channelList],
+      snapshot: this.state.toSnapshot(),
+    };
   }
 
   /** Whether the room is joined and the connection open. */
@@ -200,17 +280,170 @@ export class RoomHandle extends Emitter<RoomEvents> {
    * then unknown; requests are not re-sent).
    */
   request<R = { [key: string]: Json }>(op: string, args: { [key: string]: Json } = {}, options: RequestOptions = {}): Promise<R> {
+    return this.requestWith<R>(op, args, options);
+  }
+
+  /**
+   * Creates an entity; it shows in {@link state} at once under a temporary id (`~1`, `~2`, …)
+   * and gets its server id when the server answers. Operations on the temporary id wait for
+   * it. Resolves with the created entity.
+   */
+  createEntity(kind: string | undefined, data: Json = null, options: RequestOptions = {}): Promise<Entity> {
     if (this.status === 'ended') return Promise.reject(this.endedError());
+    const tempId = `~${++this.tempCounter}`;
+    const change: PendingChange = { op: 'create', id: tempId, data };
+    if (kind !== undefined) change.kind = kind;
+    const key = this.state._addPending(change);
+    const args: { [key: string]: Json } = { data };
+    if (kind !== undefined) args['kind'] = kind;
+    const created = this.requestWith<{ entity: Entity }>('entity.create', args, options, {
+      ok: (result) => {
+        this.state._settlePending(key);
+        this.state._renamePending(tempId, result.entity.id);
+        this.state._confirmEntity(result.entity);
+      },
+      failed: () => this.state._settlePending(key),
+    }).then((r) => r.entity);
+    this.createdIds.set(
+      tempId,
+      created.then((e) => e.id),
+    );
+    // Operations waiting on the id report the failure themselves.
+    created.catch(() => undefined);
+    return created;
+  }
+
+  /** Replaces an entity's data (optimistically). Resolves with the entity after the change. */
+  setEntity(id: string, data: Json, options: EntityOptions & RequestOptions = {}): Promise<Entity> {
+    return this.changeEntity({ op: 'set', id, data }, 'entity.set', { id, data }, options).then((r) => r.entity);
+  }
+
+  /**
+   * Merges top-level fields into an entity's data (optimistically; `null` removes a field).
+   * Resolves with the entity after the change.
+   */
+  patchEntity(id: string, data: { [key: string]: Json }, options: EntityOptions & RequestOptions = {}): Promise<Entity> {
+    return this.changeEntity({ op: 'patch', id, data }, 'entity.patch', { id, data }, options).then((r) => r.entity);
+  }
+
+  /** Deletes an entity (optimistically). */
+  deleteEntity(id: string, options: EntityOptions & RequestOptions = {}): Promise<void> {
+    return this.changeEntity({ op: 'delete', id }, 'entity.delete', { id }, options).then(() => undefined);
+  }
+
+  /**
+   * Takes a lease on `object` (usually an entity id: then others cannot change the entity
+   * while it is held). Not optimistic: rejects with `lock_held` if another member holds it.
+   */
+  acquireLock(object: string, options: LockOptions & RequestOptions = {}): Promise<Lock> {
+    const args: { [key: string]: Json } = { object };
+    if (options.ttlMs !== undefined) args['ttl_ms'] = options.ttlMs;
+    return this.requestWith<{ lock: Lock }>('lock.acquire', args, options, {
+      ok: (result) => this.state._confirmLock(result.lock),
+    }).then((r) => r.lock);
+  }
+
+  /** Extends this member's lease on `object` by `ttlMs` from now. */
+  renewLock(object: string, options: LockOptions & RequestOptions = {}): Promise<Lock> {
+    const args: { [key: string]: Json } = { object };
+    if (options.ttlMs !== undefined) args['ttl_ms'] = options.ttlMs;
+    return this.requestWith<{ lock: Lock }>('lock.renew', args, options, {
+      ok: (result) => this.state._confirmLock(result.lock),
+    }).then((r) => r.lock);
+  }
+
+  /** Releases this member's lease on `object`. */
+  releaseLock(object: string, options: RequestOptions = {}): Promise<void> {
+    return this.requestWith<{ token: number }>('lock.release', { object }, options, {
+      ok: (result) => this.state._confirmUnlock(object, result.token),
+    }).then(() => undefined);
+  }
+
+  /** Subscribes this session to a channel; resolves with its channels afterwards. */
+  subscribe(channel: string, options: RequestOptions = {}): Promise<readonly string[]> {
+    return this.channelRequest('channel.subscribe', channel, options);
+  }
+
+  /** Unsubscribes this session from a channel (`main` too); resolves with its channels afterwards. */
+  unsubscribe(channel: string, options: RequestOptions = {}): Promise<readonly string[]> {
+    return this.channelRequest('channel.unsubscribe', channel, options);
+  }
+
+  private channelRequest(op: string, channel: string, options: RequestOptions): Promise<readonly string[]> {
+    return this.requestWith<{ channels: string[] }>(op, { channel }, options, {
+      ok: (result) => {
+        this.channelList = [...result.channels];
+      },
+    }).then(() => this.channelList);
+  }
+
+  /**
+   * An entity change shown at once in {@link state}: settled when the server answers, kept
+   * (as the server's version) if it accepted, gone if it refused or the answer was lost (a
+   * resume then replays the change if it happened).
+   */
+  private async changeEntity(
+    change: PendingChange,
+    op: string,
+    args: { [key: string]: Json },
+    options: EntityOptions & RequestOptions,
+  ): Promise<{ entity: Entity }> {
+    if (this.status === 'ended') throw this.endedError();
+    if (options.version !== undefined) args['version'] = options.version;
+    const key = this.state._addPending(change);
+    let id = change.id;
+    const serverId = this.createdIds.get(id);
+    if (serverId) {
+      try {
+        id = await serverId;
+      } catch (err) {
+        this.state._settlePending(key);
+        throw err;
+      }
+      args['id'] = id;
+    }
+    return this.requestWith<{ entity: Entity }>(op, args, options, {
+      ok: (result) => {
+        this.state._settlePending(key);
+        if (op === 'entity.delete') this.state._confirmDelete(id);
+        else this.state._confirmEntity(result.entity);
+      },
+      failed: () => this.state._settlePending(key),
+    });
+  }
+
+  /**
+   * Sends a request; `hooks` run synchronously with the answer, before any later frame of the
+   * room is handled (so the replica stays in seq order).
+   */
+  private requestWith<R>(
+    op: string,
+    args: { [key: string]: Json },
+    options: RequestOptions,
+    hooks: { ok?: (result: R) => void; failed?: () => void } = {},
+  ): Promise<R> {
+    if (this.status === 'ended') {
+      hooks.failed?.();
+      return Promise.reject(this.endedError());
+    }
     const nonce = this.transport.nextNonce();
     const timeoutMs = options.timeoutMs ?? 10_000;
     return new Promise<R>((resolve, reject) => {
+      const fail = (err: PlazaError) => {
+        hooks.failed?.();
+        reject(err);
+      };
       const timer = setTimeout(() => {
         this.requests.delete(nonce);
         const index = this.outbox.findIndex((f) => f.type === 'request' && f.nonce === nonce);
         if (index >= 0) this.outbox.splice(index, 1);
-        reject(new PlazaError('timeout', `request ${op} got no response within ${timeoutMs} ms`));
+        fail(new PlazaError('timeout', `request ${op} got no response within ${timeoutMs} ms`));
       }, timeoutMs);
-      this.requests.set(nonce, { resolve: resolve as PendingRequest['resolve'], reject, timer });
+      const succeed = (result: { [key: string]: Json }) => {
+        hooks.ok?.(result as R);
+        resolve(result as R);
+      };
+      this.requests.set(nonce, { resolve: succeed, reject: fail, timer });
       this.sendOrQueue({ type: 'request', room: this.room, nonce, op, args });
     });
   }
@@ -253,14 +486,35 @@ export class RoomHandle extends Emitter<RoomEvents> {
   /** @internal The connection is open: (re)join, resuming if a session exists. */
   _sendJoin(): void {
     if (this.status === 'ended') return;
-    const { name, platform, channels, ticket } = this.options;
+    clearTimeout(this.joinRetry);
+    const { ticket } = this.options;
+    if (typeof ticket !== 'function') {
+      this.transport.send(this.joinFrame(ticket));
+      return;
+    }
+    // A fresh ticket for every join: tickets are single-use.
+    Promise.resolve()
+      .then(ticket)
+      .then(
+        (fresh) => {
+          if (this.status !== 'ended') this.transport.send(this.joinFrame(fresh));
+        },
+        (err: unknown) => {
+          const error = err instanceof PlazaError ? err : new PlazaError('ticket_invalid', `getting a ticket failed: ${String(err)}`);
+          this.failJoin(error);
+        },
+      );
+  }
+
+  private joinFrame(ticket: string | undefined): ClientFrame {
+    const { name, platform, channels } = this.options;
     const frame: ClientFrame = { type: 'join', room: this.room };
     if (ticket !== undefined) frame.ticket = ticket;
     if (name !== undefined) frame.name = name;
     if (platform !== undefined) frame.platform = platform;
     if (channels !== undefined) frame.channels = channels;
     if (this.token !== undefined) frame.resume = { token: this.token, last_seq: this.seq };
-    this.transport.send(frame);
+    return frame;
   }
 
   /** @internal The connection dropped: in-flight requests fail, publishes wait for the resume. */
@@ -270,6 +524,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
       return;
     }
     if (this.status === 'live') this.status = 'rejoining';
+    clearTimeout(this.joinRetry);
     for (const [nonce, pending] of this.requests) {
       if (this.outbox.some((f) => f.type === 'request' && f.nonce === nonce)) continue;
       clearTimeout(pending.timer);
@@ -332,12 +587,17 @@ export class RoomHandle extends Emitter<RoomEvents> {
     this.sessionId = frame.session;
     this.memberList = [...frame.members];
     this.channelList = [...frame.channels];
-    if (frame.snapshot) this.lastSnapshot = frame.snapshot;
+    this.joinAttempt = 0;
     // On a resumed `joined` the missed events (seq ≤ frame.seq) follow: keep last_seq.
     if (!frame.resumed) this.seq = frame.seq;
+    if (frame.snapshot) {
+      this.lastSnapshot = frame.snapshot;
+      this.state._reset(frame.snapshot);
+    }
     this.status = 'live';
     if (frame.type === 'resync') this.emit('resync', frame);
     else this.emit('joined', frame);
+    this.emit('members', this.memberList);
     const waiter = this.joinWaiter;
     this.joinWaiter = undefined;
     waiter?.resolve(this);
@@ -350,10 +610,14 @@ export class RoomHandle extends Emitter<RoomEvents> {
     if (this.status === 'ended' || frame.seq <= this.seq) return;
     this.seq = frame.seq;
     if (frame.kind === 'presence.join') {
-      this.memberList = [...this.memberList.filter((m) => m.session !== frame.member.session), frame.member];
+      this.memberList = [...this.memberList.filter((m) => m.session !== frame.member.session), frame.member].sort(
+        (a, b) => (a.session < b.session ? -1 : a.session > b.session ? 1 : 0),
+      );
     } else if (frame.kind === 'presence.leave') {
       this.memberList = this.memberList.filter((m) => m.session !== frame.session);
     }
+    this.state._applyEvent(frame);
+    if (frame.kind === 'presence.join' || frame.kind === 'presence.leave') this.emit('members', this.memberList);
     this.transport.dispatch(this.room, frame);
     this.emit('event', frame);
     if (frame.kind === 'message') this.emit('message', frame);
@@ -387,18 +651,14 @@ export class RoomHandle extends Emitter<RoomEvents> {
     const error = new PlazaError(frame.code, frame.message);
     const ref = frame.ref ?? {};
     if (ref.frame === 'join') {
-      if (this.joinWaiter) {
-        const waiter = this.joinWaiter;
-        this.joinWaiter = undefined;
-        this.end(error);
-        this.transport.forget(this.room);
-        waiter.reject(error);
-      } else if (this.status !== 'ended') {
-        // A resume was refused (e.g. the room is gone): this membership is over.
-        this.end(error);
-        this.transport.forget(this.room);
-        this.emit('closed', { reason: frame.code, error });
+      if (TRANSIENT_JOIN_ERRORS.has(frame.code) && this.status !== 'ended') {
+        // The server cannot reach its cluster right now: ask again, backing off.
+        const delayMs = backoffDelay(this.joinAttempt++, {});
+        clearTimeout(this.joinRetry);
+        this.joinRetry = setTimeout(() => this._sendJoin(), delayMs);
+        return;
       }
+      this.failJoin(error);
       return;
     }
     if (ref.frame === 'publish' && ref.id !== undefined) {
@@ -416,12 +676,29 @@ export class RoomHandle extends Emitter<RoomEvents> {
     this.emit('error', error);
   }
 
+  /** The join was refused for good: the first join rejects, a rejoin closes the handle. */
+  private failJoin(error: PlazaError): void {
+    if (this.joinWaiter) {
+      const waiter = this.joinWaiter;
+      this.joinWaiter = undefined;
+      this.end(error);
+      this.transport.forget(this.room);
+      waiter.reject(error);
+    } else if (this.status !== 'ended') {
+      // A resume was refused (e.g. the room is gone): this membership is over.
+      this.end(error);
+      this.transport.forget(this.room);
+      this.emit('closed', { reason: error.code, error });
+    }
+  }
+
   private sendOrQueue(frame: ClientFrame): void {
     if (this.status !== 'live' || !this.transport.send(frame)) this.outbox.push(frame);
   }
 
   private end(error: PlazaError): void {
     this.status = 'ended';
+    clearTimeout(this.joinRetry);
     this.joinWaiter?.reject(error);
     this.joinWaiter = undefined;
     for (const pending of this.publishes.values()) pending.reject(error);

@@ -44,3 +44,39 @@ export function gate(): { promise: Promise<void>; open: () => void } {
   });
   return { promise, open };
 }
+
+/** Calls the test server's HTTP API; resolves with the status and the parsed JSON body (if any). */
+export async function api(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
+  const base = new URL(inject('plazaWsUrl'));
+  base.protocol = 'http:';
+  base.pathname = path;
+  const init: RequestInit = { method };
+  if (body !== undefined) {
+    init.body = JSON.stringify(body);
+    init.headers = { 'content-type': 'application/json' };
+  }
+  const res = await fetch(base, init);
+  const text = await res.text();
+  return { status: res.status, body: text ? JSON.parse(text) : undefined };
+}
+
+/** Creates a room over the HTTP API (`POST /v1/rooms`) and returns its id. */
+export async function createRoom(options: { entities?: unknown[]; options?: unknown } = {}): Promise<string> {
+  const id = uniqueRoom();
+  const res = await api('POST', '/v1/rooms', { id, ...options });
+  if (res.status !== 201) throw new Error(`creating ${id}: ${res.status} ${JSON.stringify(res.body)}`);
+  return id;
+}
+
+/** Resolves once `pred` holds, checked now and after every `change` of the room's replica. */
+export function replicaUntil(room: RoomHandle, pred: () => boolean): Promise<void> {
+  if (pred()) return Promise.resolve();
+  return new Promise((resolve) => {
+    const off = room.state.on('change', () => {
+      if (pred()) {
+        off();
+        resolve();
+      }
+    });
+  });
+}

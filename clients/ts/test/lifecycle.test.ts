@@ -1,0 +1,148 @@
+import { describe, expect, it } from 'vitest';
+import { PlazaError, type Member, type RoomClosed } from '../src/index.js';
+import { api, createRoom, gate, newClient, next, replicaUntil } from './helpers.js';
+
+describe('resync', () => {
+  it('starts again from a snapshot when the history no longer reaches the last seq', async () => {
+    const room = await createRoom({ entities: [{ kind: 'object', data: { x: 0 } }], options: { history_size: 2 } });
+    const a = newClient({ room });
+    const b = newClient({ room });
+    const roomA = await a.join(room, { name: 'ann' });
+    const roomB = await b.join(room, { name: 'bob' });
+
+    const held = gate();
+    const left = next(roomB, 'presence', (p) => p.kind === 'presence.leave');
+    a._dropConnection(held.promise);
+    await left;
+    for (const x of [1, 2, 3]) await roomB.patchEntity('e1', { x });
+    await roomB.createEntity('note', 'hello');
+
+    const back = next(roomB, 'presence', (p) => p.kind === 'presence.join');
+    const resync = next(roomA, 'resync');
+    const reset = new Promise<void>((resolve) => {
+      const off = roomA.state.on('change', (c) => {
+        if (c.type === 'reset') {
+          off();
+          resolve();
+        }
+      });
+    });
+    held.open();
+    expect(await resync).toMatchObject({ reason: 'history_truncated', session: roomA.session, resumed: false });
+    await reset;
+    expect(roomA.state.entities()).toEqual(roomB.state.entities());
+    expect(roomA.state.entity('e1')?.data).toEqual({ x: 3 });
+    // Both are at the same point: the snapshot's seq includes A's return, which B heard.
+    await back;
+    expect(roomA.lastSeq).toBe(roomB.lastSeq);
+  });
+});
+
+describe('the end of a membership', () => {
+  it('closes the handle with room_deleted when the room is deleted', async () => {
+    const room = await createRoom();
+    const client = newClient({ room });
+    const handle = await client.join(room, { name: 'ann' });
+    const closed = next(handle, 'closed');
+    expect((await api('DELETE', `/v1/rooms/${room}`)).status).toBe(204);
+    expect(await closed).toEqual({ reason: 'room_deleted' });
+    expect(handle.live).toBe(false);
+    const error = await handle.publish('chat').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(PlazaError);
+    expect(error).toMatchObject({ code: 'closed' });
+    expect(client.room(room)).toBeUndefined();
+  });
+});
+
+describe('saved sessions', () => {
+  it('continue in a new client, which takes the session over (resumed_elsewhere)', async () => {
+    const room = await createRoom({ entities: [{ kind: 'object', data: { x: 0 } }] });
+    const first = newClient({ room });
+    const other = newClient({ room });
+    const roomA = await first.join(room, { name: 'ann' });
+    const roomB = await other.join(room, { name: 'bob' });
+    await roomB.patchEntity('e1', { x: 1 });
+    await replicaUntil(roomA, () => roomA.state.entity('e1')?.version === 2);
+    const saved = roomA.saveSession();
+    expect(saved).toBeDefined();
+    // A saved session is plain JSON (e.g. for sessionStorage).
+    const restored = JSON.parse(JSON.stringify(saved));
+
+    const presence: string[] = [];
+    roomB.on('presence', (p) => presence.push(p.kind));
+    const closed = next(roomA, 'closed');
+    const second = newClient({ room });
+    const roomA2 = await second.join(room, { name: 'ann', restore: restored });
+    expect(roomA2.session).toBe(roomA.session);
+    expect(await closed).toEqual<RoomClosed>({ reason: 'resumed_elsewhere' });
+    // Its state came from the saved snapshot; nothing was missed since.
+    expect(roomA2.state.entities()).toEqual(roomB.state.entities());
+    expect(roomA2.members.map((m: Member) => m.name)).toEqual(roomB.members.map((m) => m.name));
+
+    // The session carries on: the other member hears it, without presence events.
+    const heard = next(roomB, 'message');
+    const ack = await roomA2.publish('chat', { text: 'still me' });
+    expect(await heard).toMatchObject({ seq: ack.seq, from: roomA.session });
+    expect(presence).toEqual([]);
+  });
+
+  it('resume after the old client is gone, with the events missed meanwhile', async () => {
+    const room = await createRoom();
+    const first = newClient({ room });
+    const other = newClient({ room });
+    const roomA = await first.join(room, { name: 'ann' });
+    const roomB = await other.join(room, { name: 'bob' });
+    const saved = roomA.saveSession()!;
+    const left = next(roomB, 'presence', (p) => p.kind === 'presence.leave');
+    first.close(); // like a page being unloaded
+    await left;
+    const missed = await roomB.publish('chat', { text: 'while you were away' });
+
+    const back = next(roomB, 'presence', (p) => p.kind === 'presence.join');
+    // The missed events may arrive in the same read as `joined`: listen from the start.
+    const events: unknown[] = [];
+    const second = newClient({ room, onEvent: (_room, frame) => events.push(frame) });
+    const roomA2 = await second.join(room, { name: 'ann', restore: saved });
+    const messages = events.filter((e) => (e as { kind: string }).kind === 'message');
+    expect(messages).toEqual([expect.objectContaining({ seq: missed.seq, data: { text: 'while you were away' } })]);
+    expect(roomA2.members.map((m) => m.name).sort()).toEqual(['ann', 'bob']);
+    expect(await back).toMatchObject({ member: { session: saved.session, name: 'ann' } });
+    expect(roomA2.session).toBe(saved.session);
+  });
+});
+
+describe('ticket-only rooms', () => {
+  it('fetch a fresh ticket for every join, so a resume works', async () => {
+    const room = await createRoom({ options: { access: 'ticket' } });
+    let fetched = 0;
+    const ticket = async () => {
+      fetched += 1;
+      const res = await api('POST', `/v1/rooms/${room}/tickets`, { name: 'ann' });
+      return res.body.ticket as string;
+    };
+    const client = newClient({ room });
+    const handle = await client.join(room, { ticket });
+    expect(fetched).toBe(1);
+    const refused = await newClient({ room })
+      .join(room, { name: 'eve' })
+      .catch((e: unknown) => e);
+    expect(refused).toMatchObject({ code: 'ticket_required' });
+
+    client._dropConnection();
+    const resumed = await next(handle, 'joined', (j) => j.resumed);
+    expect(resumed.session).toBe(handle.session);
+    expect(fetched).toBe(2);
+  });
+
+  it('a failed ticket fetch rejects the join', async () => {
+    const room = await createRoom({ options: { access: 'ticket' } });
+    const error = await newClient({ room })
+      .join(room, {
+        ticket: () => {
+          throw new PlazaError('room_not_found', 'no ticket for you');
+        },
+      })
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'room_not_found' });
+  });
+});
