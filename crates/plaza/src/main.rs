@@ -141,6 +141,12 @@ struct ServeArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     redis: Option<String>,
+    /// A web app directory (e.g. a Vite build's dist/) to serve: GET / answers its
+    /// index.html, any path that is no API route a file in it; it must hold an
+    /// index.html [default: none, the built-in demo page at /].
+    #[arg(long, value_name = "DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    web_dir: Option<PathBuf>,
 }
 
 fn load_config(args: &ServeArgs) -> Result<ServerConfig, Box<figment::Error>> {
@@ -195,6 +201,10 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
             "invalid node id {:?}: use 1 to 64 letters, digits, '-', '_' or '.'",
             config.node_id
         )));
+    }
+    if let Some(dir) = &config.web_dir {
+        config.web_dir =
+            Some(plaza_server::config::check_web_dir(dir).map_err(std::io::Error::other)?);
     }
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;
     let addr = listener.local_addr()?;

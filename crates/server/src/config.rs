@@ -1,6 +1,8 @@
 //! Node configuration: every option has a default, a TOML key and an
 //! environment variable (`PLAZA_<KEY>` upper-cased).
 
+use std::path::{Path, PathBuf};
+
 use serde::{Deserialize, Serialize};
 
 /// All settings of a Plaza node. Durations are milliseconds.
@@ -55,6 +57,11 @@ pub struct ServerConfig {
     /// Cluster mode: the Redis URL (e.g. `redis://127.0.0.1:6379/`) that the
     /// nodes share; empty for embedded mode.
     pub redis: String,
+    /// A web app directory (e.g. a Vite build's `dist/`) to serve at `/`:
+    /// `GET /` answers its `index.html`, and any path no API route matches
+    /// is looked up as a file under it. `None` serves the built-in demo page
+    /// at `/`. See [`check_web_dir`] for what it must contain.
+    pub web_dir: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -82,6 +89,22 @@ impl Default for ServerConfig {
             node_id: String::new(),
             room_linger_ms: 30_000,
             redis: String::new(),
+            web_dir: None,
         }
     }
+}
+
+/// Checks that `dir` can be served as `web_dir`: a directory holding an
+/// `index.html` file. Returns its canonical (absolute) path, or a one-line
+/// message naming `dir` when it cannot be served.
+pub fn check_web_dir(dir: &Path) -> Result<PathBuf, String> {
+    let canonical =
+        std::fs::canonicalize(dir).map_err(|e| format!("web_dir {}: {e}", dir.display()))?;
+    if !canonical.is_dir() {
+        return Err(format!("web_dir {}: not a directory", dir.display()));
+    }
+    if !canonical.join("index.html").is_file() {
+        return Err(format!("web_dir {}: no index.html in it", dir.display()));
+    }
+    Ok(canonical)
 }

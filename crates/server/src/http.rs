@@ -1,12 +1,15 @@
-//! The HTTP API (`/v1/...`), health and metrics endpoints, and the WebSocket upgrade.
+//! The HTTP API (`/v1/...`), health and metrics endpoints, the WebSocket
+//! upgrade, and the web app at `/` (the built-in page, or `web_dir`'s files).
 
 use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
-use axum::http::{header, StatusCode};
+use axum::extract::{Path, Request, State};
+use axum::handler::HandlerWithoutStateExt;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, get_service, post};
 use axum::{Json, Router};
 use plaza_core::{RoomError, TicketGrant};
 use plaza_protocol::ErrorCode;
@@ -102,8 +105,7 @@ fn json_object<T: DeserializeOwned>(body: Result<Json<Value>, JsonRejection>) ->
 }
 
 pub(crate) fn router(node: Arc<Node>) -> Router {
-    Router::new()
-        .route("/", get(index))
+    let api = Router::new()
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -123,21 +125,63 @@ pub(crate) fn router(node: Arc<Node>) -> Router {
         .route(
             "/v1/trajectory/median",
             crate::trajectory::route(Filter::Median),
-        )
-        .fallback(|| async {
-            ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, "no such route")
-        })
-        .layer(axum::middleware::map_response_with_state(
-            node.clone(),
-            add_node_header,
-        ))
-        .with_state(node)
+        );
+    // API routes are matched first: a file never shadows one.
+    let app = match &node.config().web_dir {
+        None => api.route("/", get(index)).fallback(no_such_route),
+        Some(dir) => api.fallback_service(web_app(dir)),
+    };
+    // After the fallback, so that files and 404s carry the header too.
+    app.layer(axum::middleware::map_response_with_state(
+        node.clone(),
+        add_node_header,
+    ))
+    .with_state(node)
+}
+
+/// What an unknown path gets: 404 `not_found`.
+async fn no_such_route() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, "no such route")
+}
+
+/// `web_dir` served: `GET /` is `dir/index.html`, any other path a file under
+/// `dir` (no directory listings, no `index.html` of subdirectories). A path
+/// that leaves `dir` (`..`, also percent-encoded) or names no file gets the
+/// JSON 404 of unknown routes, as does a method other than GET or HEAD.
+fn web_app(dir: &std::path::Path) -> Router {
+    let index = tower_http::services::ServeDir::new(dir).fallback(no_such_route.into_service());
+    let files = tower_http::services::ServeDir::new(dir)
+        .append_index_html_on_directories(false)
+        .call_fallback_on_method_not_allowed(true)
+        .fallback(no_such_route.into_service());
+    Router::new()
+        .route("/", get_service(index))
+        .fallback_service(files)
+        .layer(axum::middleware::from_fn(web_cache_control))
+}
+
+/// Cache lifetimes of served files: Vite names what it puts under `assets/`
+/// after a hash of the content, so those never change; anything else
+/// (`index.html` above all) must be revalidated on every use.
+async fn web_cache_control(req: Request, next: Next) -> Response {
+    let immutable = req.uri().path().starts_with("/assets/");
+    let mut res = next.run(req).await;
+    if res.status().is_success() || res.status() == StatusCode::NOT_MODIFIED {
+        let value = if immutable {
+            "public, max-age=31536000, immutable"
+        } else {
+            "no-cache"
+        };
+        res.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static(value));
+    }
+    res
 }
 
 /// Names the node on every response, so that behind a load balancer one can
 /// tell where a request (or a WebSocket) landed.
 async fn add_node_header(State(node): State<Arc<Node>>, mut res: Response) -> Response {
-    if let Ok(v) = header::HeaderValue::from_str(node.id()) {
+    if let Ok(v) = HeaderValue::from_str(node.id()) {
         res.headers_mut().insert("x-plaza-node", v);
     }
     res

@@ -42,6 +42,9 @@ pub fn router(node: Arc<Node>) -> axum::Router {
 pub async fn serve(node: Arc<Node>, listener: TcpListener) -> std::io::Result<()> {
     let addr: Option<SocketAddr> = listener.local_addr().ok();
     tracing::info!(?addr, broker = node.broker_kind(), "plaza listening");
+    if let Some(dir) = &node.config().web_dir {
+        tracing::info!(web_dir = %dir.display(), "serving the web app in web_dir at /");
+    }
     let token = node.shutdown_token();
     tokio::spawn({
         let node = node.clone();

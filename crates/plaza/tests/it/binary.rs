@@ -66,6 +66,66 @@ fn config_file_env_and_flags_layer_in_that_order() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no_such_option"));
 }
 
+#[test]
+fn web_dir_that_cannot_be_served_stops_serve_naming_it() {
+    let out = Command::new(env!("CARGO_BIN_EXE_plaza"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--web-dir",
+            "/nonexistent",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "exit status {:?}", out.status);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/nonexistent"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    // A directory without index.html is refused too, also when named by PLAZA_WEB_DIR.
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_plaza"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("PLAZA_WEB_DIR", dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "exit status {:?}", out.status);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("index.html"), "{stderr}");
+    assert!(stderr.contains(dir.path().to_str().unwrap()), "{stderr}");
+}
+
+#[test]
+fn web_dir_from_the_config_file_is_served_at_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let web = dir.path().join("dist");
+    std::fs::create_dir_all(web.join("assets")).unwrap();
+    std::fs::write(web.join("index.html"), "<p>from web_dir</p>").unwrap();
+    let file = dir.path().join("plaza.toml");
+    std::fs::write(&file, format!("web_dir = {:?}\n", web.to_str().unwrap())).unwrap();
+    let p = start(&["--config", file.to_str().unwrap()], &[]);
+    let index = http_get(&p.addr, "/");
+    assert!(index.starts_with("HTTP/1.1 200"), "{index}");
+    assert!(index.ends_with("<p>from web_dir</p>"), "{index}");
+    assert!(index.contains("cache-control: no-cache"), "{index}");
+}
+
+/// A minimal HTTP/1.1 GET over a TcpStream; returns the whole response.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
 /// A minimal HTTP/1.1 POST over a TcpStream (no client library needed for one call).
 fn http_post(addr: &str, path: &str, body: &str) -> String {
     use std::io::{Read, Write};

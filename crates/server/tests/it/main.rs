@@ -18,3 +18,4 @@ mod smoke;
 mod status;
 mod tickets;
 mod trajectory;
+mod web;
