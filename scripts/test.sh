@@ -65,7 +65,9 @@ set -e
 if [ "$status" -eq 0 ]; then
   log "server tests again in cluster mode (one node over the in-process cluster)"
   set +e
-  PLAZA_TEST_CLUSTER=memory cargo test -p plaza-server --locked 2>&1 | tee -a "$out"
+  # Every crate's integration binary (`it`) runs, though only the server's reads the variable:
+  # `-p plaza-server` alone would resolve features anew and rebuild ~30 crates.
+  PLAZA_TEST_CLUSTER=memory cargo test --workspace --locked --test it 2>&1 | tee -a "$out"
   status=${PIPESTATUS[0]}
   set -e
 fi
@@ -89,11 +91,11 @@ if [ "$status" -eq 0 ]; then
     [ -n "$ts_summary" ] || ts_summary="no vitest summary (see the output above)"
   fi
 fi
-# Status page in a real browser (web/e2e): Debian's chromium through playwright-core, against
-# target/debug/plaza like clients/ts.
+# The demo (web/demo, built by web/e2e's pretest) and the status page in a real browser (web/e2e):
+# Debian's chromium through playwright-core, against target/debug/plaza like clients/ts.
 e2e_summary="not run"
 if [ "$status" -eq 0 ]; then
-  log "status page in chromium (web/e2e): npm ci, npm test"
+  log "demo and status page in chromium (web/e2e): npm ci, build web/demo, npm test"
   e2e_out=$(mktemp)
   trap 'rm -f "$out" "${ts_out:-}" "$e2e_out"' EXIT
   set +e
@@ -108,5 +110,5 @@ failed=$(grep -E '^test result:' "$out" | awk '{s += $6} END {print s + 0}')
 echo
 echo "Summary: ${passed} passed, ${failed} failed"
 echo "TypeScript client (vitest): ${ts_summary}"
-echo "Status page in chromium (web/e2e, vitest): ${e2e_summary}"
+echo "Demo and status page in chromium (web/e2e, vitest): ${e2e_summary}"
 exit "$status"

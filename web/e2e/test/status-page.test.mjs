@@ -1,18 +1,9 @@
 // Opens /status in Debian's chromium (driven by playwright-core, no downloaded browser),
 // makes traffic with two WebSocket clients from Node, and checks what the page shows.
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { chromium } from 'playwright-core';
+import { launchChromium } from './browser.mjs';
 import WebSocket from 'ws';
 
-const CHROMIUM = process.env.E2E_CHROMIUM ?? '/usr/bin/chromium';
-const ARGS = [
-  '--no-sandbox',
-  '--headless',
-  '--disable-gpu',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 
 const addr = inject('plazaAddr');
 
@@ -87,7 +78,7 @@ describe('/status page in a real browser', () => {
   const pageErrors = [];
 
   beforeAll(async () => {
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
+    browser = await launchChromium();
     page = await browser.newPage();
     page.on('pageerror', (e) => pageErrors.push(e));
     const response = await page.goto(`http://${addr}/status`);

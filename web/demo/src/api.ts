@@ -1,0 +1,63 @@
+/** The HTTP API of the Plaza server this page came from (docs/protocol.md, "HTTP API"). */
+
+/** A room as `GET /v1/rooms` lists it. */
+export interface RoomInfo {
+  id: string;
+  name: string;
+  members: number;
+  created_at: number;
+  access: 'open' | 'ticket' | string;
+}
+
+/** An HTTP API error with the server's error code. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+}
+
+async function call<T>(method: 'GET' | 'POST', path: string, body?: unknown): Promise<T> {
+  const init: RequestInit = { method, headers: { accept: 'application/json' } };
+  if (body !== undefined) {
+    init.headers = { ...init.headers, 'content-type': 'application/json' };
+    init.body = JSON.stringify(body);
+  }
+  const response = await fetch(path, init);
+  const text = await response.text();
+  let json: unknown;
+  try {
+    json = text === '' ? undefined : JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  if (!response.ok) {
+    const err = (json as { error?: { code?: string; message?: string } } | undefined)?.error;
+    throw new ApiError(response.status, err?.code ?? `http_${response.status}`, err?.message ?? response.statusText);
+  }
+  return json as T;
+}
+
+/** `GET /v1/rooms`: every room, ordered by id. */
+export async function listRooms(): Promise<RoomInfo[]> {
+  const { rooms } = await call<{ rooms: RoomInfo[] }>('GET', '/v1/rooms');
+  return rooms;
+}
+
+/** The shared objects every new room starts with (kind `object`). */
+export function initialObjects(): Array<{ kind: string; data: { x: number; y: number; color: string; label: string } }> {
+  return [
+    { x: 220, y: 160, color: '#17bebb', label: 'crate' },
+    { x: 400, y: 330, color: '#8e6c8a', label: 'ball' },
+    { x: 590, y: 170, color: '#f18f01', label: 'lamp' },
+  ].map((data) => ({ kind: 'object', data }));
+}
+
+/** `POST /v1/rooms`: creates an open room with the three shared objects. */
+export function createRoom(id: string): Promise<RoomInfo> {
+  return call<RoomInfo>('POST', '/v1/rooms', { id, entities: initialObjects() });
+}

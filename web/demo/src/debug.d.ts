@@ -1,0 +1,19 @@
+import type { DebugHighlight, DebugObject } from './room-view';
+
+declare global {
+  interface Window {
+    /** Read-only state of the demo for browser tests (README.md, "Test hooks"). */
+    __plaza: {
+      /** This tab's session id in the room, once joined. */
+      session(): string | undefined;
+      /** Where this tab draws `session`'s avatar now, and its target. */
+      avatar(session: string): { x: number; y: number; tx: number; ty: number } | undefined;
+      /** The shared objects as drawn, with the session holding each one's lock (or null). */
+      objects(): DebugObject[];
+      /** Who highlights which object (`by`: session id, `name`: their name). */
+      highlights(): DebugHighlight[];
+      /** Client (CSS pixel) coordinates of a plaza point, to click it. */
+      toClient(x: number, y: number): { x: number; y: number } | undefined;
+    };
+  }
+}

@@ -1,0 +1,117 @@
+/** Small DOM and storage helpers shared by the views. */
+
+type Attrs = Record<string, string | number | boolean | undefined>;
+
+function setAttrs(el: Element, attrs: Attrs): void {
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === undefined || value === false) continue;
+    el.setAttribute(key, value === true ? '' : String(value));
+  }
+}
+
+/** Creates an HTML element with attributes and children. */
+export function h<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attrs: Attrs = {},
+  ...children: Array<Node | string>
+): HTMLElementTagNameMap[K] {
+  const el = document.createElement(tag);
+  setAttrs(el, attrs);
+  el.append(...children);
+  return el;
+}
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+
+/** Creates an SVG element with attributes and children. */
+export function s<K extends keyof SVGElementTagNameMap>(
+  tag: K,
+  attrs: Attrs = {},
+  ...children: Array<Node | string>
+): SVGElementTagNameMap[K] {
+  const el = document.createElementNS(SVG_NS, tag);
+  setAttrs(el, attrs);
+  el.append(...children);
+  return el;
+}
+
+let toastTimer: ReturnType<typeof setTimeout> | undefined;
+
+/** Shows a short message in the toast (`data-testid="toast"`) for a few seconds. */
+export function toast(text: string, kind: 'info' | 'error' = 'info'): void {
+  const el = document.getElementById('toast');
+  if (!el) return;
+  el.textContent = text;
+  el.className = `toast ${kind}`;
+  el.hidden = false;
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => {
+    el.hidden = true;
+  }, 4000);
+}
+
+/** A random display name such as `guest-123`. */
+export function randomName(): string {
+  return `guest-${100 + Math.floor(Math.random() * 900)}`;
+}
+
+/** A random room id such as `plaza-4821`. */
+export function randomRoomId(): string {
+  return `plaza-${1000 + Math.floor(Math.random() * 9000)}`;
+}
+
+/** Colours for avatars and objects. */
+export const PALETTE = ['#e4572e', '#17bebb', '#ffc914', '#76b041', '#8e6c8a', '#2e86ab', '#f18f01', '#c73e1d'];
+
+export function pick<T>(items: readonly T[]): T {
+  return items[Math.floor(Math.random() * items.length)] as T;
+}
+
+const NAME_KEY = 'plaza.name';
+const sessionKey = (room: string) => `plaza.session.${room}`;
+
+/** Per-tab storage (sessionStorage): the display name and saved sessions for reloads. */
+export const store = {
+  /** The name chosen in this tab; a random one (kept from now on) if none was. */
+  name(): string {
+    let name = sessionStorage.getItem(NAME_KEY);
+    if (!name) {
+      name = randomName();
+      sessionStorage.setItem(NAME_KEY, name);
+    }
+    return name;
+  },
+  setName(name: string): void {
+    sessionStorage.setItem(NAME_KEY, name);
+  },
+  /** Saves a room's session (from `room.saveSession()`) so that a reload resumes it. */
+  saveSession(room: string, saved: unknown): void {
+    if (saved === undefined) return;
+    sessionStorage.setItem(sessionKey(room), JSON.stringify(saved));
+  },
+  /** The saved session of a room, if any (removed from storage: it is used once). */
+  takeSession(room: string): unknown {
+    const raw = sessionStorage.getItem(sessionKey(room));
+    sessionStorage.removeItem(sessionKey(room));
+    if (raw === null) return undefined;
+    try {
+      return JSON.parse(raw) as unknown;
+    } catch {
+      return undefined;
+    }
+  },
+  forgetSession(room: string): void {
+    sessionStorage.removeItem(sessionKey(room));
+  },
+};
+
+/** Whether `id` is a valid room id (docs/protocol.md, POST /v1/rooms). */
+export function validRoomId(id: string): boolean {
+  return /^[A-Za-z0-9_.-]{1,64}$/.test(id);
+}
+
+/** Whether `name` is a valid display name (1–64 UTF-8 bytes). */
+export function validName(name: string): boolean {
+  const bytes = new TextEncoder().encode(name).length;
+  return bytes >= 1 && bytes <= 64;
+}
