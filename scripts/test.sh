@@ -66,8 +66,9 @@ if [ "$status" -eq 0 ]; then
   log "server tests again in cluster mode (one node over the in-process cluster)"
   set +e
   # Every crate's integration binary (`it`) runs, though only the server's reads the variable:
-  # `-p plaza-server` alone would resolve features anew and rebuild ~30 crates.
-  PLAZA_TEST_CLUSTER=memory cargo test --workspace --locked --test it 2>&1 | tee -a "$out"
+  # `-p plaza-server` alone would resolve features anew and rebuild ~30 crates. (Not a PLAZA_*
+  # name: the plaza processes other tests start refuse unknown PLAZA_* settings.)
+  TEST_PLAZA_CLUSTER=memory cargo test --workspace --locked --test it 2>&1 | tee -a "$out"
   status=${PIPESTATUS[0]}
   set -e
 fi
@@ -83,7 +84,7 @@ if [ "$status" -eq 0 ]; then
     ts_out=$(mktemp)
     trap 'rm -f "$out" "$ts_out"' EXIT
     set +e
-    (cd clients/ts && npm ci --no-audit --no-fund && npm run typecheck && npm test) 2>&1 | tee "$ts_out"
+    (cd clients/ts && npm ci --no-audit --no-fund && npm run typecheck && npm run build && npm test) 2>&1 | tee "$ts_out"
     status=${PIPESTATUS[0]}
     set -e
     # vitest's summary line, e.g. "      Tests  8 passed (8)" (colours stripped).

@@ -55,6 +55,8 @@ pub enum ErrorCode {
     RoomExists,
     /// HTTP: no such route.
     NotFound,
+    /// HTTP: the path exists, but not with this method.
+    MethodNotAllowed,
     /// Cluster mode: the shared broker (Redis) cannot be reached; nothing was
     /// done. Retry (with the same message `id`) once it is back.
     BrokerUnavailable,
@@ -90,6 +92,7 @@ impl ErrorCode {
         ErrorCode::InvalidRequest,
         ErrorCode::RoomExists,
         ErrorCode::NotFound,
+        ErrorCode::MethodNotAllowed,
         ErrorCode::BrokerUnavailable,
         ErrorCode::Internal,
     ];
@@ -122,6 +125,7 @@ impl ErrorCode {
             ErrorCode::InvalidRequest => "invalid_request",
             ErrorCode::RoomExists => "room_exists",
             ErrorCode::NotFound => "not_found",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::BrokerUnavailable => "broker_unavailable",
             ErrorCode::Internal => "internal",
         }

@@ -130,7 +130,8 @@ pub(crate) fn router(node: Arc<Node>) -> Router {
     let app = match &node.config().web_dir {
         None => api.route("/", get(index)).fallback(no_such_route),
         Some(dir) => api.fallback_service(web_app(dir)),
-    };
+    }
+    .method_not_allowed_fallback(method_not_allowed);
     // After the fallback, so that files and 404s carry the header too.
     app.layer(axum::middleware::map_response_with_state(
         node.clone(),
@@ -142,6 +143,16 @@ pub(crate) fn router(node: Arc<Node>) -> Router {
 /// What an unknown path gets: 404 `not_found`.
 async fn no_such_route() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, "no such route")
+}
+
+/// What a known path with another method gets: 405 `method_not_allowed` (axum
+/// adds the `Allow` header).
+async fn method_not_allowed(method: axum::http::Method) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        ErrorCode::MethodNotAllowed,
+        format!("{method} is not allowed here"),
+    )
 }
 
 /// `web_dir` served: `GET /` is `dir/index.html`, any other path a file under
@@ -156,6 +167,7 @@ fn web_app(dir: &std::path::Path) -> Router {
         .fallback(no_such_route.into_service());
     Router::new()
         .route("/", get_service(index))
+        .method_not_allowed_fallback(method_not_allowed)
         .fallback_service(files)
         .layer(axum::middleware::from_fn(web_cache_control))
 }

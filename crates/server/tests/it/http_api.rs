@@ -366,3 +366,31 @@ async fn auto_create_rooms_creates_open_rooms_on_first_join() {
         1
     );
 }
+
+#[tokio::test]
+async fn a_known_path_with_another_method_is_405_with_a_json_body() {
+    let s = TestServer::start().await;
+    for (method, path, allowed) in [
+        (reqwest::Method::DELETE, "/v1/rooms", "GET,HEAD,POST"),
+        (reqwest::Method::PUT, "/v1/rooms/lobby/tickets", "POST"),
+        (reqwest::Method::POST, "/v1/status", "GET,HEAD"),
+        (reqwest::Method::POST, "/", "GET,HEAD"),
+    ] {
+        let r = s
+            .http
+            .request(method.clone(), s.url(path))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405, "{method} {path}");
+        let allow = r.headers()["allow"].to_str().unwrap().replace(' ', "");
+        assert_eq!(allow, allowed, "{method} {path}");
+        assert!(r.headers().contains_key("x-plaza-node"));
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "method_not_allowed", "{body}");
+        assert_eq!(
+            body["error"]["message"],
+            format!("{method} is not allowed here")
+        );
+    }
+}

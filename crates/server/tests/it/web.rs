@@ -162,6 +162,11 @@ async fn web_dir_missing_file_is_the_json_404() {
     assert_eq!(r.status(), 404);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], "not_found", "{body}");
+    // `/` is a route: another method there is 405, as on the API.
+    let r = s.http.post(s.url("/")).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "method_not_allowed", "{body}");
 }
 
 #[tokio::test]

@@ -38,11 +38,11 @@ impl TestServer {
         Self::with_config(ServerConfig::default()).await
     }
 
-    /// A node with `config`. With `PLAZA_TEST_CLUSTER=memory` in the
+    /// A node with `config`. With `TEST_PLAZA_CLUSTER=memory` in the
     /// environment it runs in cluster mode (alone, over an in-process
     /// cluster), so that every test checks cluster mode behaves the same.
     pub async fn with_config(config: ServerConfig) -> TestServer {
-        if std::env::var("PLAZA_TEST_CLUSTER").as_deref() == Ok("memory") {
+        if std::env::var("TEST_PLAZA_CLUSTER").as_deref() == Ok("memory") {
             let hub = MemoryCluster::new();
             return Self::clustered(config, Arc::new(MemoryBroker::new()), hub.node("solo")).await;
         }
