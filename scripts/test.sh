@@ -63,7 +63,7 @@ cargo test --workspace --locked 2>&1 | tee "$out"
 status=${PIPESTATUS[0]}
 set -e
 if [ "$status" -eq 0 ]; then
-  log "server tests again in cluster mode (one node over the in-process cluster)"
+  log "integration tests again, the server's in cluster mode (one node over the in-process cluster)"
   set +e
   # Every crate's integration binary (`it`) runs, though only the server's reads the variable:
   # `-p plaza-server` alone would resolve features anew and rebuild ~30 crates. (Not a PLAZA_*

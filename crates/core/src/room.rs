@@ -563,6 +563,7 @@ impl<S> Room<S> {
         // Sorted: the same room exports the same state on every replica.
         members.sort_unstable_by(|a, b| a.session.cmp(&b.session));
         RoomState {
+            format: RoomState::FORMAT,
             id: self.id.clone(),
             name: self.name.clone(),
             created_at: self.created_at,

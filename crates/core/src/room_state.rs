@@ -24,6 +24,12 @@ use crate::{EntityStore, HistoryEntry, LockTable, Millis, RoomConfig};
 /// states: members are ordered by session id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoomState {
+    /// The layout of this data (`v`; absent in states written before it was
+    /// recorded, which are format 1). A node refuses a state whose format it
+    /// does not know (see [`validate`](Self::validate)) rather than misread a
+    /// newer node's snapshot during a rolling upgrade.
+    #[serde(rename = "v", default = "first_format")]
+    pub format: u32,
     /// Room id.
     pub id: String,
     /// Display name.
@@ -105,7 +111,14 @@ impl std::fmt::Display for InvalidRoomState {
 
 impl std::error::Error for InvalidRoomState {}
 
+fn first_format() -> u32 {
+    1
+}
+
 impl RoomState {
+    /// The format this version of Plaza writes and reads.
+    pub const FORMAT: u32 = 1;
+
     /// Checks what an imported room relies on and an exported state always
     /// satisfies: a gap-free history ending at `seq`, unique sessions and
     /// resume tokens, unique recent ids within the dedup window, and counters
@@ -113,6 +126,13 @@ impl RoomState {
     /// never reused).
     pub fn validate(&self) -> Result<(), InvalidRoomState> {
         let bad = |m: String| Err(InvalidRoomState(m));
+        if self.format != Self::FORMAT {
+            return bad(format!(
+                "state format {} (this node reads format {}: a newer node wrote it?)",
+                self.format,
+                Self::FORMAT
+            ));
+        }
         for pair in self.history.windows(2) {
             if pair[0].seq.checked_add(1) != Some(pair[1].seq) {
                 return bad(format!(
@@ -182,6 +202,7 @@ mod tests {
 
     fn state(history: Vec<Arc<HistoryEntry>>) -> RoomState {
         RoomState {
+            format: RoomState::FORMAT,
             id: "r".into(),
             name: "R".into(),
             created_at: 0,
@@ -193,6 +214,16 @@ mod tests {
             locks: LockTable::default(),
             members: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_state_without_a_format_is_format_1() {
+        let mut v = serde_json::to_value(state(Vec::new())).unwrap();
+        assert_eq!(v["v"], 1);
+        v.as_object_mut().unwrap().remove("v");
+        let read: RoomState = serde_json::from_value(v).unwrap();
+        assert_eq!(read.format, 1);
+        assert_eq!(read.validate(), Ok(()));
     }
 
     #[test]
@@ -249,6 +280,13 @@ mod tests {
     fn validate_refuses_what_import_cannot_continue_from() {
         let ok = state(vec![entry(4, b"a"), entry(5, b"b")]);
         assert_eq!(ok.validate(), Ok(()));
+        let mut newer = ok.clone();
+        newer.format = RoomState::FORMAT + 1;
+        assert!(newer
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("format 2"));
         assert!(state(vec![entry(4, b"a"), entry(6, b"b")])
             .validate()
             .is_err());
