@@ -667,16 +667,20 @@ impl<S> Room<S> {
         reason: LeaveReason,
         now: Millis,
     ) -> Vec<Arc<HistoryEntry>> {
+        // Leases that ran out before the departure end as `expired`, as the
+        // next tick would have said: only live ones end with the session.
         let mut out: Vec<_> = self
             .locks
-            .release_all(session)
+            .expire(now)
             .into_iter()
-            .map(|l| {
-                // A session that resumes must learn its locks ended (it
-                // gets no snapshot, only the missed events).
-                self.push_requested(session, unlocked(l, UnlockReason::Disconnected), now)
-            })
+            .map(|l| self.push(None, None, unlocked(l, UnlockReason::Expired), now))
             .collect();
+        let released = self.locks.release_all(session);
+        out.extend(released.into_iter().map(|l| {
+            // A session that resumes must learn its locks ended (it gets no
+            // snapshot, only the missed events).
+            self.push_requested(session, unlocked(l, UnlockReason::Disconnected), now)
+        }));
         let body = EventBody::PresenceLeave {
             session: session.to_owned(),
             reason,

@@ -3,7 +3,7 @@
 use crate::common::*;
 use plaza_core::{LockTable, RoomConfig};
 use plaza_protocol::ErrorCode;
-use serde_json::json;
+use serde_json::{json, Value};
 
 fn three() -> plaza_core::Room<u32> {
     let mut r = room_with(RoomConfig {
@@ -312,4 +312,26 @@ fn lock_table_edge_cases() {
     assert!(t.holder("far", u64::MAX - 1).is_some());
     let r = t.renew("far", "s1", u64::MAX, 2_000).unwrap();
     assert_eq!(r.expires_at, u64::MAX);
+}
+
+#[test]
+fn a_lapsed_lease_of_a_departing_session_ends_as_expired() {
+    let mut r = room();
+    join(&mut r, 1, 0); // 1
+    join(&mut r, 2, 0); // 2
+    ok(&mut r, 1, acquire("old", Some(100)), 10); // 3, until 110
+    ok(&mut r, 1, acquire("live", Some(10_000)), 20); // 4
+
+    // No tick ran since the first lease lapsed at 110.
+    let d = r.disconnect(&sid(1), 200);
+    let frames: Vec<Value> = d.iter().map(|e| frame(e)).collect();
+    assert_eq!(frames[0]["kind"], "lock.released");
+    assert_eq!(frames[0]["object"], "old");
+    assert_eq!(frames[0]["reason"], "expired");
+    assert!(frames[0].get("from").is_none(), "nobody caused an expiry");
+    assert_eq!(frames[1]["object"], "live");
+    assert_eq!(frames[1]["reason"], "disconnected");
+    assert_eq!(frames[2]["kind"], "presence.leave");
+    assert_eq!(d.len(), 3);
+    assert!(r.tick(300).is_empty(), "nothing left to expire");
 }
