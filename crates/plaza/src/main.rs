@@ -147,6 +147,12 @@ struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     #[serde(skip_serializing_if = "Option::is_none")]
     web_dir: Option<PathBuf>,
+    /// The secret (at least 16 bytes) that creating and deleting rooms and minting
+    /// tickets must present as `Authorization: Bearer <key>`; better given as
+    /// PLAZA_API_KEY than on the command line [default: none, those calls are open].
+    #[arg(long, value_name = "KEY")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    api_key: Option<String>,
 }
 
 fn load_config(args: &ServeArgs) -> Result<ServerConfig, Box<figment::Error>> {
@@ -202,12 +208,26 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
             config.node_id
         )));
     }
+    if !config.api_key.is_empty() && config.api_key.len() < plaza_server::config::MIN_API_KEY_LEN {
+        return Err(std::io::Error::other(format!(
+            "api_key is {} bytes: use at least {} (e.g. `openssl rand -hex 24`)",
+            config.api_key.len(),
+            plaza_server::config::MIN_API_KEY_LEN
+        )));
+    }
     if let Some(dir) = &config.web_dir {
         config.web_dir =
             Some(plaza_server::config::check_web_dir(dir).map_err(std::io::Error::other)?);
     }
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;
     let addr = listener.local_addr()?;
+    if config.api_key.is_empty() && !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "anyone who reaches this address can create and delete rooms and mint tickets: \
+             set api_key (PLAZA_API_KEY)"
+        );
+    }
     let (node, cluster) = if config.redis.is_empty() {
         (Node::new(config, Arc::new(MemoryBroker::new())), None)
     } else {

@@ -57,6 +57,8 @@ pub enum ErrorCode {
     NotFound,
     /// HTTP: the path exists, but not with this method.
     MethodNotAllowed,
+    /// HTTP: a management call without the right `api_key`.
+    Unauthorized,
     /// Cluster mode: the shared broker (Redis) cannot be reached; nothing was
     /// done. Retry (with the same message `id`) once it is back.
     BrokerUnavailable,
@@ -93,6 +95,7 @@ impl ErrorCode {
         ErrorCode::RoomExists,
         ErrorCode::NotFound,
         ErrorCode::MethodNotAllowed,
+        ErrorCode::Unauthorized,
         ErrorCode::BrokerUnavailable,
         ErrorCode::Internal,
     ];
@@ -126,6 +129,7 @@ impl ErrorCode {
             ErrorCode::RoomExists => "room_exists",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::BrokerUnavailable => "broker_unavailable",
             ErrorCode::Internal => "internal",
         }

@@ -62,7 +62,15 @@ pub struct ServerConfig {
     /// is looked up as a file under it. `None` serves the built-in demo page
     /// at `/`. See [`check_web_dir`] for what it must contain.
     pub web_dir: Option<PathBuf>,
+    /// The secret that management calls (creating and deleting rooms,
+    /// minting tickets) must present as `Authorization: Bearer <key>`, at
+    /// least [`MIN_API_KEY_LEN`] bytes. Empty: those calls are open, for
+    /// development on a trusted machine.
+    pub api_key: String,
 }
+
+/// The shortest `api_key` accepted: a guessable key is no protection.
+pub const MIN_API_KEY_LEN: usize = 16;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -90,6 +98,7 @@ impl Default for ServerConfig {
             room_linger_ms: 30_000,
             redis: String::new(),
             web_dir: None,
+            api_key: String::new(),
         }
     }
 }

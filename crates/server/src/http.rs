@@ -140,6 +140,49 @@ pub(crate) fn router(node: Arc<Node>) -> Router {
     .with_state(node)
 }
 
+/// Proof that a management call (creating or deleting a room, minting a
+/// ticket) presented the node's `api_key`, or that none is set. Checked before
+/// the body is read, so an unauthorised call learns nothing about it.
+pub(crate) struct Management;
+
+impl axum::extract::FromRequestParts<Arc<Node>> for Management {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        node: &Arc<Node>,
+    ) -> Result<Self, Self::Rejection> {
+        let key = node.config().api_key.as_bytes();
+        if key.is_empty() {
+            return Ok(Management);
+        }
+        let given = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        // Constant time: how much of a guess matched must not show in timings.
+        let valid =
+            given.is_some_and(|g| bool::from(subtle::ConstantTimeEq::ct_eq(g.as_bytes(), key)));
+        if valid {
+            return Ok(Management);
+        }
+        let message = if given.is_some() {
+            "wrong API key"
+        } else {
+            "this call needs the API key: Authorization: Bearer <api_key>"
+        };
+        let mut res = ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, message)
+            .into_response();
+        res.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"plaza\""),
+        );
+        Err(res)
+    }
+}
+
 /// What an unknown path gets: 404 `not_found`.
 async fn no_such_route() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, "no such route")
@@ -236,6 +279,7 @@ async fn list_rooms(State(node): State<Arc<Node>>) -> ApiResult<Response> {
 }
 
 async fn create_room(
+    _: Management,
     State(node): State<Arc<Node>>,
     body: Result<Json<Value>, JsonRejection>,
 ) -> ApiResult<Response> {
@@ -265,6 +309,7 @@ async fn get_room(State(node): State<Arc<Node>>, Path(id): Path<String>) -> ApiR
 }
 
 async fn delete_room(
+    _: Management,
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
@@ -288,6 +333,7 @@ struct TicketRequest {
 }
 
 async fn create_ticket(
+    _: Management,
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
     body: Result<Json<Value>, JsonRejection>,

@@ -145,7 +145,12 @@ export function showLobby(root: HTMLElement, callbacks: LobbyCallbacks): () => v
         callbacks.join(id);
       })
       .catch((err: unknown) => {
-        const text = err instanceof ApiError && err.code === 'room_exists' ? `Room ${id} exists already` : String(err);
+        const text =
+          err instanceof ApiError && err.code === 'room_exists'
+            ? `Room ${id} exists already`
+            : err instanceof ApiError && err.code === 'unauthorized'
+              ? 'This server creates rooms only with its API key (api_key): join an existing room'
+              : String(err);
         toast(text, 'error');
       })
       .finally(() => {

@@ -182,3 +182,21 @@ fn sigterm_tells_clients_to_reconnect_and_exits_within_the_grace() {
         assert!(status.success(), "exit status {status:?}");
     });
 }
+
+#[test]
+fn a_short_api_key_stops_serve_and_a_good_one_guards_management_calls() {
+    let out = Command::new(env!("CARGO_BIN_EXE_plaza"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("PLAZA_API_KEY", "short")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "exit status {:?}", out.status);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("api_key is 5 bytes"), "{stderr}");
+    assert!(!stderr.contains("short"), "never echo the key: {stderr}");
+
+    let p = start(&[], &[("PLAZA_API_KEY", "0123456789abcdef0123")]);
+    let refused = http_post(&p.addr, "/v1/rooms", r#"{"id": "guarded"}"#);
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    assert!(refused.contains("\"unauthorized\""), "{refused}");
+}

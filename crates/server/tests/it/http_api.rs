@@ -394,3 +394,71 @@ async fn a_known_path_with_another_method_is_405_with_a_json_body() {
         );
     }
 }
+
+#[tokio::test]
+async fn with_an_api_key_management_calls_need_it_and_reads_do_not() {
+    const KEY: &str = "k3y-0123456789abcdef";
+    let s = TestServer::with_config(plaza_server::ServerConfig {
+        api_key: KEY.into(),
+        ..plaza_server::ServerConfig::default()
+    })
+    .await;
+    let calls = [
+        (
+            reqwest::Method::POST,
+            "/v1/rooms",
+            Some(json!({"id": "kept"})),
+        ),
+        (
+            reqwest::Method::POST,
+            "/v1/rooms/kept/tickets",
+            Some(json!({"name": "ann"})),
+        ),
+        (reqwest::Method::DELETE, "/v1/rooms/kept", None),
+    ];
+    // Refused without the key, with another key, and with a scheme other than Bearer.
+    for auth in [
+        None,
+        Some("Bearer wrong-key-0123456789"),
+        Some(&*format!("Basic {KEY}")),
+    ] {
+        for (method, path, body) in &calls {
+            let mut req = s.http.request(method.clone(), s.url(path));
+            if let Some(a) = auth {
+                req = req.header("authorization", a);
+            }
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status(), 401, "{method} {path} with {auth:?}");
+            assert_eq!(r.headers()["www-authenticate"], "Bearer realm=\"plaza\"");
+            let v: Value = r.json().await.unwrap();
+            assert_eq!(v["error"]["code"], "unauthorized", "{v}");
+        }
+    }
+    let (status, v) = s.get("/v1/rooms").await;
+    assert_eq!(
+        (status, v["rooms"].as_array().map(Vec::len)),
+        (200, Some(0)),
+        "nothing was created"
+    );
+
+    // Accepted with it, in the same order.
+    let bearer = format!("Bearer {KEY}");
+    let mut statuses = Vec::new();
+    for (method, path, body) in &calls {
+        let mut req = s
+            .http
+            .request(method.clone(), s.url(path))
+            .header("authorization", &bearer);
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        statuses.push(req.send().await.unwrap().status().as_u16());
+    }
+    assert_eq!(statuses, [201, 201, 204]);
+    // Reads stay open.
+    assert_eq!(s.get("/v1/rooms").await.0, 200);
+    assert_eq!(s.get("/v1/status").await.0, 200);
+}
