@@ -2,8 +2,9 @@
 //! the server's multi-node behaviour can be tested without Redis.
 //!
 //! Besides the [`Cluster`] behaviour it can simulate the failures a real
-//! broker has: a node crashing ([`MemoryCluster::kill_node`]) and the broker
-//! itself going away for a while ([`MemoryCluster::set_available`]).
+//! broker has: a node crashing ([`MemoryCluster::kill_node`]), the broker
+//! itself going away for a while ([`MemoryCluster::set_available`]), and a
+//! node missing notices ([`MemoryCluster::set_deaf`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -45,6 +46,8 @@ struct NodeState {
     /// stay dead.
     incarnation: u64,
     alive: bool,
+    /// While set, the node's subscriptions miss every entry.
+    deaf: bool,
     subscriptions: HashMap<String, LogListener>,
 }
 
@@ -107,6 +110,16 @@ impl MemoryCluster {
         }
     }
 
+    /// Simulates lost notices: while `deaf`, node `id`'s subscriptions get
+    /// no [`LogNotice::Entry`] (its calls still work, its appends land), as
+    /// when a real broker's pub/sub messages are dropped. It learns of the gap
+    /// from the first entry it hears afterwards.
+    pub fn set_deaf(&self, id: &str, deaf: bool) {
+        if let Some(node) = self.lock().nodes.get_mut(id) {
+            node.deaf = deaf;
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Hub> {
         // A panicking listener must not take every other test node down.
         self.hub.lock().unwrap_or_else(|p| p.into_inner())
@@ -165,7 +178,7 @@ impl MemoryNode {
         }
         let position = LogPosition { n: entry.n, ts };
         // Called under the lock so every listener sees one order per room.
-        for node in hub.nodes.values().filter(|n| n.alive) {
+        for node in hub.nodes.values().filter(|n| n.alive && !n.deaf) {
             if let Some(listener) = node.subscriptions.get(room) {
                 listener(LogNotice::Entry(entry.clone()));
             }

@@ -527,6 +527,7 @@ impl Replica {
             }
             return Err(ClusterError::Trimmed(self.id.clone()));
         }
+        let skipping = self.room.is_some();
         let state: plaza_core::RoomState = serde_json::from_slice(&bytes)
             .map_err(|e| ClusterError::Unavailable(format!("unreadable snapshot: {e}")))?;
         state
@@ -555,10 +556,30 @@ impl Replica {
             }
             keep
         });
+        if skipping {
+            self.restart_waiting();
+        }
         self.room = Some(room);
         self.applied = n;
         self.snapshot_at = self.snapshot_at.max(n);
         Ok(())
+    }
+
+    /// After skipping entries to a snapshot: the records of this node's
+    /// waiting commands may be among the skipped ones, and their answers
+    /// would never come. Their connections are told to reconnect (1012): a
+    /// resume then replays what became of each (its own state changes
+    /// included), and unacknowledged publishes are retried by id.
+    fn restart_waiting(&mut self) {
+        for (_, p) in self.pending.drain() {
+            p.outbox.control().close(CloseCode::Restarting);
+            if let Waiter::Join(reply) = p.waiter {
+                let _ = reply.send(Err(RoomError::new(
+                    ErrorCode::BrokerUnavailable,
+                    "the room's log moved on while joining: reconnect and join again",
+                )));
+            }
+        }
     }
 
     /// Applies the entry at `applied + 1`.

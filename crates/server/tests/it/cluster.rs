@@ -386,3 +386,53 @@ async fn a_join_during_an_outage_is_refused_clearly_and_works_once_the_broker_is
     let (_, joined) = c.nodes[1].join("out", "bea").await;
     assert_eq!(joined["type"], "joined");
 }
+
+#[tokio::test]
+async fn a_replica_that_skips_to_a_snapshot_restarts_connections_waiting_for_answers() {
+    // node-0 misses the notices of 300 entries in a log that keeps 300: it
+    // can only catch up from a snapshot, past the record of a request it
+    // has not answered. That answer would never come, so the connection is
+    // told to reconnect (1012), and the resume replays the change it made.
+    let config = ServerConfig {
+        rate_limit_per_sec: 10_000,
+        rate_limit_burst: 10_000,
+        ..ServerConfig::default()
+    };
+    let c = cluster_on(MemoryCluster::with_log_capacity(300), 2, config).await;
+    c.nodes[0].create_room(json!({"id": "lag"})).await;
+    let (mut ann, ann_joined) = c.nodes[0].join("lag", "ann").await;
+    let (mut bob, _) = c.nodes[1].join("lag", "bob").await;
+    let (ping, _) = ann.publish("lag", "m", json!("before")).await;
+    let resume = json!({"token": ann_joined["resume_token"], "last_seq": ping["seq"]});
+    bob.recv_event("message").await;
+
+    c.hub.set_deaf("node-0", true);
+    ann.send(
+        json!({"type": "request", "room": "lag", "nonce": 1, "op": "entity.create",
+                    "args": {"kind": "note", "data": {"by": "ann"}}}),
+    )
+    .await;
+    let (created, _) = bob.recv_event("entity.created").await;
+    for i in 0..300 {
+        bob.send(json!({"type": "publish", "room": "lag", "event": "m", "data": i}))
+            .await;
+    }
+    for _ in 0..300 {
+        bob.recv_until(|v| v["type"] == "ack").await;
+    }
+    c.hub.set_deaf("node-0", false);
+    // The next entry shows node-0 the gap, which only a snapshot now covers.
+    bob.publish("lag", "m", json!("wake")).await;
+    assert_eq!(ann.closed().await, crate::support::Closed::Code(1012));
+
+    // ann resumes (anywhere) and learns of its own change among the missed events.
+    let mut again = c.nodes[1].connect().await;
+    again
+        .send(json!({"type": "join", "room": "lag", "name": "ann", "resume": resume}))
+        .await;
+    let joined = again.recv_type("joined").await;
+    assert_eq!(joined["resumed"], true, "{joined}");
+    let (mine, _) = again.recv_event("entity.created").await;
+    assert_eq!(mine["seq"], created["seq"]);
+    assert_eq!(mine["entity"]["data"], json!({"by": "ann"}));
+}
