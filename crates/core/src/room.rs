@@ -102,6 +102,9 @@ pub struct Member<S> {
     pub info: MemberInfo,
     /// Subscribed channels.
     pub channels: Vec<String>,
+    /// The room's seq when it subscribed to a channel after joining: a
+    /// resume replays that channel's messages only from there on.
+    subscribed_at: HashMap<String, u64>,
     /// Where its frames go while connected; `None` while disconnected.
     pub sink: Option<S>,
     resume_token: String,
@@ -386,6 +389,7 @@ impl<S> Room<S> {
             Member {
                 info: info.clone(),
                 channels,
+                subscribed_at: HashMap::new(),
                 sink: Some(p.sink),
                 resume_token: p.resume_token,
                 disconnected_at: None,
@@ -439,7 +443,7 @@ impl<S> Room<S> {
                 self.log
                     .since(last_seq)
                     .expect("checked above")
-                    .filter(|e| replayed(e, &session, &m.channels))
+                    .filter(|e| replayed(e, &session, m))
                     .cloned()
                     .collect()
             }
@@ -552,6 +556,15 @@ impl<S> Room<S> {
                 name: m.info.name.clone(),
                 platform: m.info.platform.clone(),
                 channels: m.channels.clone(),
+                subscribed_at: {
+                    let mut at: Vec<(String, u64)> = m
+                        .subscribed_at
+                        .iter()
+                        .map(|(c, s)| (c.clone(), *s))
+                        .collect();
+                    at.sort_unstable();
+                    at
+                },
                 resume_token: m.resume_token.clone(),
                 owner: m.sink.as_ref().map(&owner),
                 disconnected_at: m.disconnected_at,
@@ -611,6 +624,7 @@ impl<S> Room<S> {
                         platform: m.platform,
                     },
                     channels: m.channels,
+                    subscribed_at: m.subscribed_at.into_iter().collect(),
                     sink,
                     resume_token: m.resume_token,
                     disconnected_at: m.disconnected_at,
@@ -945,6 +959,7 @@ impl<S> Room<S> {
             Op::ChannelSubscribe { channel } => {
                 self.check_channels(std::slice::from_ref(&channel))?;
                 let max = self.config.max_channels;
+                let seq = self.seq;
                 let m = self.connected_member(session)?;
                 if !m.channels.contains(&channel) {
                     if m.channels.len() >= max {
@@ -953,6 +968,7 @@ impl<S> Room<S> {
                             format!("at most {max} channels per member"),
                         ));
                     }
+                    m.subscribed_at.insert(channel.clone(), seq);
                     m.channels.push(channel);
                 }
                 Ok(outcome(json!({"channels": m.channels}), Vec::new()))
@@ -960,6 +976,7 @@ impl<S> Room<S> {
             Op::ChannelUnsubscribe { channel } => {
                 let m = self.connected_member(session)?;
                 m.channels.retain(|c| *c != channel);
+                m.subscribed_at.remove(&channel);
                 Ok(outcome(json!({"channels": m.channels}), Vec::new()))
             }
         }
@@ -1110,10 +1127,18 @@ enum SenderCopy {
 }
 
 /// Whether a session that resumes gets `entry` among its missed events: what
-/// it would have received live, and the state changes it asked for itself.
-fn replayed(entry: &HistoryEntry, session: &str, channels: &[String]) -> bool {
-    (entry.replay_to_sender && entry.from.as_deref() == Some(session))
-        || visible(entry, session, channels)
+/// it would have received live (not messages of a channel from before it
+/// subscribed), and the state changes it asked for itself.
+fn replayed<S>(entry: &HistoryEntry, session: &str, m: &Member<S>) -> bool {
+    if entry.replay_to_sender && entry.from.as_deref() == Some(session) {
+        return true;
+    }
+    let before_subscribing = entry
+        .channel
+        .as_ref()
+        .and_then(|c| m.subscribed_at.get(c))
+        .is_some_and(|at| entry.seq <= *at);
+    !before_subscribing && visible(entry, session, &m.channels)
 }
 
 /// Whether `session`, subscribed to `channels`, receives `entry`: not its own

@@ -89,6 +89,10 @@ pub struct MemberState {
     /// the order decides which id the dedup window forgets next.
     #[serde(rename = "r", default, skip_serializing_if = "Vec::is_empty")]
     pub recent: Vec<(String, u64)>,
+    /// Channels subscribed after joining, with the room's seq then, ordered
+    /// by channel (`a`): a resume replays their messages only from there on.
+    #[serde(rename = "a", default, skip_serializing_if = "Vec::is_empty")]
+    pub subscribed_at: Vec<(String, u64)>,
 }
 
 fn main_only() -> Vec<String> {
@@ -257,6 +261,7 @@ mod tests {
             owner: None,
             disconnected_at: Some(5),
             recent: Vec::new(),
+            subscribed_at: Vec::new(),
         };
         let json = serde_json::to_string(&m).unwrap();
         assert_eq!(json, r#"{"s":"s1","n":"n","p":"p","t":"t","d":5}"#);
@@ -266,12 +271,13 @@ mod tests {
             owner: Some("node-2".into()),
             disconnected_at: None,
             recent: vec![("b".into(), 9), ("a".into(), u64::MAX)],
+            subscribed_at: vec![("side".into(), 7)],
             ..m
         };
         let json = serde_json::to_string(&m).unwrap();
         assert_eq!(
             json,
-            r#"{"s":"s1","n":"n","p":"p","c":["side"],"t":"t","o":"node-2","r":[["b",9],["a",18446744073709551615]]}"#
+            r#"{"s":"s1","n":"n","p":"p","c":["side"],"t":"t","o":"node-2","r":[["b",9],["a",18446744073709551615]],"a":[["side",7]]}"#
         );
         assert_eq!(serde_json::from_str::<MemberState>(&json).unwrap(), m);
     }
@@ -308,6 +314,7 @@ mod tests {
             owner: None,
             disconnected_at: Some(0),
             recent: Vec::new(),
+            subscribed_at: Vec::new(),
         };
         let mut s = ok.clone();
         s.members = vec![member("a", "t1"), member("b", "t2")];

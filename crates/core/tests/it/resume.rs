@@ -96,6 +96,34 @@ fn resume_skips_channels_the_session_left() {
 }
 
 #[test]
+fn resume_skips_messages_of_a_channel_from_before_the_subscription() {
+    let mut r = room();
+    join(&mut r, 1, 0); // 1
+    join(&mut r, 2, 0); // 2
+    r.publish(&sid(2), msg("side", "early"), 1).unwrap(); // 3, s1 not on "side"
+    ok(&mut r, 1, subscribe("side"), 2); // at seq 3
+    r.publish(&sid(2), msg("side", "late"), 3).unwrap(); // 4
+    ok(&mut r, 1, unsubscribe("side"), 4);
+    r.publish(&sid(2), msg("side", "away"), 5).unwrap(); // 5
+    ok(&mut r, 1, subscribe("side"), 6); // again, at seq 5
+    r.publish(&sid(2), msg("side", "back"), 7).unwrap(); // 6
+    r.disconnect(&sid(1), 8); // 7
+                              // The client saw up to seq 2: it resumes from there.
+    let j = r.join(params(1), resume("t1", 2), 9).unwrap();
+    assert!(j.frame.resumed);
+    let events: Vec<String> = j
+        .missed
+        .iter()
+        .map(|e| frame(e)["event"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(events, ["back"], "only what it would have received live");
+    // The subscription seqs travel with the room's state.
+    let exported = r.export(|s| s.to_string());
+    let s1 = exported.members.iter().find(|m| m.session == "s1").unwrap();
+    assert_eq!(s1.subscribed_at, [("side".to_owned(), 5)]);
+}
+
+#[test]
 fn truncated_history_resyncs_the_same_session_with_a_snapshot() {
     let mut r = room_with(RoomConfig {
         history_size: 3,
