@@ -61,6 +61,10 @@ interface EventBase {
 }
 
 /** `message` event: a publish. */
+/**
+ * A `message` event. Also exported as {@link RoomMessage}, which does not clash with the
+ * DOM's `MessageEvent` in browser code.
+ */
 export interface MessageEvent extends EventBase {
   kind: 'message';
   channel: string;
@@ -169,3 +173,6 @@ export type ClientFrame =
   | { type: 'request'; room: string; nonce: number; op: string; args: Json }
   | { type: 'direct'; room: string; to: string; event: string; data?: Json }
   | { type: 'ping'; ts?: number };
+
+/** The DOM-safe name of {@link MessageEvent}. */
+export type RoomMessage = MessageEvent;

@@ -8,7 +8,9 @@ export type ReplicaChange =
   /** The entity with this id was created, changed or deleted (confirmed or optimistically). */
   | { type: 'entity'; id: string }
   /** The lock on this object was granted, renewed or released. */
-  | { type: 'lock'; object: string };
+  | { type: 'lock'; object: string }
+  /** An entity this client created got its server id: `from` (`~N`) is now `to`. */
+  | { type: 'renamed'; from: string; to: string };
 
 /** Events of a {@link RoomReplica}. */
 export type ReplicaEvents = {
@@ -156,6 +158,11 @@ export class RoomReplica extends Emitter<ReplicaEvents> {
       if (change.id === from) this.pending.set(key, { ...change, id: to });
     }
     this.changed(from);
+  }
+
+  /** @internal Tells listeners that `from` is now `to` (after both are in the view). */
+  _announceRename(from: string, to: string): void {
+    this.emit('change', { type: 'renamed', from, to });
   }
 
   private changed(id: string): void {

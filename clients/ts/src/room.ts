@@ -301,6 +301,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
         this.state._settlePending(key);
         this.state._renamePending(tempId, result.entity.id);
         this.state._confirmEntity(result.entity);
+        this.state._announceRename(tempId, result.entity.id);
       },
       failed: () => this.state._settlePending(key),
     }).then((r) => r.entity);

@@ -85,6 +85,10 @@ describe('local replica', () => {
   it('gives an optimistic entity its server id, and operations on it wait for that id', async () => {
     const room = await createRoom();
     const { roomA, roomB } = await twoMembersIn(room);
+    const renames: ReplicaChange[] = [];
+    roomB.state.on('change', (c) => {
+      if (c.type === 'renamed') renames.push(c);
+    });
     const created = roomB.createEntity('note', { text: 'draft' });
     expect(roomB.state.entity('~1')).toEqual({ id: '~1', kind: 'note', data: { text: 'draft' }, version: 0 });
     const patched = roomB.patchEntity('~1', { text: 'final' });
@@ -95,6 +99,7 @@ describe('local replica', () => {
     expect(await patched).toEqual({ id: 'e1', kind: 'note', data: { text: 'final' }, version: 2 });
     expect(roomB.state.entity('~1')).toBeUndefined();
     expect(roomB.state.entities()).toEqual([{ id: 'e1', kind: 'note', data: { text: 'final' }, version: 2 }]);
+    expect(renames).toEqual([{ type: 'renamed', from: '~1', to: 'e1' }]);
     await replicaUntil(roomA, () => roomA.state.entity('e1')?.version === 2);
     expect(roomA.state.entities()).toEqual(roomB.state.entities());
   });

@@ -10,8 +10,9 @@ import {
   type Entity,
   type Json,
   type Member,
-  type MessageEvent as PlazaMessage,
   type PresenceEvent,
+  type ReplicaChange,
+  type RoomMessage as PlazaMessage,
   type RoomHandle,
 } from '@plaza/client';
 import { Motion } from './motion';
@@ -436,7 +437,7 @@ export class RoomView {
 
   // ---- the replica ----
 
-  private onChange(change: { type: 'reset' } | { type: 'entity'; id: string } | { type: 'lock'; object: string }): void {
+  private onChange(change: ReplicaChange): void {
     const room = this.room;
     if (!room || this.ended) return;
     const t = now();
@@ -464,6 +465,9 @@ export class RoomView {
       } else {
         this.syncAvatar(entity, t, false);
       }
+    } else if (change.type === 'renamed') {
+      // Our entity got its server id: `entity` changes already moved its drawing.
+      return;
     } else {
       const lock = room.state.lock(change.object);
       const drag = this.drag;
