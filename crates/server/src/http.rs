@@ -213,6 +213,18 @@ fn web_app(dir: &std::path::Path) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .fallback_service(files)
         .layer(axum::middleware::from_fn(web_cache_control))
+        .layer(axum::middleware::from_fn(hide_dotfiles))
+}
+
+/// Files and directories whose names start with a dot (`.env`, `.git/`) are
+/// not served: they are not part of a built web app, and often secret.
+async fn hide_dotfiles(req: Request, next: Next) -> Response {
+    // Decoded as ServeDir will decode it, so `%2eenv` is caught too.
+    let path = percent_encoding::percent_decode_str(req.uri().path()).decode_utf8_lossy();
+    if path.split('/').any(|segment| segment.starts_with('.')) {
+        return no_such_route().await.into_response();
+    }
+    next.run(req).await
 }
 
 /// Cache lifetimes of served files: Vite names what it puts under `assets/`

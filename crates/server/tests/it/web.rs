@@ -195,6 +195,35 @@ async fn web_dir_paths_never_escape_the_directory() {
 }
 
 #[tokio::test]
+async fn web_dir_hides_dotfiles() {
+    let tree = WebTree::new();
+    let web = tree.web();
+    std::fs::write(web.join(".env"), OUTSIDE).unwrap();
+    std::fs::create_dir_all(web.join(".git")).unwrap();
+    std::fs::write(web.join(".git/config"), OUTSIDE).unwrap();
+    std::fs::write(web.join("assets/.secret"), OUTSIDE).unwrap();
+    let s = serving(&web).await;
+    for target in [
+        "/.env",
+        "/%2eenv",
+        "/.git/config",
+        "/assets/.secret",
+        "/assets/%2Esecret",
+    ] {
+        let (status, response) = raw_get(&s, target).await;
+        assert!(status.contains(" 404 "), "{target}: {status}");
+        assert!(!response.contains(OUTSIDE), "{target}: {response}");
+        assert!(
+            response.contains(r#""code":"not_found""#),
+            "{target}: {response}"
+        );
+    }
+    // Ordinary files next to them are served.
+    let (status, _) = raw_get(&s, "/assets/app-1234.js").await;
+    assert!(status.contains(" 200 "), "{status}");
+}
+
+#[tokio::test]
 async fn web_dir_api_routes_win_over_files() {
     let tree = WebTree::new();
     // Files named like API routes are never served.
