@@ -33,6 +33,10 @@ const READ_BATCH: usize = 512;
 const LIVENESS_EVERY: Duration = Duration::from_millis(plaza_broker::NODE_HEARTBEAT_MS * 2);
 /// Wait before retrying a failed catch-up or a change that must not be lost.
 const RETRY_AFTER: Duration = Duration::from_millis(500);
+/// How long after a deadline a node that is not the room's ticker asks for
+/// the tick itself, in case the ticker cannot (it is stuck, or dead and not
+/// yet declared so).
+const TICK_FALLBACK: Duration = Duration::from_secs(2);
 
 /// Starts hosting room `id` on this node. The replica loads the room's latest
 /// snapshot and log before it takes commands; if it cannot, it refuses the
@@ -868,14 +872,31 @@ impl Replica {
     /// The next time the room's clock has work, unless a tick for it was asked
     /// for lately (the broker's clock may lag this node's a little).
     fn tick_deadline(&self) -> Option<tokio::time::Instant> {
-        let at = self.room.as_ref()?.next_deadline()?;
+        let room = self.room.as_ref()?;
+        let at = room.next_deadline()?;
         let wait = match self.tick_asked {
             Some((asked, when)) if asked == at => {
                 (when + RETRY_AFTER).saturating_duration_since(Instant::now())
             }
             _ => Duration::from_millis(at.saturating_sub(now_ms())),
         };
+        let wait = if self.is_ticker(room) {
+            wait
+        } else {
+            wait + TICK_FALLBACK
+        };
         Some(tokio::time::Instant::now() + wait)
+    }
+
+    /// Whether this node asks for the room's ticks: the node with the
+    /// smallest id among those its connected members are on. Every replica
+    /// agrees on it, so one tick is appended per deadline instead of one per
+    /// hosting node; when no node has members, every host asks.
+    fn is_ticker(&self, room: &Room<Sink>) -> bool {
+        room.connected_sinks()
+            .map(|s| &*s.node)
+            .min()
+            .is_none_or(|first| first == &*self.me)
     }
 
     fn ask_tick(&mut self) {

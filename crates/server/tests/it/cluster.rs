@@ -436,3 +436,42 @@ async fn a_replica_that_skips_to_a_snapshot_restarts_connections_waiting_for_ans
     assert_eq!(mine["seq"], created["seq"]);
     assert_eq!(mine["entity"]["data"], json!({"by": "ann"}));
 }
+
+#[tokio::test]
+async fn one_node_asks_for_each_tick() {
+    // Members on three nodes: every replica knows when a lease runs out, but
+    // only the node with the smallest id (among those with members) appends
+    // the tick; the others would only after a fallback delay.
+    let c = cluster(3).await;
+    c.nodes[0].create_room(json!({"id": "t"})).await;
+    let (_ann, _) = c.nodes[2].join("t", "ann").await;
+    let (mut bob, _) = c.nodes[1].join("t", "bob").await;
+    let (mut cid, _) = c.nodes[0].join("t", "cid").await;
+    for (object, ttl) in [("short", 300), ("long", 3_000)] {
+        let (r, _) = bob
+            .request(
+                "t",
+                json!(object),
+                "lock.acquire",
+                json!({"object": object, "ttl_ms": ttl}),
+            )
+            .await;
+        assert_eq!(r["ok"], true, "{r}");
+    }
+    // The second expiry comes after the first one's fallback delay (2 s).
+    for object in ["short", "long"] {
+        let (e, _) = cid.recv_event("lock.released").await;
+        assert_eq!(
+            (e["object"].as_str(), e["reason"].as_str()),
+            (Some(object), Some("expired"))
+        );
+    }
+    let log = c.hub.node("observer").read("t", 0, 10_000).await.unwrap();
+    let tickers: Vec<String> = log
+        .iter()
+        .map(|e| serde_json::from_slice::<Value>(&e.payload).unwrap())
+        .filter(|r| r["intent"] == "tick")
+        .map(|r| r["node"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(tickers, ["node-0", "node-0"], "one tick per deadline");
+}
