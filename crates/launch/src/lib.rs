@@ -28,6 +28,7 @@ pub use cluster::{ClusterOptions, CpuQuotas, LocalCluster};
 pub use http::{http_get, HttpResponse};
 pub use lb::{render_config, LbKind, LbOptions, LoadBalancer};
 pub use node::{NodeOptions, NodeProcess};
+pub use proc::tie_children_to_this_thread;
 pub use redis::RedisProcess;
 
 use std::io;

@@ -1,5 +1,6 @@
 //! A child process with a log file, signals to its process group, and waits with deadlines.
 
+use std::cell::Cell;
 use std::fs::OpenOptions;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::process::CommandExt;
@@ -16,6 +17,21 @@ pub(crate) const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 /// How many fresh ports `start` tries when a process exits before it is ready (the port picked
 /// by [`crate::free_port`] may have been taken in between).
 pub(crate) const START_ATTEMPTS: usize = 3;
+
+thread_local! {
+    /// Whether processes this thread starts die with it (see [`tie_children_to_this_thread`]).
+    static TIED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// From now on, every process this thread starts gets SIGTERM when this thread ends (Linux's
+/// parent-death signal), so that a launcher killed with SIGKILL leaves nothing running.
+///
+/// Call it from a thread that outlives the processes it starts, such as the main thread of
+/// `plaza cluster up`; never from a pool thread, which may end while its processes should run
+/// on (the signal follows the thread, not the process).
+pub fn tie_children_to_this_thread() {
+    TIED.with(|t| t.set(true));
+}
 
 /// Why a process did not become ready.
 pub(crate) enum NotReady {
@@ -52,6 +68,23 @@ impl Proc {
             .stdout(out.try_clone()?)
             .stderr(out)
             .process_group(0);
+        if TIED.with(Cell::get) {
+            let launcher = std::process::id() as libc::pid_t;
+            // SAFETY: between fork and exec only prctl(2) and getppid(2) run, which are
+            // async-signal-safe.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    // The launcher may have died before the prctl: nothing would signal then.
+                    if libc::getppid() != launcher {
+                        return Err(io::Error::other("the launcher is gone"));
+                    }
+                    Ok(())
+                });
+            }
+        }
         let child = cmd.spawn().map_err(|e| {
             io::Error::new(
                 e.kind(),

@@ -118,6 +118,9 @@ fn run_up(args: UpArgs) -> Result<(), String> {
         }
     };
     let plaza_bin = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+    // This (main) thread lives as long as the command: if the command is killed outright, the
+    // children are told to stop too, instead of holding their ports.
+    plaza_launch::tie_children_to_this_thread();
     let mut cluster = LocalCluster::start(ClusterOptions {
         plaza_bin,
         nodes: usize::from(args.nodes),

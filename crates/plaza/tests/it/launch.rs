@@ -263,3 +263,76 @@ fn cluster_up_runs_until_sigterm_and_stops_its_children() {
     // A --dir given by the user is kept: the logs are there.
     assert!(dir.path().join("nodes/node-1.log").is_file());
 }
+
+/// Waits until process `pid` (not a child of ours) has exited, or `timeout` passed; returns
+/// whether it exited. A pidfd becomes readable when its process exits.
+fn exits_within(pid: i32, timeout: Duration) -> bool {
+    // SAFETY: pidfd_open(2) takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if fd < 0 {
+        // ESRCH: it is gone already.
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; the fd is ours and closed right after.
+    let ready = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) };
+    unsafe { libc::close(fd) };
+    ready == 1
+}
+
+#[test]
+fn cluster_up_killed_outright_takes_its_children_along() {
+    let port = plaza_launch::free_port().unwrap();
+    let lb: SocketAddr = ([127, 0, 0, 1], port).into();
+    let child = Command::new(PLAZA)
+        .args([
+            "cluster",
+            "up",
+            "--nodes",
+            "1",
+            "--embedded",
+            "--listen",
+            &lb.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut up = ClusterUp {
+        child,
+        pids: Vec::new(),
+    };
+    let stdout = up.child.stdout.take().unwrap();
+    let mut report = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        let done = line.trim_start().starts_with("data and logs");
+        report.push(line);
+        if done {
+            break;
+        }
+    }
+    up.pids = report
+        .iter()
+        .filter_map(|l| l.split("(pid ").nth(1))
+        .map(|p| p.trim_end_matches(')').parse().unwrap())
+        .collect();
+    assert_eq!(up.pids.len(), 2, "the balancer and one node: {report:#?}");
+
+    // SIGKILL: no handler runs, nothing is stopped in order.
+    up.child.kill().unwrap();
+    up.child.wait().unwrap();
+    for pid in &up.pids {
+        assert!(
+            exits_within(*pid, Duration::from_secs(30)),
+            "{pid} outlived a killed cluster up"
+        );
+    }
+    assert!(
+        TcpStream::connect_timeout(&lb, Duration::from_secs(1)).is_err(),
+        "{lb} still accepts connections"
+    );
+}
