@@ -1,4 +1,18 @@
-import type { DebugHighlight, DebugObject } from './room-view';
+/** Read-only state for tests (`window.__plaza`). */
+export interface DebugObject {
+  id: string;
+  x: number;
+  y: number;
+  /** Session id of the lock's holder, or null. */
+  holder: string | null;
+}
+
+export interface DebugHighlight {
+  object: string;
+  /** Session id of the member highlighting it. */
+  by: string;
+  name: string;
+}
 
 declare global {
   interface Window {

@@ -1,4 +1,5 @@
-/** Small DOM and storage helpers shared by the views. */
+/** Small helpers shared by the views: DOM, time, errors, storage. */
+import { PlazaError } from '@plaza/client';
 
 type Attrs = Record<string, string | number | boolean | undefined>;
 
@@ -33,6 +34,22 @@ export function s<K extends keyof SVGElementTagNameMap>(
   setAttrs(el, attrs);
   el.append(...children);
   return el;
+}
+
+/** Adds a window event listener; returns what removes it. */
+export function listen<K extends keyof WindowEventMap>(target: Window, type: K, handler: (ev: WindowEventMap[K]) => void): () => void {
+  target.addEventListener(type, handler);
+  return () => target.removeEventListener(type, handler);
+}
+
+/** The clock of movements and throttles (ms, monotonic). */
+export const now = (): number => performance.now();
+
+export const clamp = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v));
+
+/** The Plaza error code of `err` (`lock_held`, `room_not_found`, …), if it is a PlazaError. */
+export function errorCode(err: unknown): string | undefined {
+  return err instanceof PlazaError ? err.code : undefined;
 }
 
 let toastTimer: ReturnType<typeof setTimeout> | undefined;
