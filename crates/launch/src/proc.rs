@@ -79,7 +79,8 @@ impl Proc {
                     }
                     // The launcher may have died before the prctl: nothing would signal then.
                     if libc::getppid() != launcher {
-                        return Err(io::Error::other("the launcher is gone"));
+                        // No allocation between fork and exec: a plain errno.
+                        return Err(io::Error::from_raw_os_error(libc::ESRCH));
                     }
                     Ok(())
                 });

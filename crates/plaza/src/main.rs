@@ -208,6 +208,8 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
             config.node_id
         )));
     }
+    // A key read from a file often ends with a newline that no client sends.
+    config.api_key = config.api_key.trim().to_owned();
     if !config.api_key.is_empty() && config.api_key.len() < plaza_server::config::MIN_API_KEY_LEN {
         return Err(std::io::Error::other(format!(
             "api_key is {} bytes: use at least {} (e.g. `openssl rand -hex 24`)",
@@ -221,6 +223,11 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
     }
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;
     let addr = listener.local_addr()?;
+    if !config.api_key.is_empty() && config.auto_create_rooms {
+        tracing::warn!(
+            "auto_create_rooms lets any client create rooms over /v1/ws, api_key or not"
+        );
+    }
     if config.api_key.is_empty() && !addr.ip().is_loopback() {
         tracing::warn!(
             %addr,

@@ -160,8 +160,10 @@ impl axum::extract::FromRequestParts<Arc<Node>> for Management {
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
+            // The scheme is case-insensitive (RFC 9110).
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim());
         // Constant time: how much of a guess matched must not show in timings.
         let valid =
             given.is_some_and(|g| bool::from(subtle::ConstantTimeEq::ct_eq(g.as_bytes(), key)));

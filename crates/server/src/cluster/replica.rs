@@ -560,12 +560,28 @@ impl Replica {
             }
             keep
         });
+        // Sessions connected on this node by the snapshot's account, but on
+        // no connection here: joins answered in skipped entries, or members
+        // of an earlier run of this node id. Nothing else would ever
+        // disconnect them (this node is alive, so no `node_down` comes).
+        let me = &self.me;
+        let ghosts: Vec<(u64, String)> = room
+            .connected_sessions(|s: &Sink| *s.node == **me && s.outbox.is_none())
+            .into_iter()
+            .filter_map(|s| {
+                let conn = room.member(&s)?.sink.as_ref()?.conn;
+                Some((conn, s))
+            })
+            .collect();
         if skipping {
             self.restart_waiting();
         }
         self.room = Some(room);
         self.applied = n;
         self.snapshot_at = self.snapshot_at.max(n);
+        for (conn, session) in ghosts {
+            self.submit(conn, Intent::Disconnect { session }, None, true);
+        }
         Ok(())
     }
 
@@ -880,12 +896,15 @@ impl Replica {
             }
             _ => Duration::from_millis(at.saturating_sub(now_ms())),
         };
-        let wait = if self.is_ticker(room) {
-            wait
-        } else {
-            wait + TICK_FALLBACK
-        };
-        Some(tokio::time::Instant::now() + wait)
+        if self.is_ticker(room) {
+            return Some(tokio::time::Instant::now() + wait);
+        }
+        // Others wait until the fallback time after the deadline itself (not
+        // after now: the loop recomputes this on every command, which would
+        // push a relative delay away for ever).
+        let fallback_at = at.saturating_add(TICK_FALLBACK.as_millis() as Millis);
+        let fallback = Duration::from_millis(fallback_at.saturating_sub(now_ms()));
+        Some(tokio::time::Instant::now() + wait.max(fallback))
     }
 
     /// Whether this node asks for the room's ticks: the node with the

@@ -444,8 +444,8 @@ async fn with_an_api_key_management_calls_need_it_and_reads_do_not() {
         "nothing was created"
     );
 
-    // Accepted with it, in the same order.
-    let bearer = format!("Bearer {KEY}");
+    // Accepted with it, in the same order (the scheme in any case).
+    let bearer = format!("bearer {KEY}");
     let mut statuses = Vec::new();
     for (method, path, body) in &calls {
         let mut req = s
