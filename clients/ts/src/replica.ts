@@ -152,17 +152,21 @@ export class RoomReplica extends Emitter<ReplicaEvents> {
     this.changed(change.id);
   }
 
-  /** @internal An optimistically created entity got its id: later pending changes follow it. */
-  _renamePending(from: string, to: string): void {
-    for (const [key, change] of this.pending) {
-      if (change.id === from) this.pending.set(key, { ...change, id: to });
+  /**
+   * @internal The create with `key` got its answer: the entity (server id) replaces `from`,
+   * and pending changes to `from` follow it. Listeners hear `renamed` first, with the view
+   * already final.
+   */
+  _completeCreate(key: number, from: string, entity: Entity): void {
+    this.pending.delete(key);
+    for (const [k, change] of this.pending) {
+      if (change.id === from) this.pending.set(k, { ...change, id: entity.id });
     }
-    this.changed(from);
-  }
-
-  /** @internal Tells listeners that `from` is now `to` (after both are in the view). */
-  _announceRename(from: string, to: string): void {
-    this.emit('change', { type: 'renamed', from, to });
+    this.confirmed.set(entity.id, entity);
+    this.view = undefined;
+    this.emit('change', { type: 'renamed', from, to: entity.id });
+    this.emit('change', { type: 'entity', id: from });
+    this.emit('change', { type: 'entity', id: entity.id });
   }
 
   private changed(id: string): void {

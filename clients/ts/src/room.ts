@@ -146,7 +146,8 @@ interface PendingPublish {
 interface PendingRequest {
   resolve: (result: { [key: string]: Json }) => void;
   reject: (err: PlazaError) => void;
-  timer: ReturnType<typeof setTimeout>;
+  /** Unset once timed out: the entry then only waits to apply a late answer. */
+  timer: ReturnType<typeof setTimeout> | undefined;
 }
 
 /** Join errors after which the same join is tried again on the same connection. */
@@ -178,6 +179,8 @@ export class RoomHandle extends Emitter<RoomEvents> {
   private tempCounter = 0;
   private joinAttempt = 0;
   private joinRetry: ReturnType<typeof setTimeout> | undefined;
+  /** Bumped by every join sent and every drop: a ticket fetched for an older one is dropped. */
+  private joinGeneration = 0;
   private readonly publishes = new Map<string, PendingPublish>();
   private readonly requests = new Map<number, PendingRequest>();
   /** Frames (requests, directs) waiting until the room is live again. */
@@ -236,7 +239,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
    * to `sessionStorage` on `pagehide`. Undefined until joined.
    */
   saveSession(): SavedSession | undefined {
-    if (this.token === undefined || this.sessionId === undefined) return undefined;
+    if (this.status === 'ended' || this.token === undefined || this.sessionId === undefined) return undefined;
     return {
       v: 1,
       room: this.room,
@@ -297,13 +300,11 @@ export class RoomHandle extends Emitter<RoomEvents> {
     const args: { [key: string]: Json } = { data };
     if (kind !== undefined) args['kind'] = kind;
     const created = this.requestWith<{ entity: Entity }>('entity.create', args, options, {
-      ok: (result) => {
+      ok: (result) => this.state._completeCreate(key, tempId, result.entity),
+      failed: () => {
         this.state._settlePending(key);
-        this.state._renamePending(tempId, result.entity.id);
-        this.state._confirmEntity(result.entity);
-        this.state._announceRename(tempId, result.entity.id);
+        this.createdIds.delete(tempId);
       },
-      failed: () => this.state._settlePending(key),
     }).then((r) => r.entity);
     this.createdIds.set(
       tempId,
@@ -336,28 +337,36 @@ export class RoomHandle extends Emitter<RoomEvents> {
    * Takes a lease on `object` (usually an entity id: then others cannot change the entity
    * while it is held). Not optimistic: rejects with `lock_held` if another member holds it.
    */
-  acquireLock(object: string, options: LockOptions & RequestOptions = {}): Promise<Lock> {
-    const args: { [key: string]: Json } = { object };
+  async acquireLock(object: string, options: LockOptions & RequestOptions = {}): Promise<Lock> {
+    const args: { [key: string]: Json } = { object: await this.serverIdOf(object) };
     if (options.ttlMs !== undefined) args['ttl_ms'] = options.ttlMs;
-    return this.requestWith<{ lock: Lock }>('lock.acquire', args, options, {
+    const r = await this.requestWith<{ lock: Lock }>('lock.acquire', args, options, {
       ok: (result) => this.state._confirmLock(result.lock),
-    }).then((r) => r.lock);
+    });
+    return r.lock;
   }
 
   /** Extends this member's lease on `object` by `ttlMs` from now. */
-  renewLock(object: string, options: LockOptions & RequestOptions = {}): Promise<Lock> {
-    const args: { [key: string]: Json } = { object };
+  async renewLock(object: string, options: LockOptions & RequestOptions = {}): Promise<Lock> {
+    const args: { [key: string]: Json } = { object: await this.serverIdOf(object) };
     if (options.ttlMs !== undefined) args['ttl_ms'] = options.ttlMs;
-    return this.requestWith<{ lock: Lock }>('lock.renew', args, options, {
+    const r = await this.requestWith<{ lock: Lock }>('lock.renew', args, options, {
       ok: (result) => this.state._confirmLock(result.lock),
-    }).then((r) => r.lock);
+    });
+    return r.lock;
   }
 
   /** Releases this member's lease on `object`. */
-  releaseLock(object: string, options: RequestOptions = {}): Promise<void> {
-    return this.requestWith<{ token: number }>('lock.release', { object }, options, {
-      ok: (result) => this.state._confirmUnlock(object, result.token),
-    }).then(() => undefined);
+  async releaseLock(object: string, options: RequestOptions = {}): Promise<void> {
+    const key = await this.serverIdOf(object);
+    await this.requestWith<{ token: number }>('lock.release', { object: key }, options, {
+      ok: (result) => this.state._confirmUnlock(key, result.token),
+    });
+  }
+
+  /** The server's id for `id`: itself, or for a temporary `~N` the id its create got. */
+  private serverIdOf(id: string): Promise<string> {
+    return this.createdIds.get(id) ?? Promise.resolve(id);
   }
 
   /** Subscribes this session to a channel; resolves with its channels afterwards. */
@@ -435,9 +444,20 @@ export class RoomHandle extends Emitter<RoomEvents> {
         reject(err);
       };
       const timer = setTimeout(() => {
-        this.requests.delete(nonce);
         const index = this.outbox.findIndex((f) => f.type === 'request' && f.nonce === nonce);
-        if (index >= 0) this.outbox.splice(index, 1);
+        if (index >= 0) {
+          // Never sent: it never will be.
+          this.outbox.splice(index, 1);
+          this.requests.delete(nonce);
+        } else {
+          // Sent: the answer may still come, and a change the server made must reach the
+          // replica (no event will: the requester is excluded). Until the connection drops.
+          this.requests.set(nonce, {
+            resolve: (result) => hooks.ok?.(result as R),
+            reject: () => undefined,
+            timer: undefined,
+          });
+        }
         fail(new PlazaError('timeout', `request ${op} got no response within ${timeoutMs} ms`));
       }, timeoutMs);
       const succeed = (result: { [key: string]: Json }) => {
@@ -488,23 +508,39 @@ export class RoomHandle extends Emitter<RoomEvents> {
   _sendJoin(): void {
     if (this.status === 'ended') return;
     clearTimeout(this.joinRetry);
+    const generation = ++this.joinGeneration;
     const { ticket } = this.options;
     if (typeof ticket !== 'function') {
       this.transport.send(this.joinFrame(ticket));
       return;
     }
-    // A fresh ticket for every join: tickets are single-use.
+    // A fresh ticket for every join: tickets are single-use. A fetch that outlives its
+    // connection (or a newer join) is dropped, so that one join goes per connection.
+    const current = () => this.status !== 'ended' && generation === this.joinGeneration;
     Promise.resolve()
       .then(ticket)
       .then(
         (fresh) => {
-          if (this.status !== 'ended') this.transport.send(this.joinFrame(fresh));
+          if (current()) this.transport.send(this.joinFrame(fresh));
         },
         (err: unknown) => {
+          if (!current()) return;
           const error = err instanceof PlazaError ? err : new PlazaError('ticket_invalid', `getting a ticket failed: ${String(err)}`);
-          this.failJoin(error);
+          if (this.joinWaiter) {
+            this.failJoin(error);
+          } else {
+            // A resume: the fetch may fail for a while (a network blip); keep trying.
+            this.retryJoin();
+          }
         },
       );
+  }
+
+  /** Sends the join again after a backoff delay. */
+  private retryJoin(): void {
+    const delayMs = backoffDelay(this.joinAttempt++, {});
+    clearTimeout(this.joinRetry);
+    this.joinRetry = setTimeout(() => this._sendJoin(), delayMs);
   }
 
   private joinFrame(ticket: string | undefined): ClientFrame {
@@ -526,9 +562,10 @@ export class RoomHandle extends Emitter<RoomEvents> {
     }
     if (this.status === 'live') this.status = 'rejoining';
     clearTimeout(this.joinRetry);
+    this.joinGeneration++;
     for (const [nonce, pending] of this.requests) {
       if (this.outbox.some((f) => f.type === 'request' && f.nonce === nonce)) continue;
-      clearTimeout(pending.timer);
+      if (pending.timer !== undefined) clearTimeout(pending.timer);
       this.requests.delete(nonce);
       pending.reject(new PlazaError('disconnected', 'the connection dropped before the response'));
     }
@@ -596,15 +633,16 @@ export class RoomHandle extends Emitter<RoomEvents> {
       this.state._reset(frame.snapshot);
     }
     this.status = 'live';
+    // What waited goes first, so that what listeners send below cannot overtake it.
+    // Unacknowledged publishes go again, with their ids: the server orders each id once.
+    for (const pending of this.publishes.values()) this.transport.send(pending.frame);
+    for (const queued of this.outbox.splice(0)) this.transport.send(queued);
     if (frame.type === 'resync') this.emit('resync', frame);
     else this.emit('joined', frame);
     this.emit('members', this.memberList);
     const waiter = this.joinWaiter;
     this.joinWaiter = undefined;
     waiter?.resolve(this);
-    // Unacknowledged publishes go again, with their ids: the server orders each id once.
-    for (const pending of this.publishes.values()) this.transport.send(pending.frame);
-    for (const queued of this.outbox.splice(0)) this.transport.send(queued);
   }
 
   private onEvent(frame: RoomEvent): void {
@@ -652,11 +690,11 @@ export class RoomHandle extends Emitter<RoomEvents> {
     const error = new PlazaError(frame.code, frame.message);
     const ref = frame.ref ?? {};
     if (ref.frame === 'join') {
+      // Joined already: the answer to a join that was sent twice (never meant to happen).
+      if (this.status === 'live') return;
       if (TRANSIENT_JOIN_ERRORS.has(frame.code) && this.status !== 'ended') {
         // The server cannot reach its cluster right now: ask again, backing off.
-        const delayMs = backoffDelay(this.joinAttempt++, {});
-        clearTimeout(this.joinRetry);
-        this.joinRetry = setTimeout(() => this._sendJoin(), delayMs);
+        this.retryJoin();
         return;
       }
       this.failJoin(error);
