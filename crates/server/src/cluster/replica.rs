@@ -38,6 +38,17 @@ const RETRY_AFTER: Duration = Duration::from_millis(500);
 /// yet declared so).
 const TICK_FALLBACK: Duration = Duration::from_secs(2);
 
+/// Whether node `me` asks for the room's ticks: the node with the smallest id
+/// among those its connected members are on. Every replica agrees on it, so
+/// one tick is appended per deadline instead of one per hosting node; when no
+/// node has members, every host asks.
+fn self_is_ticker(room: &Room<Sink>, me: &str) -> bool {
+    room.connected_sinks()
+        .map(|s| &*s.node)
+        .min()
+        .is_none_or(|first| first == me)
+}
+
 /// Starts hosting room `id` on this node. The replica loads the room's latest
 /// snapshot and log before it takes commands; if it cannot, it refuses the
 /// commands that reached it and ends.
@@ -76,6 +87,7 @@ pub(crate) fn spawn_replica(
         catch_up: catch_up.clone(),
         behind: false,
         tick_asked: None,
+        clock: None,
         linger: Duration::from_millis(node.config().room_linger_ms),
         errors: room_task::metrics_errors(&node.metrics),
     };
@@ -123,6 +135,10 @@ struct Replica {
     behind: bool,
     /// The deadline a tick was last asked for, so it is not asked again and again.
     tick_asked: Option<(Millis, Instant)>,
+    /// The room's next deadline and whether this node is its ticker, as of
+    /// the last change that could move them (`None`: to be computed). Both
+    /// take a pass over the members, too much for every message.
+    clock: Option<(Option<Millis>, bool)>,
     /// How long the room stays hosted without local members.
     linger: Duration,
     errors: ErrorCounter,
@@ -577,6 +593,7 @@ impl Replica {
             self.restart_waiting();
         }
         self.room = Some(room);
+        self.clock = None;
         self.applied = n;
         self.snapshot_at = self.snapshot_at.max(n);
         for (conn, session) in ghosts {
@@ -612,6 +629,10 @@ impl Replica {
                 return;
             }
         };
+        if !matches!(record.intent, Intent::Publish { .. } | Intent::Direct { .. }) {
+            // Members, leases and resume windows may have changed.
+            self.clock = None;
+        }
         let origin = *record.node == *self.me;
         let pending = if origin {
             self.pending.remove(&record.req)
@@ -887,16 +908,19 @@ impl Replica {
 
     /// The next time the room's clock has work, unless a tick for it was asked
     /// for lately (the broker's clock may lag this node's a little).
-    fn tick_deadline(&self) -> Option<tokio::time::Instant> {
+    fn tick_deadline(&mut self) -> Option<tokio::time::Instant> {
         let room = self.room.as_ref()?;
-        let at = room.next_deadline()?;
+        let (at, ticker) = *self
+            .clock
+            .get_or_insert_with(|| (room.next_deadline(), self_is_ticker(room, &self.me)));
+        let at = at?;
         let wait = match self.tick_asked {
             Some((asked, when)) if asked == at => {
                 (when + RETRY_AFTER).saturating_duration_since(Instant::now())
             }
             _ => Duration::from_millis(at.saturating_sub(now_ms())),
         };
-        if self.is_ticker(room) {
+        if ticker {
             return Some(tokio::time::Instant::now() + wait);
         }
         // Others wait until the fallback time after the deadline itself (not
@@ -907,16 +931,7 @@ impl Replica {
         Some(tokio::time::Instant::now() + wait.max(fallback))
     }
 
-    /// Whether this node asks for the room's ticks: the node with the
-    /// smallest id among those its connected members are on. Every replica
-    /// agrees on it, so one tick is appended per deadline instead of one per
-    /// hosting node; when no node has members, every host asks.
-    fn is_ticker(&self, room: &Room<Sink>) -> bool {
-        room.connected_sinks()
-            .map(|s| &*s.node)
-            .min()
-            .is_none_or(|first| first == &*self.me)
-    }
+
 
     fn ask_tick(&mut self) {
         let Some(at) = self.room.as_ref().and_then(|r| r.next_deadline()) else {
