@@ -629,7 +629,10 @@ impl Replica {
                 return;
             }
         };
-        if !matches!(record.intent, Intent::Publish { .. } | Intent::Direct { .. }) {
+        if !matches!(
+            record.intent,
+            Intent::Publish { .. } | Intent::Direct { .. }
+        ) {
             // Members, leases and resume windows may have changed.
             self.clock = None;
         }
@@ -930,8 +933,6 @@ impl Replica {
         let fallback = Duration::from_millis(fallback_at.saturating_sub(now_ms()));
         Some(tokio::time::Instant::now() + wait.max(fallback))
     }
-
-
 
     fn ask_tick(&mut self) {
         let Some(at) = self.room.as_ref().and_then(|r| r.next_deadline()) else {
