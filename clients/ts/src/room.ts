@@ -58,6 +58,12 @@ export interface SavedSession {
   members: Member[];
   channels: string[];
   snapshot: Snapshot;
+  /**
+   * Publishes not acknowledged yet, as sent. The new client sends them again after the resume
+   * (the server orders each id once), so a message published just before a reload is not
+   * lost. Absent in sessions saved by earlier versions.
+   */
+  publishes?: Extract<ClientFrame, { type: 'publish' }>[];
 }
 
 /** Options of the entity operations: the expected current version (absent: any). */
@@ -203,6 +209,11 @@ export class RoomHandle extends Emitter<RoomEvents> {
       this.channelList = [...saved.channels];
       this.lastSnapshot = saved.snapshot;
       this.state._reset(saved.snapshot);
+      // Nobody awaits these any more: they are only delivered.
+      const settled = () => undefined;
+      for (const frame of saved.publishes ?? []) {
+        if (typeof frame.id === 'string') this.publishes.set(frame.id, { frame, resolve: settled, reject: settled });
+      }
     }
   }
 
@@ -249,6 +260,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
       members: [...this.memberList],
       channels: [...this.channelList],
       snapshot: this.state.toSnapshot(),
+      publishes: [...this.publishes.values()].map((p) => p.frame),
     };
   }
 

@@ -111,6 +111,36 @@ describe('saved sessions', () => {
   });
 });
 
+describe('saved publishes', () => {
+  it('a message published just before the page went away is delivered once, by the next page', async () => {
+    const room = await createRoom();
+    const first = newClient({ room });
+    const other = newClient({ room });
+    const roomA = await first.join(room, { name: 'ann' });
+    const roomB = await other.join(room, { name: 'bob' });
+    const seen: unknown[] = [];
+    roomB.on('message', (m) => seen.push(m.data));
+
+    // Offline: the publish waits, unacknowledged, when the page saves its session.
+    const held = gate();
+    first._dropConnection(held.promise);
+    void roomA.publish('chat', { text: 'last words' }).catch(() => undefined);
+    const saved = JSON.parse(JSON.stringify(roomA.saveSession()));
+    expect(saved.publishes).toHaveLength(1);
+    first.close();
+
+    const heard = next(roomB, 'message');
+    const second = newClient({ room });
+    const roomA2 = await second.join(room, { name: 'ann', restore: saved });
+    expect(await heard).toMatchObject({ from: roomA2.session, data: { text: 'last words' } });
+    // Once: a marker published after it arrives next.
+    const marker = next(roomB, 'message', (m) => m.event === 'marker');
+    await roomA2.publish('marker');
+    await marker;
+    expect(seen).toEqual([{ text: 'last words' }, undefined]);
+  });
+});
+
 describe('ticket-only rooms', () => {
   it('fetch a fresh ticket for every join, so a resume works', async () => {
     const room = await createRoom({ options: { access: 'ticket' } });
