@@ -158,6 +158,13 @@ interface PendingRequest {
 
 /** Join errors after which the same join is tried again on the same connection. */
 const TRANSIENT_JOIN_ERRORS = new Set(['broker_unavailable']);
+/**
+ * How many times a first join is tried while the server answers with a transient error
+ * before `join()` rejects with it. A resume keeps trying: the membership is alive.
+ */
+const FIRST_JOIN_ATTEMPTS = 6;
+/** How long a ticket function may take before the join counts it as failed. */
+const TICKET_TIMEOUT_MS = 10_000;
 
 type Status = 'joining' | 'live' | 'rejoining' | 'ended';
 
@@ -529,8 +536,15 @@ export class RoomHandle extends Emitter<RoomEvents> {
     // A fresh ticket for every join: tickets are single-use. A fetch that outlives its
     // connection (or a newer join) is dropped, so that one join goes per connection.
     const current = () => this.status !== 'ended' && generation === this.joinGeneration;
-    Promise.resolve()
-      .then(ticket)
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new PlazaError('timeout', `the ticket function took over ${TICKET_TIMEOUT_MS} ms`)),
+        TICKET_TIMEOUT_MS,
+      );
+    });
+    Promise.race([Promise.resolve().then(ticket), timeout])
+      .finally(() => clearTimeout(timer))
       .then(
         (fresh) => {
           if (current()) this.transport.send(this.joinFrame(fresh));
@@ -704,7 +718,8 @@ export class RoomHandle extends Emitter<RoomEvents> {
     if (ref.frame === 'join') {
       // Joined already: the answer to a join that was sent twice (never meant to happen).
       if (this.status === 'live') return;
-      if (TRANSIENT_JOIN_ERRORS.has(frame.code) && this.status !== 'ended') {
+      const firstJoinGivesUp = this.joinWaiter !== undefined && this.joinAttempt + 1 >= FIRST_JOIN_ATTEMPTS;
+      if (TRANSIENT_JOIN_ERRORS.has(frame.code) && this.status !== 'ended' && !firstJoinGivesUp) {
         // The server cannot reach its cluster right now: ask again, backing off.
         this.retryJoin();
         return;

@@ -91,3 +91,48 @@ describe('ticket functions', () => {
     expect(joins).toEqual([{ type: 'join', room: 'r', ticket: 'second' }]);
   });
 });
+
+describe('transient join errors', () => {
+  function refuse(room: RoomHandle): void {
+    room._handle({
+      type: 'error',
+      code: 'broker_unavailable',
+      message: 'broker unavailable: redis is down',
+      ref: { frame: 'join', room: 'r' },
+    });
+  }
+
+  it('retry a first join with backoff, then reject it', async () => {
+    const transport = new RecordingTransport();
+    const room = new RoomHandle('r', { name: 'ann' }, transport);
+    const outcome = room._waitJoined().catch((e: unknown) => e);
+    room._sendJoin();
+    for (let attempt = 1; attempt < 6; attempt++) {
+      refuse(room);
+      await vi.advanceTimersByTimeAsync(60_000);
+      expect(transport.sent.filter((f) => f.type === 'join')).toHaveLength(attempt + 1);
+    }
+    refuse(room);
+    expect(await outcome).toMatchObject({ code: 'broker_unavailable' });
+    await vi.advanceTimersByTimeAsync(60_000);
+    expect(transport.sent.filter((f) => f.type === 'join')).toHaveLength(6);
+  });
+
+  it('retry a resume for as long as it takes', async () => {
+    const transport = new RecordingTransport();
+    const room = new RoomHandle('r', { name: 'ann' }, transport);
+    room._waitJoined().catch(() => undefined);
+    room._handle(joined(5));
+    room._onDisconnect();
+    room._sendJoin();
+    for (let attempt = 0; attempt < 10; attempt++) {
+      refuse(room);
+      await vi.advanceTimersByTimeAsync(60_000);
+    }
+    const joins = transport.sent.filter((f) => f.type === 'join');
+    expect(joins).toHaveLength(11);
+    expect(joins[10]).toMatchObject({ resume: { token: 't1', last_seq: 5 } });
+    room._handle({ ...joined(9), resumed: true });
+    expect(room.live).toBe(true);
+  });
+});
