@@ -111,6 +111,16 @@ pub trait Cluster: Send + Sync + 'static {
     /// Removes a room with its log and snapshot. False if there was none.
     async fn delete_room(&self, id: &str) -> Result<bool, ClusterError>;
 
+    /// Records how many members room `id` has connected, as counted at log
+    /// position `at`, so that nodes not hosting the room can tell. A count at
+    /// an earlier position than the recorded one is ignored; so is an unknown
+    /// room (it is not created).
+    async fn set_room_members(&self, id: &str, members: u64, at: u64) -> Result<(), ClusterError>;
+
+    /// The recorded member counts of rooms `ids`, in order (0 for a room
+    /// with none recorded, or none at all).
+    async fn room_members(&self, ids: &[String]) -> Result<Vec<u64>, ClusterError>;
+
     /// Appends to a room's log and notifies its subscribers, in one step.
     ///
     /// Not an `async fn` on purpose: the append is queued when this is

@@ -34,6 +34,8 @@ struct Hub {
 
 struct RoomState {
     meta: Bytes,
+    /// The recorded member count and the log position it was counted at.
+    members: Option<(u64, u64)>,
     /// Position of the last entry ever appended (entries may be trimmed).
     n: u64,
     log: VecDeque<LogEntry>,
@@ -223,6 +225,7 @@ impl Cluster for MemoryNode {
             id.to_owned(),
             RoomState {
                 meta,
+                members: None,
                 n: 0,
                 log: VecDeque::new(),
                 snapshot: (0, snapshot),
@@ -246,6 +249,28 @@ impl Cluster for MemoryNode {
 
     async fn delete_room(&self, id: &str) -> Result<bool, ClusterError> {
         Ok(self.hub()?.rooms.remove(id).is_some())
+    }
+
+    async fn set_room_members(&self, id: &str, members: u64, at: u64) -> Result<(), ClusterError> {
+        if let Some(room) = self.hub()?.rooms.get_mut(id) {
+            if room.members.is_none_or(|(_, recorded)| at > recorded) {
+                room.members = Some((members, at));
+            }
+        }
+        Ok(())
+    }
+
+    async fn room_members(&self, ids: &[String]) -> Result<Vec<u64>, ClusterError> {
+        let hub = self.hub()?;
+        Ok(ids
+            .iter()
+            .map(|id| {
+                hub.rooms
+                    .get(id)
+                    .and_then(|r| r.members)
+                    .map_or(0, |(n, _)| n)
+            })
+            .collect())
     }
 
     fn append(&self, room: &str, payload: Bytes) -> AppendFuture {

@@ -427,16 +427,20 @@ impl Node {
     }
 
     /// Every room, ordered by id. In cluster mode, `members` is exact for
-    /// rooms this node hosts and 0 for the others.
+    /// rooms this node hosts; for the others it is the count their hosts
+    /// recorded last (a moment old).
     pub async fn list_rooms(&self) -> Result<Vec<RoomSummary>, RoomError> {
         if let Some(cluster) = &self.cluster {
-            let mut v: Vec<RoomSummary> = cluster
-                .list_rooms()
-                .await?
+            let rooms = cluster.list_rooms().await?;
+            let ids: Vec<String> = rooms.iter().map(|(id, _)| id.clone()).collect();
+            let recorded = cluster.room_members(&ids).await?;
+            let mut v: Vec<RoomSummary> = rooms
                 .into_iter()
-                .filter_map(|(id, meta)| {
+                .zip(recorded)
+                .filter_map(|((id, meta), recorded)| {
                     let meta = RoomMeta::decode(&meta)?;
-                    Some(meta.summary(&id, self.hosted_members(&id)))
+                    let members = self.members_of(&id, recorded);
+                    Some(meta.summary(&id, members))
                 })
                 .collect();
             v.sort_by(|a, b| a.id.cmp(&b.id));
@@ -453,18 +457,25 @@ impl Node {
         Ok(v)
     }
 
-    fn hosted_members(&self, id: &str) -> usize {
-        self.room(id).map_or(0, |h| h.summary().members)
+    /// The exact count if this node hosts the room, else the recorded one.
+    fn members_of(&self, id: &str, recorded: u64) -> usize {
+        self.room(id)
+            .map_or(recorded as usize, |h| h.summary().members)
     }
 
     /// One room.
     pub async fn room_summary(&self, id: &str) -> Result<Option<RoomSummary>, RoomError> {
         if let Some(cluster) = &self.cluster {
-            let meta = cluster.room_meta(id).await?;
-            return Ok(meta
-                .as_deref()
-                .and_then(RoomMeta::decode)
-                .map(|m| m.summary(id, self.hosted_members(id))));
+            let Some(meta) = cluster.room_meta(id).await? else {
+                return Ok(None);
+            };
+            let recorded = match self.room(id) {
+                Some(_) => 0,
+                None => cluster.room_members(&[id.to_owned()]).await?[0],
+            };
+            return Ok(
+                RoomMeta::decode(&meta).map(|m| m.summary(id, self.members_of(id, recorded)))
+            );
         }
         Ok(self.room(id).map(|h| h.summary()))
     }

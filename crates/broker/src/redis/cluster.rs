@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::appender::AppendRequest;
 use super::errors::unavailable;
-use super::scripts::{CREATE_ROOM, DELETE_ROOM, STORE_SNAPSHOT};
+use super::scripts::{CREATE_ROOM, DELETE_ROOM, SET_ROOM_MEMBERS, STORE_SNAPSHOT};
 use super::wire::parse_entries;
 use super::RedisBroker;
 use crate::{AppendFuture, Cluster, ClusterError, LogEntry, LogListener};
@@ -69,6 +69,28 @@ impl Cluster for RedisBroker {
             .zip(metas)
             .filter_map(|(id, meta)| Some((id, Bytes::from(meta?))))
             .collect())
+    }
+
+    async fn set_room_members(&self, id: &str, members: u64, at: u64) -> Result<(), ClusterError> {
+        self.check_member()?;
+        let mut call = SET_ROOM_MEMBERS.prepare_invoke();
+        call.key(self.keys.room(id)).arg(members).arg(at);
+        // -1 (no such room): nothing to count, and nothing to report.
+        let _: i64 = self.invoke(&call).await?;
+        Ok(())
+    }
+
+    async fn room_members(&self, ids: &[String]) -> Result<Vec<u64>, ClusterError> {
+        self.check_member()?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = ::redis::pipe();
+        for id in ids {
+            pipe.cmd("HGET").arg(self.keys.room(id)).arg("members");
+        }
+        let counts: Vec<Option<u64>> = self.query_pipe(&pipe).await?;
+        Ok(counts.into_iter().map(|c| c.unwrap_or(0)).collect())
     }
 
     async fn delete_room(&self, id: &str) -> Result<bool, ClusterError> {

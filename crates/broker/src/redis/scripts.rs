@@ -10,6 +10,8 @@ pub(super) static CREATE_ROOM: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("create_room.lua")));
 pub(super) static DELETE_ROOM: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("delete_room.lua")));
+pub(super) static SET_ROOM_MEMBERS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("set_room_members.lua")));
 pub(super) static STORE_SNAPSHOT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("store_snapshot.lua")));
 pub(super) static REDEEM_TICKET: LazyLock<Script> =

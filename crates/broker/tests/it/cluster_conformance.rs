@@ -85,6 +85,7 @@ conformance!(
     reads_follow_after_and_limit,
     reading_before_the_trimmed_start_says_trimmed,
     newer_snapshots_win,
+    member_counts_are_recorded_by_position,
     subscribers_get_every_entry_in_order,
     unsubscribing_stops_delivery,
     subscribing_again_replaces_the_listener,
@@ -283,6 +284,33 @@ async fn newer_snapshots_win<B: Backend>() {
         a.load_snapshot("r").await.unwrap(),
         Some((7, Bytes::from_static(&[0, 255, 7])))
     );
+}
+
+async fn member_counts_are_recorded_by_position<B: Backend>() {
+    let cluster = B::start(100).await;
+    let a = cluster.node("a").await;
+    let b = cluster.node("b").await;
+    a.create_room("r", data("m"), data("s0")).await.unwrap();
+    a.create_room("quiet", data("m"), data("s0")).await.unwrap();
+    let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    // Nothing recorded yet, and unknown rooms: 0.
+    assert_eq!(b.room_members(&ids(&["r", "nope"])).await.unwrap(), [0, 0]);
+    a.set_room_members("r", 3, 10).await.unwrap();
+    assert_eq!(b.room_members(&ids(&["r", "quiet"])).await.unwrap(), [3, 0]);
+    // A count from an earlier (or the same) position lost a race: ignored.
+    b.set_room_members("r", 1, 7).await.unwrap();
+    b.set_room_members("r", 2, 10).await.unwrap();
+    assert_eq!(a.room_members(&ids(&["r"])).await.unwrap(), [3]);
+    b.set_room_members("r", 0, 11).await.unwrap();
+    assert_eq!(a.room_members(&ids(&["r"])).await.unwrap(), [0]);
+    // An unknown room is not created by a count.
+    a.set_room_members("ghost", 5, 1).await.unwrap();
+    assert_eq!(a.room_meta("ghost").await.unwrap(), None);
+    assert_eq!(a.room_members(&[]).await.unwrap(), Vec::<u64>::new());
+    // The registry is unchanged by counts.
+    let mut rooms = a.list_rooms().await.unwrap();
+    rooms.sort();
+    assert_eq!(rooms.len(), 2);
 }
 
 async fn subscribers_get_every_entry_in_order<B: Backend>() {

@@ -88,6 +88,7 @@ pub(crate) fn spawn_replica(
         behind: false,
         tick_asked: None,
         clock: None,
+        members_recorded: None,
         linger: Duration::from_millis(node.config().room_linger_ms),
         errors: room_task::metrics_errors(&node.metrics),
     };
@@ -139,6 +140,9 @@ struct Replica {
     /// the last change that could move them (`None`: to be computed). Both
     /// take a pass over the members, too much for every message.
     clock: Option<(Option<Millis>, bool)>,
+    /// The member count this node last recorded in the registry, for nodes
+    /// that do not host the room.
+    members_recorded: Option<usize>,
     /// How long the room stays hosted without local members.
     linger: Duration,
     errors: ErrorCounter,
@@ -192,9 +196,7 @@ impl Replica {
                 }
                 break;
             }
-            if let Some(room) = &self.room {
-                self.members.store(room.connected(), Ordering::Relaxed);
-            }
+            self.count_members();
         }
         self.cluster.unsubscribe(&self.id).await;
         if let Some(node) = self.node.upgrade() {
@@ -600,6 +602,28 @@ impl Replica {
             self.submit(conn, Intent::Disconnect { session }, None, true);
         }
         Ok(())
+    }
+
+    /// Publishes the member count: to this node's summaries, and (from the
+    /// ticker, when it changed) to the registry, where nodes that do not host
+    /// the room read it.
+    fn count_members(&mut self) {
+        let Some(room) = &self.room else { return };
+        let count = room.connected();
+        self.members.store(count, Ordering::Relaxed);
+        if self.members_recorded == Some(count) || !self_is_ticker(room, &self.me) {
+            return;
+        }
+        self.members_recorded = Some(count);
+        let cluster = self.cluster.clone();
+        let id = self.id.clone();
+        let at = self.applied;
+        tokio::spawn(async move {
+            if let Err(e) = cluster.set_room_members(&id, count as u64, at).await {
+                // Shown again with the next change; meanwhile other nodes show the old count.
+                tracing::debug!(room = %id, error = %e, "member count not recorded");
+            }
+        });
     }
 
     /// After skipping entries to a snapshot: the records of this node's

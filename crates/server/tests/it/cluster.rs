@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::support::{Client, TestServer};
+use crate::support::{wait_until, Client, TestServer};
 use plaza_broker::{MemoryBroker, MemoryCluster};
 use plaza_server::ServerConfig;
 use serde_json::{json, Value};
@@ -507,4 +507,24 @@ async fn a_node_restarted_under_its_id_disconnects_its_earlier_members() {
     assert_eq!(left["session"], ann_joined["session"], "{left}");
     assert_eq!(left["reason"], "disconnected");
     drop(ann);
+}
+
+#[tokio::test]
+async fn nodes_that_do_not_host_a_room_report_its_member_count() {
+    let c = cluster(2).await;
+    c.nodes[0].create_room(json!({"id": "count"})).await;
+    let (_ann, _) = c.nodes[1].join("count", "ann").await;
+    let (bob, _) = c.nodes[1].join("count", "bob").await;
+    assert_eq!(
+        c.nodes[0].node.hosted_rooms(),
+        0,
+        "node-0 has no member there"
+    );
+    let node0 = &c.nodes[0];
+    let listed = || async { node0.get("/v1/rooms").await.1["rooms"][0]["members"].as_u64() };
+    assert!(wait_until(|| async { listed().await == Some(2) }).await);
+    let (status, one) = node0.get("/v1/rooms/count").await;
+    assert_eq!((status, one["members"].as_u64()), (200, Some(2)));
+    drop(bob);
+    assert!(wait_until(|| async { listed().await == Some(1) }).await);
 }
