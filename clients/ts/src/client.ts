@@ -74,6 +74,7 @@ export class PlazaClient extends Emitter<ClientEvents> {
         this.rooms.delete(room);
       },
       dispatch: (room, frame) => this.onEvent?.(room, frame),
+      backoff: this.backoff,
     };
   }
 

@@ -1,6 +1,6 @@
 import { Emitter } from './emitter.js';
 import { PlazaError } from './errors.js';
-import { backoffDelay } from './backoff.js';
+import { backoffDelay, type BackoffOptions } from './backoff.js';
 import type {
   AckFrame,
   ClientFrame,
@@ -141,6 +141,8 @@ export interface RoomTransport {
   forget(room: string): void;
   /** Hands every sequenced event and direct message to the client's `onEvent`. */
   dispatch(room: string, frame: RoomEvent | DirectFrame): void;
+  /** The client's backoff settings, for joins asked again (default: the defaults). */
+  readonly backoff?: BackoffOptions;
 }
 
 interface PendingPublish {
@@ -564,7 +566,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
 
   /** Sends the join again after a backoff delay. */
   private retryJoin(): void {
-    const delayMs = backoffDelay(this.joinAttempt++, {});
+    const delayMs = backoffDelay(this.joinAttempt++, this.transport.backoff ?? {});
     clearTimeout(this.joinRetry);
     this.joinRetry = setTimeout(() => this._sendJoin(), delayMs);
   }

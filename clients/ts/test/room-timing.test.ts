@@ -8,6 +8,7 @@ import type { RoomTransport } from '../src/room.js';
 class RecordingTransport implements RoomTransport {
   readonly sent: ClientFrame[] = [];
   open = true;
+  constructor(readonly backoff?: { initialMs: number; maxMs: number }) {}
   private nonce = 0;
   send(frame: ClientFrame): boolean {
     if (!this.open) return false;
@@ -116,6 +117,18 @@ describe('transient join errors', () => {
     expect(await outcome).toMatchObject({ code: 'broker_unavailable' });
     await vi.advanceTimersByTimeAsync(60_000);
     expect(transport.sent.filter((f) => f.type === 'join')).toHaveLength(6);
+  });
+
+  it("follow the client's backoff settings", async () => {
+    const transport = new RecordingTransport({ initialMs: 8, maxMs: 8 });
+    const room = new RoomHandle('r', { name: 'ann' }, transport);
+    room._waitJoined().catch(() => undefined);
+    room._sendJoin();
+    refuse(room);
+    await vi.advanceTimersByTimeAsync(3);
+    expect(transport.sent.filter((f) => f.type === 'join')).toHaveLength(1);
+    await vi.advanceTimersByTimeAsync(5); // 8 ms at most
+    expect(transport.sent.filter((f) => f.type === 'join')).toHaveLength(2);
   });
 
   it('retry a resume for as long as it takes', async () => {
