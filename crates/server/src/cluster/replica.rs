@@ -89,6 +89,7 @@ pub(crate) fn spawn_replica(
         tick_asked: None,
         clock: None,
         members_recorded: None,
+        barrier: None,
         linger: Duration::from_millis(node.config().room_linger_ms),
         errors: room_task::metrics_errors(&node.metrics),
     };
@@ -143,6 +144,10 @@ struct Replica {
     /// The member count this node last recorded in the registry, for nodes
     /// that do not host the room.
     members_recorded: Option<usize>,
+    /// After skipping entries to a snapshot: the request number of the record
+    /// this node appended right after, whose arrival tells which waiting
+    /// commands were among the skipped entries (see [`Self::restart_skipped`]).
+    barrier: Option<u64>,
     /// How long the room stays hosted without local members.
     linger: Duration,
     errors: ErrorCounter,
@@ -456,6 +461,11 @@ impl Replica {
         if let Some(record) = f.retry {
             self.retry.push(record);
         }
+        if self.barrier == Some(f.req) {
+            // Nothing will tell the skipped commands from the others.
+            self.barrier = None;
+            self.restart_skipped(f.req);
+        }
         let Some(p) = self.pending.remove(&f.req) else {
             return;
         };
@@ -591,15 +601,21 @@ impl Replica {
                 Some((conn, s))
             })
             .collect();
-        if skipping {
-            self.restart_waiting();
-        }
+        let skipped_waiting = skipping && !self.pending.is_empty();
         self.room = Some(room);
         self.clock = None;
         self.applied = n;
         self.snapshot_at = self.snapshot_at.max(n);
         for (conn, session) in ghosts {
             self.submit(conn, Intent::Disconnect { session }, None, true);
+        }
+        if skipped_waiting {
+            // A record appended now lands after everything this node appended
+            // before (appends keep call order): once it is applied, a command
+            // still waiting had its record among the skipped entries. A tick
+            // serves, as it changes nothing that is not due.
+            self.submit(0, Intent::Tick, None, false);
+            self.barrier = Some(self.next_req);
         }
         Ok(())
     }
@@ -626,13 +642,24 @@ impl Replica {
         });
     }
 
-    /// After skipping entries to a snapshot: the records of this node's
-    /// waiting commands may be among the skipped ones, and their answers
-    /// would never come. Their connections are told to reconnect (1012): a
-    /// resume then replays what became of each (its own state changes
-    /// included), and unacknowledged publishes are retried by id.
-    fn restart_waiting(&mut self) {
-        for (_, p) in self.pending.drain() {
+    /// After skipping entries to a snapshot, the commands appended before
+    /// request `barrier` and still unanswered when its record arrives had
+    /// their records among the skipped entries: their answers would never
+    /// come. Their connections are told to reconnect (1012): a resume then
+    /// replays what became of each (its own state changes included), and
+    /// unacknowledged publishes are retried by id. (All of them when the
+    /// barrier itself could not be appended.)
+    fn restart_skipped(&mut self, barrier: u64) {
+        let skipped: Vec<u64> = self
+            .pending
+            .keys()
+            .copied()
+            .filter(|r| *r < barrier)
+            .collect();
+        for req in skipped {
+            let Some(p) = self.pending.remove(&req) else {
+                continue;
+            };
             p.outbox.control().close(CloseCode::Restarting);
             if let Waiter::Join(reply) = p.waiter {
                 let _ = reply.send(Err(RoomError::new(
@@ -661,6 +688,10 @@ impl Replica {
             self.clock = None;
         }
         let origin = *record.node == *self.me;
+        if origin && self.barrier == Some(record.req) {
+            self.barrier = None;
+            self.restart_skipped(record.req);
+        }
         let pending = if origin {
             self.pending.remove(&record.req)
         } else {

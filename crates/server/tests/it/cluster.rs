@@ -401,6 +401,7 @@ async fn a_replica_that_skips_to_a_snapshot_restarts_connections_waiting_for_ans
     let c = cluster_on(MemoryCluster::with_log_capacity(300), 2, config).await;
     c.nodes[0].create_room(json!({"id": "lag"})).await;
     let (mut ann, ann_joined) = c.nodes[0].join("lag", "ann").await;
+    let (mut cid, _) = c.nodes[0].join("lag", "cid").await;
     let (mut bob, _) = c.nodes[1].join("lag", "bob").await;
     let (ping, _) = ann.publish("lag", "m", json!("before")).await;
     let resume = json!({"token": ann_joined["resume_token"], "last_seq": ping["seq"]});
@@ -421,9 +422,19 @@ async fn a_replica_that_skips_to_a_snapshot_restarts_connections_waiting_for_ans
         bob.recv_until(|v| v["type"] == "ack").await;
     }
     c.hub.set_deaf("node-0", false);
-    // The next entry shows node-0 the gap, which only a snapshot now covers.
-    bob.publish("lag", "m", json!("wake")).await;
+    // The next entry shows node-0 the gap, which only a snapshot now covers:
+    // cid's request on node-0, whose record comes after the snapshot.
+    let (r, _) = cid
+        .request("lag", json!(7), "lock.acquire", json!({"object": "x"}))
+        .await;
+    assert_eq!(
+        r["ok"], true,
+        "a command after the skipped entries is answered: {r}"
+    );
     assert_eq!(ann.closed().await, crate::support::Closed::Code(1012));
+    // cid's connection carries on.
+    let (ack, _) = cid.publish("lag", "m", json!("still here")).await;
+    assert_eq!(ack["type"], "ack");
 
     // ann resumes (anywhere) and learns of its own change among the missed events.
     let mut again = c.nodes[1].connect().await;
