@@ -164,9 +164,7 @@ impl axum::extract::FromRequestParts<Arc<Node>> for Management {
             .and_then(|v| v.split_once(' '))
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, token)| token.trim());
-        // Constant time: how much of a guess matched must not show in timings.
-        let valid =
-            given.is_some_and(|g| bool::from(subtle::ConstantTimeEq::ct_eq(g.as_bytes(), key)));
+        let valid = given.is_some_and(|g| same_secret(g.as_bytes(), key));
         if valid {
             return Ok(Management);
         }
@@ -183,6 +181,16 @@ impl axum::extract::FromRequestParts<Arc<Node>> for Management {
         );
         Err(res)
     }
+}
+
+/// Whether `given` is `key`, in a time that depends on neither how much of a
+/// guess matched nor its length: a guess of another length is compared as
+/// the key with itself, and then refused.
+fn same_secret(given: &[u8], key: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    let same_len = given.len() == key.len();
+    let compared = if same_len { given } else { key };
+    bool::from(compared.ct_eq(key) & subtle::Choice::from(u8::from(same_len)))
 }
 
 /// What an unknown path gets: 404 `not_found`.
@@ -215,7 +223,30 @@ fn web_app(dir: &std::path::Path) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .fallback_service(files)
         .layer(axum::middleware::from_fn(web_cache_control))
+        .layer(axum::middleware::from_fn_with_state(
+            // Canonical, as the real paths it is compared with.
+            Arc::new(std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned())),
+            stay_inside,
+        ))
         .layer(axum::middleware::from_fn(hide_dotfiles))
+}
+
+/// A symbolic link in the directory may point anywhere: a file is served only
+/// if its real path is inside the (canonical) directory.
+async fn stay_inside(
+    State(dir): State<Arc<std::path::PathBuf>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let path = percent_encoding::percent_decode_str(req.uri().path()).decode_utf8_lossy();
+    let wanted = dir.join(path.trim_start_matches('/'));
+    // A path that does not resolve is left to ServeDir (its JSON 404).
+    if let Ok(real) = tokio::fs::canonicalize(&wanted).await {
+        if !real.starts_with(dir.as_path()) {
+            return no_such_route().await.into_response();
+        }
+    }
+    next.run(req).await
 }
 
 /// Files and directories whose names start with a dot (`.env`, `.git/`) are
@@ -382,4 +413,19 @@ async fn create_ticket(
         Json(json!({"ticket": t.ticket, "expires_at": t.expires_at})),
     )
         .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_secret;
+
+    #[test]
+    fn only_the_key_itself_is_the_same_secret() {
+        let key = b"0123456789abcdef";
+        assert!(same_secret(key, key));
+        assert!(!same_secret(b"0123456789abcdeX", key));
+        assert!(!same_secret(b"0123456789abcde", key));
+        assert!(!same_secret(b"0123456789abcdef0", key));
+        assert!(!same_secret(b"", key));
+    }
 }

@@ -224,6 +224,25 @@ async fn web_dir_hides_dotfiles() {
 }
 
 #[tokio::test]
+async fn web_dir_serves_no_file_through_a_link_that_leads_out() {
+    let tree = WebTree::new();
+    let web = tree.web();
+    std::os::unix::fs::symlink(tree.root.join("x"), web.join("out.txt")).unwrap();
+    std::os::unix::fs::symlink(tree.root.clone(), web.join("up")).unwrap();
+    std::os::unix::fs::symlink(web.join("assets/app-1234.js"), web.join("app.js")).unwrap();
+    let s = serving(&web).await;
+    for target in ["/out.txt", "/up/x", "/up/Cargo.toml"] {
+        let (status, response) = raw_get(&s, target).await;
+        assert!(status.contains(" 404 "), "{target}: {status}");
+        assert!(!response.contains(OUTSIDE), "{target}: {response}");
+    }
+    // A link that stays inside is followed.
+    let (status, response) = raw_get(&s, "/app.js").await;
+    assert!(status.contains(" 200 "), "{status}");
+    assert!(response.contains(APP_JS), "{response}");
+}
+
+#[tokio::test]
 async fn web_dir_api_routes_win_over_files() {
     let tree = WebTree::new();
     // Files named like API routes are never served.
