@@ -1,4 +1,4 @@
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use plaza_protocol::client::Op;
@@ -245,6 +245,10 @@ pub struct Room<S> {
     members: HashMap<String, Member<S>>,
     tokens: HashMap<String, String>,
     connected: usize,
+    /// The disconnected sessions by when they dropped (then by id): the
+    /// first is the next resume window to end and the first to evict,
+    /// without a pass over the members.
+    disconnected: BTreeSet<(Millis, String)>,
 }
 
 impl<S> Room<S> {
@@ -263,6 +267,7 @@ impl<S> Room<S> {
             members: HashMap::new(),
             tokens: HashMap::new(),
             connected: 0,
+            disconnected: BTreeSet::new(),
         }
     }
 
@@ -425,7 +430,9 @@ impl<S> Room<S> {
             .get_mut(&session)
             .expect("tokens point at members");
         let replaced = m.sink.replace(sink);
-        m.disconnected_at = None;
+        if let Some(t) = m.disconnected_at.take() {
+            self.disconnected.remove(&(t, session.clone()));
+        }
         let info = m.info.clone();
         if !was_connected {
             self.connected += 1;
@@ -605,7 +612,11 @@ impl<S> Room<S> {
         let mut members = HashMap::with_capacity(state.members.len());
         let mut tokens = HashMap::with_capacity(state.members.len());
         let mut connected = 0;
+        let mut disconnected = BTreeSet::new();
         for m in state.members {
+            if let Some(t) = m.disconnected_at {
+                disconnected.insert((t, m.session.clone()));
+            }
             let sink = m.owner.as_deref().map(&mut sink);
             connected += usize::from(sink.is_some());
             let recent = (!m.recent.is_empty()).then(|| {
@@ -645,6 +656,7 @@ impl<S> Room<S> {
             members,
             tokens,
             connected,
+            disconnected,
         }
     }
 
@@ -658,6 +670,7 @@ impl<S> Room<S> {
             return Vec::new();
         }
         m.disconnected_at = Some(now);
+        self.disconnected.insert((now, session.to_owned()));
         self.connected -= 1;
         self.depart(session, LeaveReason::Disconnected, now)
     }
@@ -668,6 +681,9 @@ impl<S> Room<S> {
             return Vec::new();
         };
         self.tokens.remove(&m.resume_token);
+        if let Some(t) = m.disconnected_at {
+            self.disconnected.remove(&(t, session.to_owned()));
+        }
         if m.sink.is_none() {
             return Vec::new();
         }
@@ -708,6 +724,7 @@ impl<S> Room<S> {
     pub fn close(&mut self) -> Vec<S> {
         self.tokens.clear();
         self.connected = 0;
+        self.disconnected.clear();
         // Sorted so that every replica closes its members in the same order.
         let mut closed: Vec<(String, S)> = self
             .members
@@ -721,19 +738,11 @@ impl<S> Room<S> {
     /// Expires leases and resume windows that ended by `now`.
     pub fn tick(&mut self, now: Millis) -> Vec<Arc<HistoryEntry>> {
         let window = self.config.resume_window_ms;
-        let mut expired: Vec<String> = self
-            .members
-            .iter()
-            .filter(|(_, m)| {
-                m.disconnected_at
-                    .is_some_and(|t| t.saturating_add(window) <= now)
-            })
-            .map(|(s, _)| s.clone())
-            .collect();
-        // Removing is silent today, so the order is not observable; sorted all
-        // the same, so that an event added here later stays replica-safe.
-        expired.sort_unstable();
-        for s in expired {
+        // In the order they dropped, the same on every replica.
+        while let Some((t, s)) = self.disconnected.first().cloned() {
+            if t.saturating_add(window) > now {
+                break;
+            }
             self.remove_session(&s);
         }
         self.locks
@@ -745,12 +754,23 @@ impl<S> Room<S> {
 
     /// The next time [`Room::tick`] has work.
     pub fn next_deadline(&self) -> Option<Millis> {
+        debug_assert!(
+            self.disconnected.len()
+                == self
+                    .members
+                    .values()
+                    .filter(|m| m.disconnected_at.is_some())
+                    .count()
+                && self.disconnected.iter().all(|(t, s)| {
+                    self.members.get(s).and_then(|m| m.disconnected_at) == Some(*t)
+                }),
+            "the disconnected index lost track of the members"
+        );
         let window = self.config.resume_window_ms;
         let sessions = self
-            .members
-            .values()
-            .filter_map(|m| m.disconnected_at.map(|t| t.saturating_add(window)))
-            .min();
+            .disconnected
+            .first()
+            .map(|(t, _)| t.saturating_add(window));
         match (sessions, self.locks.next_expiry()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -761,13 +781,7 @@ impl<S> Room<S> {
         // Ties (sessions that dropped in the same millisecond) go to the
         // smallest session id: which one is evicted must not depend on the
         // HashMap's order, or replicas would keep different sessions.
-        let oldest = self
-            .members
-            .iter()
-            .filter_map(|(s, m)| m.disconnected_at.map(|t| (t, s.as_str())))
-            .min()
-            .map(|(_, s)| s.to_owned());
-        if let Some(s) = oldest {
+        if let Some((_, s)) = self.disconnected.first().cloned() {
             self.remove_session(&s);
         }
     }
@@ -776,6 +790,9 @@ impl<S> Room<S> {
     fn remove_session(&mut self, session: &str) {
         if let Some(m) = self.members.remove(session) {
             self.tokens.remove(&m.resume_token);
+            if let Some(t) = m.disconnected_at {
+                self.disconnected.remove(&(t, session.to_owned()));
+            }
         }
     }
 

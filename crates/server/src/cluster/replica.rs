@@ -87,7 +87,7 @@ pub(crate) fn spawn_replica(
         catch_up: catch_up.clone(),
         behind: false,
         tick_asked: None,
-        clock: None,
+        ticker: None,
         members_recorded: None,
         barrier: None,
         linger: Duration::from_millis(node.config().room_linger_ms),
@@ -137,10 +137,10 @@ struct Replica {
     behind: bool,
     /// The deadline a tick was last asked for, so it is not asked again and again.
     tick_asked: Option<(Millis, Instant)>,
-    /// The room's next deadline and whether this node is its ticker, as of
-    /// the last change that could move them (`None`: to be computed). Both
-    /// take a pass over the members, too much for every message.
-    clock: Option<(Option<Millis>, bool)>,
+    /// Whether this node is the room's ticker, as of the last change to the
+    /// members (`None`: to be computed: a pass over the members, too much for
+    /// every message).
+    ticker: Option<bool>,
     /// The member count this node last recorded in the registry, for nodes
     /// that do not host the room.
     members_recorded: Option<usize>,
@@ -603,7 +603,7 @@ impl Replica {
             .collect();
         let skipped_waiting = skipping && !self.pending.is_empty();
         self.room = Some(room);
-        self.clock = None;
+        self.ticker = None;
         self.applied = n;
         self.snapshot_at = self.snapshot_at.max(n);
         for (conn, session) in ghosts {
@@ -627,7 +627,7 @@ impl Replica {
         let Some(room) = &self.room else { return };
         let count = room.connected();
         self.members.store(count, Ordering::Relaxed);
-        if self.members_recorded == Some(count) || !self_is_ticker(room, &self.me) {
+        if self.members_recorded == Some(count) || !self.is_ticker() {
             return;
         }
         self.members_recorded = Some(count);
@@ -684,8 +684,8 @@ impl Replica {
             record.intent,
             Intent::Publish { .. } | Intent::Direct { .. }
         ) {
-            // Members, leases and resume windows may have changed.
-            self.clock = None;
+            // The members may have changed.
+            self.ticker = None;
         }
         let origin = *record.node == *self.me;
         if origin && self.barrier == Some(record.req) {
@@ -967,11 +967,8 @@ impl Replica {
     /// The next time the room's clock has work, unless a tick for it was asked
     /// for lately (the broker's clock may lag this node's a little).
     fn tick_deadline(&mut self) -> Option<tokio::time::Instant> {
-        let room = self.room.as_ref()?;
-        let (at, ticker) = *self
-            .clock
-            .get_or_insert_with(|| (room.next_deadline(), self_is_ticker(room, &self.me)));
-        let at = at?;
+        let at = self.room.as_ref()?.next_deadline()?;
+        let ticker = self.is_ticker();
         let wait = match self.tick_asked {
             Some((asked, when)) if asked == at => {
                 (when + RETRY_AFTER).saturating_duration_since(Instant::now())
@@ -987,6 +984,15 @@ impl Replica {
         let fallback_at = at.saturating_add(TICK_FALLBACK.as_millis() as Millis);
         let fallback = Duration::from_millis(fallback_at.saturating_sub(now_ms()));
         Some(tokio::time::Instant::now() + wait.max(fallback))
+    }
+
+    /// Whether this node asks for the room's ticks (see [`self_is_ticker`]),
+    /// computed once per change to the members.
+    fn is_ticker(&mut self) -> bool {
+        let (room, me) = (&self.room, &self.me);
+        *self
+            .ticker
+            .get_or_insert_with(|| room.as_ref().is_some_and(|r| self_is_ticker(r, me)))
     }
 
     fn ask_tick(&mut self) {
