@@ -155,11 +155,6 @@ impl LocalCluster {
         &self.lb
     }
 
-    /// The load balancer, to stop it.
-    pub fn lb_mut(&mut self) -> &mut LoadBalancer {
-        &mut self.lb
-    }
-
     /// Redis (`None` in embedded mode).
     pub fn redis(&self) -> Option<&RedisProcess> {
         self.redis.as_ref()

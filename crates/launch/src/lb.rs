@@ -32,7 +32,7 @@ impl LbKind {
     }
 
     /// The configuration template embedded from `deploy/`.
-    pub fn template(self) -> &'static str {
+    pub(crate) fn template(self) -> &'static str {
         match self {
             LbKind::Nginx => NGINX_TEMPLATE,
             LbKind::Haproxy => HAPROXY_TEMPLATE,
@@ -245,11 +245,6 @@ impl LoadBalancer {
     /// The rendered configuration file.
     pub fn config_path(&self) -> PathBuf {
         self.dir.join(self.kind.config_file())
-    }
-
-    /// Its log: nginx's error log, or HAProxy's stderr.
-    pub fn log_path(&self) -> &Path {
-        self.proc.log_path()
     }
 
     /// Its (master's) process id while it has not been reaped; its process group has this id.

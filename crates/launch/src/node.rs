@@ -106,16 +106,6 @@ impl NodeProcess {
         &self.opts.node_id
     }
 
-    /// The options it was started with.
-    pub fn options(&self) -> &NodeOptions {
-        &self.opts
-    }
-
-    /// The file its stdout and stderr are appended to.
-    pub fn log_path(&self) -> &Path {
-        self.proc.log_path()
-    }
-
     /// Its process id while it has not been reaped.
     pub fn pid(&self) -> Option<u32> {
         self.proc.pid()
@@ -124,11 +114,6 @@ impl NodeProcess {
     /// Its cgroup, if it runs under a CPU quota.
     pub fn cpu_quota(&self) -> Option<&CpuQuota> {
         self.quota.as_ref()
-    }
-
-    /// Whether it still runs.
-    pub fn is_running(&mut self) -> io::Result<bool> {
-        Ok(self.proc.try_status()?.is_none())
     }
 
     /// SIGKILL and waits: a crash, no goodbye to clients.

@@ -100,10 +100,6 @@ impl Proc {
         })
     }
 
-    pub(crate) fn log_path(&self) -> &Path {
-        &self.log
-    }
-
     /// The pid while the child has not been reaped.
     pub(crate) fn pid(&self) -> Option<u32> {
         self.status.is_none().then(|| self.child.id())

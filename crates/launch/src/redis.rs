@@ -76,11 +76,6 @@ impl RedisProcess {
         &self.dir
     }
 
-    /// The file its stdout and stderr are appended to.
-    pub fn log_path(&self) -> &Path {
-        self.proc.log_path()
-    }
-
     /// Its process id while it has not exited.
     pub fn pid(&self) -> Option<u32> {
         self.proc.pid()

@@ -107,11 +107,6 @@ impl RedisBroker {
         }))
     }
 
-    /// The configuration this broker was connected with.
-    pub fn config(&self) -> &RedisConfig {
-        &self.config
-    }
-
     /// Sends `cmd` on the command connection.
     async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, ClusterError> {
         let call = |mut conn: ConnectionManager| async move { cmd.query_async(&mut conn).await };
