@@ -144,7 +144,12 @@ impl Task {
                 Err(e) => return fail(batch, &e),
             },
         };
-        let mut pending = batch;
+        // A caller that stopped waiting was told the append failed (and may
+        // append the record again): sending it now could land it twice.
+        let mut pending: Vec<Queued> = batch.into_iter().filter(|q| !q.reply.is_closed()).collect();
+        if pending.is_empty() {
+            return;
+        }
         // A second round only for entries that met a flushed script cache.
         for _ in 0..2 {
             let mut pipe = ::redis::pipe();

@@ -948,6 +948,12 @@ impl Replica {
     }
 
     fn maybe_snapshot(&mut self, n: u64, origin: bool) {
+        if n.is_multiple_of(SNAPSHOT_EVERY) && !origin {
+            // Its origin stores this one: the lag counts from here, so that
+            // other replicas do not store snapshots of their own as well.
+            self.snapshot_at = n;
+            return;
+        }
         let due = (origin && n.is_multiple_of(SNAPSHOT_EVERY))
             || n >= self.snapshot_at + SNAPSHOT_MAX_LAG;
         if !due {
