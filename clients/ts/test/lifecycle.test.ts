@@ -54,6 +54,29 @@ describe('the end of a membership', () => {
   });
 });
 
+describe('leave', () => {
+  it('ends the session for good: the others see it leave, and it cannot be resumed', async () => {
+    const room = await createRoom();
+    const first = newClient({ room });
+    const other = newClient({ room });
+    const roomA = await first.join(room, { name: 'ann' });
+    const roomB = await other.join(room, { name: 'bob' });
+    const saved = roomA.saveSession()!;
+    const heard = next(roomB, 'presence', (p) => p.kind === 'presence.leave');
+    await roomA.leave();
+    expect(await heard).toMatchObject({ session: roomA.session, reason: 'left' });
+    expect(roomA.live).toBe(false);
+    expect(roomA.saveSession()).toBeUndefined();
+    expect(await roomA.publish('chat').catch((e: unknown) => e)).toMatchObject({ code: 'closed' });
+
+    // A restore of the old session gets a new one (session_expired).
+    const again = newClient({ room });
+    const handle = await again.join(room, { name: 'ann', restore: saved });
+    expect(handle.session).not.toBe(saved.session);
+    expect(handle.members.map((m) => m.name).sort()).toEqual(['ann', 'bob']);
+  });
+});
+
 describe('saved sessions', () => {
   it('continue in a new client, which takes the session over (resumed_elsewhere)', async () => {
     const room = await createRoom({ entities: [{ kind: 'object', data: { x: 0 } }] });

@@ -249,6 +249,15 @@ describe('demo app in real browsers', () => {
     const bTo = await toClient(b, beforeB.x + 120, beforeB.y + 80);
     await b.mouse.move(bTo.x, bTo.y, { steps: 5 });
     await b.mouse.up();
+    // A barrier: the room orders B's frames, so once A shows a chat line B sent after the
+    // drag, any change B's drag made would have reached A too.
+    await b.getByTestId('chat-input').fill('after the refused drag');
+    await b.getByTestId('chat-send').click();
+    await a.waitForFunction(
+      () => (document.querySelector('[data-testid="chat-log"]')?.textContent ?? '').includes('after the refused drag'),
+      null,
+      WAIT,
+    );
     // Nothing moved, in B's view nor in A's, and A still holds it.
     expect(await objectIn(b, 'e2')).toEqual(beforeB);
     expect(await objectIn(a, 'e2')).toEqual(beforeA);

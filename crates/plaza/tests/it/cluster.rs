@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cluster_support::{assert_exactly_once, Member};
+use crate::cluster_support::{assert_exactly_once, next_frame, Member};
 use plaza_launch::{ClusterOptions, LbKind, LocalCluster};
 use serde_json::json;
 
@@ -127,7 +127,7 @@ async fn a_killed_nodes_members_resume_elsewhere_and_nothing_acknowledged_is_los
 
     // The dead node's lock holder is gone: its lock becomes free.
     let d = &mut members[3];
-    let mut nonce = 100;
+    let nonce = 100;
     d.pump_until(LIMIT, |d| {
         d.events
             .iter()
@@ -139,8 +139,6 @@ async fn a_killed_nodes_members_resume_elsewhere_and_nothing_acknowledged_is_los
     d.pump_until(LIMIT, |d| d.responses.contains_key(&nonce))
         .await;
     assert_eq!(d.responses[&nonce]["ok"], true, "{:?}", d.responses[&nonce]);
-    nonce += 1;
-    let _ = nonce;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -285,26 +283,24 @@ async fn tickets_and_locks_hold_across_real_nodes() {
     let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
         .await
         .unwrap();
-    use futures_util::{SinkExt, StreamExt};
+    use futures_util::SinkExt;
     use tokio_tungstenite::tungstenite::Message;
     let join = json!({"type": "join", "ticket": t["ticket"]});
     ws.send(Message::text(join.to_string())).await.unwrap();
-    let joined: serde_json::Value = loop {
-        if let Some(Ok(Message::Text(s))) = ws.next().await {
-            break serde_json::from_str(&s).unwrap();
-        }
-    };
+    let joined = tokio::time::timeout(LIMIT, next_frame(&mut ws))
+        .await
+        .expect("an answer to the join")
+        .unwrap();
     assert_eq!(joined["type"], "joined", "{joined}");
     let (mut again, _) =
         tokio_tungstenite::connect_async(ws_url(&cluster.node(0).url(), "vip").as_str())
             .await
             .unwrap();
     again.send(Message::text(join.to_string())).await.unwrap();
-    let refused: serde_json::Value = loop {
-        if let Some(Ok(Message::Text(s))) = again.next().await {
-            break serde_json::from_str(&s).unwrap();
-        }
-    };
+    let refused = tokio::time::timeout(LIMIT, next_frame(&mut again))
+        .await
+        .expect("an answer to the join")
+        .unwrap();
     assert_eq!(refused["code"], "ticket_used", "{refused}");
 
     // Two members on two nodes race for one lock: exactly one gets it.

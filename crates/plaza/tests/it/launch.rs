@@ -236,17 +236,11 @@ fn cluster_up_runs_until_sigterm_and_stops_its_children() {
         unsafe { libc::kill(up.child.id() as i32, libc::SIGTERM) },
         0
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = up.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "plaza cluster up ignored SIGTERM"
-        );
-        std::thread::sleep(POLL);
-    };
+    assert!(
+        exits_within(up.child.id() as i32, Duration::from_secs(60)),
+        "plaza cluster up ignored SIGTERM"
+    );
+    let status = up.child.wait().unwrap();
     assert!(status.success(), "plaza cluster up exited with {status}");
     for pid in &up.pids {
         assert!(

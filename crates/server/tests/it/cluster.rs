@@ -539,3 +539,37 @@ async fn nodes_that_do_not_host_a_room_report_its_member_count() {
     drop(bob);
     assert!(wait_until(|| async { listed().await == Some(1) }).await);
 }
+
+#[tokio::test]
+async fn leaves_and_disconnects_during_an_outage_land_once_the_broker_is_back() {
+    // A leave or a dropped connection must reach the room even if the
+    // broker was away then: else the member stays "connected" for good.
+    let c = cluster(2).await;
+    c.nodes[0].create_room(json!({"id": "gone"})).await;
+    let (mut ann, _) = c.nodes[0].join("gone", "ann").await;
+    let (bob, bob_joined) = join_seen(&c.nodes[1], "gone", "bob", &mut [&mut ann]).await;
+    let (mut cid, cid_joined) = join_seen(&c.nodes[1], "gone", "cid", &mut [&mut ann]).await;
+    c.hub.set_available(false);
+    cid.send(json!({"type": "leave", "room": "gone"})).await;
+    let left = cid.recv_type("left").await;
+    assert_eq!(
+        left["room"], "gone",
+        "the leaver is answered at once: {left}"
+    );
+    drop(bob);
+    c.hub.set_available(true);
+    let mut leaves = Vec::new();
+    for _ in 0..2 {
+        let (e, _) = ann.recv_event("presence.leave").await;
+        leaves.push(format!("{} {}", e["session"], e["reason"]));
+    }
+    leaves.sort();
+    let mut want = vec![
+        format!("{} \"disconnected\"", bob_joined["session"]),
+        format!("{} \"left\"", cid_joined["session"]),
+    ];
+    want.sort();
+    assert_eq!(leaves, want);
+    let (status, room) = c.nodes[0].get("/v1/rooms/gone").await;
+    assert_eq!((status, room["members"].as_u64()), (200, Some(1)));
+}

@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// One member of a room, resuming wherever `url` leads it.
 pub struct Member {
@@ -255,7 +255,8 @@ impl Member {
     }
 }
 
-async fn next_frame(ws: &mut Ws) -> Result<Value, String> {
+/// The next JSON frame, or why there is none (the connection ended).
+pub async fn next_frame(ws: &mut Ws) -> Result<Value, String> {
     loop {
         match ws.next().await {
             None => return Err("connection ended".into()),
