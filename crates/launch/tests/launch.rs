@@ -52,7 +52,10 @@ fn redis_starts_answers_ping_and_stops() {
     assert_eq!(resp(redis.addr(), &["PING"]), "+PONG\r\n");
     // Persistence as configured: AOF on, RDB snapshots off.
     assert!(resp(redis.addr(), &["CONFIG", "GET", "appendonly"]).contains("yes"));
-    assert!(redis.dir().join("redis.log").is_file(), "its log is kept in its directory");
+    assert!(
+        redis.dir().join("redis.log").is_file(),
+        "its log is kept in its directory"
+    );
 
     let status = redis.stop().unwrap();
     assert!(status.success(), "redis exited with {status} after SIGTERM");
