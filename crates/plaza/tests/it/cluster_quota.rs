@@ -4,7 +4,6 @@
 //! The nodes run in embedded mode: the quota is what is tested here, not the broker.
 
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -72,11 +71,11 @@ fn cluster_up_caps_each_node_and_removes_the_cgroups_after_sigterm() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let port = plaza_launch::free_port().unwrap();
-    let lb: SocketAddr = ([127, 0, 0, 1], port).into();
     let first = two_free_ports();
+    // Port 0: the launcher picks the balancer's port, and picks again if it was taken meanwhile
+    // (a port chosen here could be, by another test of this binary).
     let mut child = Command::new(PLAZA)
-        .args(["cluster", "up", "--nodes", "2", "--listen", &lb.to_string()])
+        .args(["cluster", "up", "--nodes", "2", "--listen", "127.0.0.1:0"])
         .args(["--node-cpu-quota", "0.5", "--lb-workers", "1", "--embedded"])
         .args(["--node-ports", &first.to_string()])
         .arg("--dir")

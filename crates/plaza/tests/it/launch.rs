@@ -164,28 +164,11 @@ fn group_alive(pgid: i32) -> bool {
     unsafe { libc::kill(-pgid, 0) == 0 }
 }
 
-#[test]
-fn cluster_up_runs_until_sigterm_and_stops_its_children() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = plaza_launch::free_port().unwrap();
-    let lb: SocketAddr = ([127, 0, 0, 1], port).into();
-    let child = Command::new(PLAZA)
-        .args(["cluster", "up", "--nodes", "2", "--listen", &lb.to_string()])
-        .arg("--dir")
-        .arg(dir.path())
-        // Embedded nodes: --redis is being built elsewhere and must not decide this test.
-        .arg("--embedded")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut up = ClusterUp {
-        child,
-        pids: Vec::new(),
-    };
-
-    // Its report, read on a thread so that a hang fails the test instead of blocking it.
+/// What `plaza cluster up` printed, up to its last line ("data and logs …"), read on a thread
+/// so that a silent child fails the test instead of blocking it.
+fn read_report(child: &mut Child) -> Vec<String> {
     let (tx, rx) = mpsc::channel();
-    let stdout = up.child.stdout.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             if tx.send(line.unwrap()).is_err() {
@@ -203,11 +186,44 @@ fn cluster_up_runs_until_sigterm_and_stops_its_children() {
         let done = line.trim_start().starts_with("data and logs");
         report.push(line);
         if done {
-            break;
+            return report;
         }
     }
+}
+
+/// The balancer's address in the report ("load balancer  nginx  http://ADDR/ …").
+fn balancer_of(report: &[String]) -> SocketAddr {
+    report
+        .iter()
+        .find(|l| l.trim_start().starts_with("load balancer"))
+        .and_then(|l| l.split("http://").nth(1))
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|addr| addr.parse().ok())
+        .unwrap_or_else(|| panic!("no balancer address in {report:#?}"))
+}
+
+#[test]
+fn cluster_up_runs_until_sigterm_and_stops_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    // Port 0: the launcher picks the balancer's port (and picks again if it was taken
+    // meanwhile, as a port chosen here could be by another test of this binary).
+    let child = Command::new(PLAZA)
+        .args(["cluster", "up", "--nodes", "2", "--listen", "127.0.0.1:0"])
+        .arg("--dir")
+        .arg(dir.path())
+        // Embedded nodes: --redis is being built elsewhere and must not decide this test.
+        .arg("--embedded")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut up = ClusterUp {
+        child,
+        pids: Vec::new(),
+    };
+
+    let report = read_report(&mut up.child);
     let text = report.join("\n");
-    assert!(text.contains(&format!("http://{lb}/")), "{text}");
+    let lb = balancer_of(&report);
     for id in ["node-1", "node-2"] {
         assert!(text.contains(id), "{text}");
     }
@@ -280,8 +296,6 @@ fn exits_within(pid: i32, timeout: Duration) -> bool {
 
 #[test]
 fn cluster_up_killed_outright_takes_its_children_along() {
-    let port = plaza_launch::free_port().unwrap();
-    let lb: SocketAddr = ([127, 0, 0, 1], port).into();
     let child = Command::new(PLAZA)
         .args([
             "cluster",
@@ -290,7 +304,7 @@ fn cluster_up_killed_outright_takes_its_children_along() {
             "1",
             "--embedded",
             "--listen",
-            &lb.to_string(),
+            "127.0.0.1:0",
         ])
         .stdout(Stdio::piped())
         .spawn()
@@ -299,16 +313,8 @@ fn cluster_up_killed_outright_takes_its_children_along() {
         child,
         pids: Vec::new(),
     };
-    let stdout = up.child.stdout.take().unwrap();
-    let mut report = Vec::new();
-    for line in BufReader::new(stdout).lines() {
-        let line = line.unwrap();
-        let done = line.trim_start().starts_with("data and logs");
-        report.push(line);
-        if done {
-            break;
-        }
-    }
+    let report = read_report(&mut up.child);
+    let lb = balancer_of(&report);
     up.pids = report
         .iter()
         .filter_map(|l| l.split("(pid ").nth(1))
