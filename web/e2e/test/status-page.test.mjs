@@ -116,7 +116,22 @@ describe('/status page in a real browser', () => {
       expect((await canvasPixels(page, id)).painted, `${id} has painted pixels`).toBeGreaterThan(0);
     }
     // The plotted lines themselves, not just the axis: connections and messages-in have data.
+    // A line needs two samples, and the figure above can show before the chart's next redraw:
+    // wait for the line (failing after 10 s).
     for (const id of ['chart-connections', 'chart-messages']) {
+      await page.waitForFunction(
+        (canvasId) => {
+          const canvas = document.getElementById(canvasId);
+          if (!canvas || canvas.width === 0 || canvas.height === 0) return false;
+          const { data } = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height);
+          for (let i = 0; i < data.length; i += 4) {
+            if (data[i + 3] !== 0 && data[i + 2] - data[i] > 60) return true;
+          }
+          return false;
+        },
+        id,
+        { timeout: 10_000 },
+      );
       expect((await canvasPixels(page, id)).series, `${id} shows its series line`).toBeGreaterThan(0);
     }
     expect(pageErrors).toEqual([]);
