@@ -19,7 +19,9 @@ pub enum Access {
     /// Anyone who knows the room id, with any name.
     #[default]
     Open,
-    /// Only holders of a ticket issued for the room.
+    /// Only holders of a ticket issued for the room. Named `ticket`, as in
+    /// the HTTP API (`ticket_only`, its first name in snapshots, still reads).
+    #[serde(rename = "ticket", alias = "ticket_only")]
     TicketOnly,
 }
 

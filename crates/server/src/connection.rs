@@ -3,16 +3,17 @@
 
 use std::sync::Arc;
 
-use plaza_core::{JoinParams, PublishParams, Resume, TokenBucket};
+use plaza_core::{PublishParams, RoomError, TokenBucket};
 use plaza_protocol::client::{self, ClientFrame};
-use plaza_protocol::server::{ErrorBody, ErrorRef, ServerFrame};
+use plaza_protocol::server::{ErrorRef, ServerFrame};
 use plaza_protocol::{CloseCode, ErrorCode};
 use tokio::sync::oneshot;
 
 use crate::clock::now_ms;
 use crate::joined_rooms::JoinedRooms;
 use crate::outbox::{ConnectionControl, Outbox};
-use crate::room_task::{DirectMessage, JoinCommand, RequestCall, RoomCommand};
+use crate::room::answer::room_deleted;
+use crate::room::{Intent, Pending, RoomCommand, Waiter};
 use crate::Node;
 
 pub(crate) struct Connection {
@@ -42,11 +43,12 @@ impl Connection {
     /// The connection ended: its sessions are disconnected (resumable).
     pub(crate) async fn disconnect_all(&mut self) {
         for (room, session) in self.rooms.take_all() {
-            let cmd = RoomCommand::Disconnect {
-                session,
-                outbox: self.outbox.clone(),
-            };
-            room.send(cmd).await;
+            let cmd = RoomCommand::client(
+                Intent::Disconnect { session },
+                self.pending(Waiter::Nothing),
+            );
+            // A room that is gone has nothing to disconnect.
+            let _ = room.send(cmd).await;
         }
     }
 
@@ -94,22 +96,22 @@ impl Connection {
         match frame {
             ClientFrame::Join(j) => self.join(j).await,
             ClientFrame::Leave(l) => {
+                let pending = self.pending(Waiter::Leave);
                 let Some((room, session)) = self.rooms.remove(&l.room) else {
                     return self.not_joined("leave", l.room, None);
                 };
-                let delivered = room
-                    .send(RoomCommand::Leave {
-                        session,
-                        outbox: self.outbox.clone(),
-                    })
-                    .await;
-                if !delivered {
+                let cmd = RoomCommand::client(Intent::Leave { session }, pending);
+                if let Err(cmd) = room.send(cmd).await {
                     // The room was deleted meanwhile: the member is out all the same.
-                    self.outbox
-                        .send(ServerFrame::Left { room: l.room }.encode(), None);
+                    cmd.refuse(
+                        &l.room,
+                        room_deleted(&l.room),
+                        &self.node.metrics.error_counter_set(),
+                    );
                 }
             }
             ClientFrame::Publish(p) => {
+                let pending = self.pending(Waiter::Publish(p.id.clone()));
                 let Some((_, session)) = self.rooms.get(&p.room) else {
                     return self.not_joined("publish", p.room, p.id);
                 };
@@ -122,81 +124,53 @@ impl Connection {
                     reply_to: p.reply_to,
                     echo: p.echo,
                 };
-                let cmd = RoomCommand::Publish {
+                let intent = Intent::Publish {
                     session: session.clone(),
-                    outbox: self.outbox.clone(),
-                    params: Box::new(params),
+                    params,
                 };
-                self.route(&p.room, cmd, "publish").await;
+                self.route(&p.room, RoomCommand::client(intent, pending))
+                    .await;
             }
             ClientFrame::Request(r) => {
+                let pending = self.pending(Waiter::Request(r.nonce.clone()));
                 let op = match r.op() {
                     Ok(op) => op,
                     Err((code, message)) => {
-                        self.node.metrics.error(code);
-                        let frame = ServerFrame::Response {
-                            room: r.room,
-                            nonce: r.nonce,
-                            ok: false,
-                            result: None,
-                            error: Some(ErrorBody { code, message }),
-                        };
-                        self.outbox.send(frame.encode(), None);
-                        return;
+                        return pending.refuse(
+                            &r.room,
+                            RoomError::new(code, message),
+                            &self.node.metrics.error_counter_set(),
+                        )
                     }
                 };
                 let Some((_, session)) = self.rooms.get(&r.room) else {
-                    self.node.metrics.error(ErrorCode::NotJoined);
-                    let frame = ServerFrame::Response {
-                        room: r.room,
-                        nonce: r.nonce,
-                        ok: false,
-                        result: None,
-                        error: Some(ErrorBody {
-                            code: ErrorCode::NotJoined,
-                            message: "this connection has not joined the room".into(),
-                        }),
-                    };
-                    self.outbox.send(frame.encode(), None);
-                    return;
+                    let e = RoomError::new(
+                        ErrorCode::NotJoined,
+                        "this connection has not joined the room",
+                    );
+                    return pending.refuse(&r.room, e, &self.node.metrics.error_counter_set());
                 };
-                let cmd = RoomCommand::Request {
+                let intent = Intent::Request {
                     session: session.clone(),
-                    outbox: self.outbox.clone(),
-                    call: Box::new(RequestCall {
-                        nonce: r.nonce.clone(),
-                        op,
-                    }),
+                    nonce: r.nonce,
+                    op,
                 };
-                if !self.forward(&r.room, cmd).await {
-                    // A request is answered by a response with its nonce, always.
-                    let code = ErrorCode::RoomNotFound;
-                    self.node.metrics.error(code);
-                    let message = format!("room {:?} was deleted", r.room);
-                    let frame = ServerFrame::Response {
-                        room: r.room,
-                        nonce: r.nonce,
-                        ok: false,
-                        result: None,
-                        error: Some(ErrorBody { code, message }),
-                    };
-                    self.outbox.send(frame.encode(), None);
-                }
+                self.route(&r.room, RoomCommand::client(intent, pending))
+                    .await;
             }
             ClientFrame::Direct(d) => {
+                let pending = self.pending(Waiter::Direct);
                 let Some((_, session)) = self.rooms.get(&d.room) else {
                     return self.not_joined("direct", d.room, None);
                 };
-                let cmd = RoomCommand::Direct {
+                let intent = Intent::Direct {
                     session: session.clone(),
-                    outbox: self.outbox.clone(),
-                    message: Box::new(DirectMessage {
-                        to: d.to,
-                        event: d.event,
-                        data: d.data,
-                    }),
+                    to: d.to,
+                    event: d.event,
+                    data: d.data,
                 };
-                self.route(&d.room, cmd, "direct").await;
+                self.route(&d.room, RoomCommand::client(intent, pending))
+                    .await;
             }
             ClientFrame::Ping(p) => {
                 self.outbox
@@ -205,31 +179,26 @@ impl Connection {
         }
     }
 
-    /// Sends a command to a joined room; false (and the room is forgotten) if
-    /// the room is gone.
-    async fn forward(&mut self, room_id: &str, cmd: RoomCommand) -> bool {
-        let Some((room, _)) = self.rooms.get(room_id) else {
-            return false;
-        };
-        if room.send(cmd).await {
-            return true;
+    /// The answer a command of this connection is owed.
+    fn pending(&self, waiter: Waiter) -> Pending {
+        Pending {
+            outbox: self.outbox.clone(),
+            waiter,
         }
-        self.rooms.remove(room_id);
-        false
     }
 
-    /// Sends a command to a joined room; if the room is gone, says so and forgets it.
-    async fn route(&mut self, room_id: &str, cmd: RoomCommand, frame: &str) {
-        if !self.forward(room_id, cmd).await {
-            let r = ErrorRef {
-                frame: Some(frame.into()),
-                room: Some(room_id.into()),
-                id: None,
-            };
-            self.error(
-                ErrorCode::RoomNotFound,
-                format!("room {room_id:?} was deleted"),
-                Some(r),
+    /// Sends a command to a joined room; if the room is gone, the command is
+    /// refused and the room forgotten.
+    async fn route(&mut self, room_id: &str, cmd: RoomCommand) {
+        let Some((room, _)) = self.rooms.get(room_id) else {
+            return;
+        };
+        if let Err(cmd) = room.send(cmd).await {
+            self.rooms.remove(room_id);
+            cmd.refuse(
+                room_id,
+                room_deleted(room_id),
+                &self.node.metrics.error_counter_set(),
             );
         }
     }
@@ -311,28 +280,18 @@ impl Connection {
             Ok(h) => h,
             Err(e) => return self.error(e.code, e.message, Some(r)),
         };
-        let params = JoinParams {
+        let intent = Intent::Join {
             session: plaza_broker::new_session_id(),
             resume_token: plaza_broker::new_resume_token(),
             name,
             platform,
             channels: j.channels,
             ticket,
-            sink: self.outbox.clone(),
+            resume: j.resume.map(|x| (x.token, x.last_seq)),
         };
-        let resume = j.resume.map(|x| Resume {
-            token: x.token,
-            last_seq: x.last_seq,
-        });
         let (reply, answer) = oneshot::channel();
-        if !room
-            .send(RoomCommand::Join(Box::new(JoinCommand {
-                params,
-                resume,
-                reply,
-            })))
-            .await
-        {
+        let cmd = RoomCommand::client(intent, self.pending(Waiter::Join(reply)));
+        if room.send(cmd).await.is_err() {
             return self.error(
                 ErrorCode::RoomNotFound,
                 format!("no room {room_id:?}"),

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::clock::now_ms;
-use crate::node::CreateRoom;
+use crate::directory::CreateRoom;
 use crate::Node;
 
 /// An HTTP error: status plus `{"error":{"code","message"}}`.

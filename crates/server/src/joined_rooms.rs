@@ -1,6 +1,6 @@
 //! The rooms one connection has joined, with its session in each.
 
-use crate::room_task::RoomHandle;
+use crate::room::RoomHandle;
 
 /// Joined rooms: a short vector rather than a hash map. A connection joins a
 /// handful of rooms at most (`max_rooms_per_connection`), so a linear scan is

@@ -11,18 +11,20 @@ mod clock;
 mod cluster;
 pub mod config;
 mod connection;
+mod directory;
 mod http;
 mod joined_rooms;
 pub mod metrics;
 mod node;
 pub mod outbox;
-mod room_task;
+mod room;
 mod status;
 mod trajectory;
 mod ws;
 
 pub use config::ServerConfig;
-pub use node::{Node, RoomSummary};
+pub use directory::{CreateRoom, InitialEntity, RoomOptions, RoomSummary};
+pub use node::Node;
 pub use status::{ErrorTotals, LatencySummary, Status};
 
 use std::net::SocketAddr;

@@ -39,6 +39,8 @@ pub struct NodeMetrics {
     /// Connections closed because their send queue stayed full.
     pub slow_consumers: Counter,
     errors: Vec<(ErrorCode, Counter, Arc<TeeCounter>)>,
+    /// The same counters, shareable.
+    error_set: ErrorCounter,
     totals: [Arc<TeeCounter>; 4],
     recent_latency: Arc<TeeHistogram>,
     sampler: Sampler,
@@ -63,7 +65,7 @@ impl NodeMetrics {
         };
         let gauge =
             |name: &'static str| recorder.register_gauge(&Key::from_static_name(name), &METADATA);
-        let errors = ErrorCode::ALL
+        let errors: Vec<(ErrorCode, Counter, Arc<TeeCounter>)> = ErrorCode::ALL
             .iter()
             .map(|&code| {
                 let key = Key::from_parts(
@@ -92,6 +94,12 @@ impl NodeMetrics {
             bytes_out,
             slow_consumers: counter("plaza_slow_consumers_total").1,
             delivery_latency,
+            error_set: ErrorCounter(
+                errors
+                    .iter()
+                    .map(|(code, c, _)| (*code, c.clone()))
+                    .collect(),
+            ),
             errors,
             totals: [frames_in_tee, frames_out_tee, bytes_in_tee, bytes_out_tee],
             recent_latency,
@@ -114,6 +122,12 @@ impl NodeMetrics {
             .find(|(c, _, _)| *c == code)
             .map(|(_, c, _)| c.clone())
             .unwrap_or_else(Counter::noop)
+    }
+
+    /// A cheap handle that counts errors by code, for tasks that should not
+    /// hold the node (room tasks).
+    pub fn error_counter_set(&self) -> ErrorCounter {
+        self.error_set.clone()
     }
 
     /// Records one delivery latency sample.
@@ -168,5 +182,24 @@ impl NodeMetrics {
 impl Default for NodeMetrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Counts errors sent to clients by code (see [`NodeMetrics::error_counter_set`]).
+#[derive(Clone)]
+pub struct ErrorCounter(Arc<[(ErrorCode, Counter)]>);
+
+impl ErrorCounter {
+    /// Counts one error.
+    pub fn count(&self, code: ErrorCode) {
+        if let Some((_, c)) = self.0.iter().find(|(x, _)| *x == code) {
+            c.increment(1);
+        }
+    }
+}
+
+impl std::fmt::Debug for ErrorCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ErrorCounter")
     }
 }

@@ -4,23 +4,35 @@
 //! its clients are not applied at once: they become [`record::LogRecord`]s
 //! appended to the room's shared log ([`plaza_broker::Cluster`]), which puts
 //! them in the room's one order. Every replica applies the log in that order
-//! to its own [`plaza_core::Room`]; the room being deterministic (and the
-//! clock being the log's), all replicas agree on every outcome — who holds a
-//! lock, which seq a message got — and each delivers events to its own
-//! members. The node that appended a record answers its client (ack,
-//! response, `joined`) when it applies that record.
+//! through the same [`RoomMachine`](crate::room::machine::RoomMachine) as
+//! embedded mode; the room being deterministic (and the clock being the
+//! log's), all replicas agree on every outcome — who holds a lock, which seq
+//! a message got — and each delivers events to its own members. The node
+//! that appended a record answers its client (ack, response, `joined`) when
+//! it applies that record.
 
 pub(crate) mod record;
-mod registry;
 mod replica;
-mod sink;
+mod snapshot;
 
-pub(crate) use registry::{encode_state, RoomMeta};
-pub(crate) use replica::spawn_replica;
-pub(crate) use sink::Sink;
+pub(crate) use replica::{spawn_replica, ReplicaSetup};
+pub(crate) use snapshot::encode_state;
 
 use bytes::Bytes;
 use plaza_broker::ClusterError;
+
+use crate::room::{Intent, RoomCommand, RoomHandle};
+
+/// What a replica needs of the node hosting it: implemented by the node's
+/// room directory, so that replicas do not depend on it.
+pub(crate) trait Hosting: Send + Sync + 'static {
+    /// The replica of room `id` behind `handle` ended: forget it, unless a
+    /// newer replica took its place.
+    fn forget(&self, id: &str, handle: &RoomHandle);
+    /// A join reached a replica as it stopped hosting: hand it to the room's
+    /// next replica (refusing it if there is none).
+    fn rejoin(self: std::sync::Arc<Self>, id: String, join: RoomCommand);
+}
 
 /// The record that deletes a room, appended by `node`.
 pub(crate) fn close_record(node: &str) -> Bytes {
@@ -28,7 +40,7 @@ pub(crate) fn close_record(node: &str) -> Bytes {
         node: node.to_owned(),
         conn: 0,
         req: 0,
-        intent: record::Intent::Close,
+        intent: Intent::Close,
     }
     .encode()
 }

@@ -8,10 +8,9 @@
 //! resumed elsewhere.
 
 use bytes::Bytes;
-use plaza_core::PublishParams;
-use plaza_protocol::client::Op;
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
+
+use crate::room::Intent;
 
 /// One entry's payload.
 #[derive(Debug, Serialize, Deserialize)]
@@ -33,52 +32,6 @@ fn is_zero(v: &u64) -> bool {
     *v == 0
 }
 
-/// A change to a room, as asked for.
-#[derive(Debug, Serialize, Deserialize)]
-// Externally tagged: an internally tagged enum buffers its fields, which
-// `RawValue` payloads do not survive.
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Intent {
-    /// A member joins, or resumes with `resume` = (token, last seq).
-    Join {
-        session: String,
-        resume_token: String,
-        name: String,
-        platform: String,
-        channels: Vec<String>,
-        ticket: bool,
-        resume: Option<(String, u64)>,
-    },
-    /// A member leaves for good.
-    Leave { session: String },
-    /// A member's connection dropped (it may resume).
-    Disconnect { session: String },
-    /// A message.
-    Publish {
-        session: String,
-        params: PublishParams,
-    },
-    /// A request, answered by `nonce`.
-    Request {
-        session: String,
-        nonce: Box<RawValue>,
-        op: Op,
-    },
-    /// A message for one session.
-    Direct {
-        session: String,
-        to: String,
-        event: String,
-        data: Option<Box<RawValue>>,
-    },
-    /// The clock moved: expire leases and resume windows due by the entry's time.
-    Tick,
-    /// `node` stopped renewing its heartbeat: its members are disconnected.
-    NodeDown { node: String },
-    /// The room was deleted.
-    Close,
-}
-
 impl LogRecord {
     pub(crate) fn encode(&self) -> Bytes {
         Bytes::from(serde_json::to_vec(self).expect("records serialize"))
@@ -92,6 +45,8 @@ impl LogRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use plaza_core::PublishParams;
+    use serde_json::value::RawValue;
 
     #[test]
     fn records_round_trip_with_raw_payloads() {

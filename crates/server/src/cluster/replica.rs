@@ -11,20 +11,19 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use plaza_broker::{Cluster, ClusterError, LogEntry, LogListener, LogNotice};
-use plaza_core::{HistoryEntry, JoinParams, Millis, Resume, Room, RoomError};
-use plaza_protocol::server::ServerFrame;
+use plaza_core::{Millis, Room, RoomError};
 use plaza_protocol::{CloseCode, ErrorCode};
-use serde_json::value::RawValue;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, Notify};
 
-use super::record::{Intent, LogRecord};
-use super::{encode_state, AppendFailure, RoomMeta, Sink, SNAPSHOT_EVERY, SNAPSHOT_MAX_LAG};
+use super::record::LogRecord;
+use super::{encode_state, AppendFailure, Hosting, SNAPSHOT_EVERY, SNAPSHOT_MAX_LAG};
 use crate::clock::now_ms;
-use crate::node::Node;
-use crate::outbox::Outbox;
-use crate::room_task::{
-    self, error_frame, not_joined, response, DirectMessage, ErrorCounter, JoinCommand, RequestCall,
-    RoomCommand, RoomHandle, RoomInfo,
+use crate::metrics::ErrorCounter;
+use crate::room::answer::not_joined;
+use crate::room::machine::{FollowUp, Origin, RoomMachine};
+use crate::room::{
+    self, mailbox, sleep_until, ClientCommand, Intent, Pending, RoomCommand, RoomHandle, RoomInfo,
+    Sink, Waiter,
 };
 
 /// Entries read from the log per call when catching up.
@@ -37,6 +36,9 @@ const RETRY_AFTER: Duration = Duration::from_millis(500);
 /// the tick itself, in case the ticker cannot (it is stuck, or dead and not
 /// yet declared so).
 const TICK_FALLBACK: Duration = Duration::from_secs(2);
+/// Log notices queued for a replica at most; past that, a notice is read
+/// back from the log instead.
+const NOTICES: usize = 4096;
 
 /// Whether node `me` asks for the room's ticks: the node with the smallest id
 /// among those its connected members are on. Every replica agrees on it, so
@@ -49,84 +51,78 @@ fn self_is_ticker(room: &Room<Sink>, me: &str) -> bool {
         .is_none_or(|first| first == me)
 }
 
+/// What a replica is told besides its clients' commands.
+enum Notice {
+    /// An entry of the room's shared log, from the broker.
+    Entry(LogEntry),
+    /// An append this node made failed.
+    AppendFailed(AppendFailure),
+}
+
+/// How a replica is set up.
+pub(crate) struct ReplicaSetup {
+    /// The node that hosts it, told when it ends.
+    pub(crate) host: Weak<dyn Hosting>,
+    pub(crate) cluster: Arc<dyn Cluster>,
+    /// This node's id.
+    pub(crate) me: Arc<str>,
+    /// How long the room stays hosted without local members.
+    pub(crate) linger: Duration,
+    pub(crate) errors: ErrorCounter,
+}
+
 /// Starts hosting room `id` on this node. The replica loads the room's latest
 /// snapshot and log before it takes commands; if it cannot, it refuses the
 /// commands that reached it and ends.
-pub(crate) fn spawn_replica(
-    node: &Arc<Node>,
-    cluster: Arc<dyn Cluster>,
-    meta: &RoomMeta,
-    id: &str,
-) -> RoomHandle {
+pub(crate) fn spawn_replica(setup: ReplicaSetup, info: RoomInfo, id: &str) -> RoomHandle {
     let members = Arc::new(AtomicUsize::new(0));
-    let info = RoomInfo {
-        id,
-        name: &meta.name,
-        created_at: meta.created_at,
-        access: meta.access(),
-        history_size: meta.history_size,
-        max_members: meta.max_members,
-        presence: meta.presence,
-    };
-    let (handle, rx) = room_task::mailbox(info, members.clone());
-    let catch_up = Arc::new(Notify::new());
+    let (handle, rx) = mailbox(id, info, members.clone());
+    let (notices_tx, notices) = mpsc::channel(NOTICES);
     let task = Replica {
         id: id.to_owned(),
-        me: node.id().into(),
-        cluster,
-        node: Arc::downgrade(node),
+        me: setup.me,
+        cluster: setup.cluster,
+        host: setup.host,
         handle: handle.clone(),
-        room: None,
+        notices_tx,
+        machine: None,
         applied: 0,
         snapshot_at: 0,
         next_req: 0,
         pending: HashMap::new(),
-        locals: HashMap::new(),
         retry: Vec::new(),
         members,
-        catch_up: catch_up.clone(),
+        catch_up: Arc::new(Notify::new()),
         behind: false,
         tick_asked: None,
         ticker: None,
         members_recorded: None,
         barrier: None,
-        linger: Duration::from_millis(node.config().room_linger_ms),
-        errors: room_task::metrics_errors(&node.metrics),
+        linger: setup.linger,
+        errors: setup.errors,
     };
-    tokio::spawn(task.run(rx));
+    tokio::spawn(task.run(rx, notices));
     handle
-}
-
-/// Who waits for the outcome of a record this node appended.
-struct Pending {
-    outbox: Outbox,
-    waiter: Waiter,
-}
-
-enum Waiter {
-    Join(oneshot::Sender<Result<String, RoomError>>),
-    Leave,
-    Publish(Option<String>),
-    Request(Box<RawValue>),
-    Direct,
 }
 
 struct Replica {
     id: String,
     me: Arc<str>,
     cluster: Arc<dyn Cluster>,
-    node: Weak<Node>,
+    host: Weak<dyn Hosting>,
     handle: RoomHandle,
-    /// `None` until loaded.
-    room: Option<Room<Sink>>,
+    /// Where log entries and append failures are posted.
+    notices_tx: mpsc::Sender<Notice>,
+    /// The room and this node's members in it; `None` until loaded, and
+    /// again once the room is deleted.
+    machine: Option<RoomMachine>,
     /// The last log position applied.
     applied: u64,
     /// The log position of the latest snapshot known to be stored.
     snapshot_at: u64,
     next_req: u64,
+    /// Who waits for the records this node appended, by request number.
     pending: HashMap<u64, Pending>,
-    /// This node's connections with a member in the room.
-    locals: HashMap<u64, Outbox>,
     /// Records that must be appended again (disconnects and leaves).
     retry: Vec<bytes::Bytes>,
     /// The member count the summary shows.
@@ -154,7 +150,11 @@ struct Replica {
 }
 
 impl Replica {
-    async fn run(mut self, mut rx: mpsc::Receiver<RoomCommand>) {
+    async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<RoomCommand>,
+        mut notices: mpsc::Receiver<Notice>,
+    ) {
         if let Err(e) = self.host().await {
             tracing::warn!(room = %self.id, error = %e, "cannot host room");
             self.give_up(&mut rx, e.into()).await;
@@ -170,7 +170,8 @@ impl Replica {
             // A node hosts a room while it has members there, and a while
             // after (they often come back), not forever: every hosted room
             // costs a subscription and the work of applying its log.
-            let idle = self.locals.is_empty() && self.pending.is_empty() && self.retry.is_empty();
+            let no_locals = self.machine.as_ref().is_none_or(|m| m.locals().is_empty());
+            let idle = no_locals && self.pending.is_empty() && self.retry.is_empty();
             idle_since = if idle {
                 idle_since.or_else(|| Some(tokio::time::Instant::now()))
             } else {
@@ -182,30 +183,35 @@ impl Replica {
                     None => break,
                     Some(cmd) => self.handle(cmd),
                 },
+                Some(notice) = notices.recv() => match notice {
+                    Notice::Entry(e) => self.on_entry(e),
+                    Notice::AppendFailed(f) => self.on_append_failed(f),
+                },
                 _ = self.catch_up.notified() => self.catch_up_or_retry().await,
-                _ = room_task::sleep_until(deadline) => self.ask_tick(),
-                _ = room_task::sleep_until(retry) => {
+                _ = sleep_until(deadline) => self.ask_tick(),
+                _ = sleep_until(retry) => {
                     self.catch_up_or_retry().await;
                     self.append_retries();
                 }
                 _ = liveness.tick() => self.check_nodes(),
-                _ = room_task::sleep_until(unhost_at) => {
+                _ = sleep_until(unhost_at) => {
                     return self.unhost(&mut rx).await;
                 }
             }
-            if self.room.is_none() {
+            if self.machine.is_none() {
                 // Closed: the room was deleted.
                 rx.close();
+                let e = room::answer::room_deleted(&self.id);
                 while let Ok(cmd) = rx.try_recv() {
-                    self.refuse_closed(cmd);
+                    cmd.refuse(&self.id, e.clone(), &self.errors);
                 }
                 break;
             }
             self.count_members();
         }
         self.cluster.unsubscribe(&self.id).await;
-        if let Some(node) = self.node.upgrade() {
-            node.forget_room(&self.id, &self.handle);
+        if let Some(host) = self.host.upgrade() {
+            host.forget(&self.id, &self.handle);
         }
     }
 
@@ -216,7 +222,7 @@ impl Replica {
         // subscription must not be the one removed.
         self.cluster.unsubscribe(&self.id).await;
         if self.applied > self.snapshot_at {
-            let bytes = encode_state(self.room_ref());
+            let bytes = encode_state(self.machine().room());
             if let Err(e) = self
                 .cluster
                 .store_snapshot(&self.id, self.applied, bytes)
@@ -225,26 +231,19 @@ impl Replica {
                 tracing::debug!(room = %self.id, error = %e, "no snapshot on unhosting");
             }
         }
-        let node = self.node.upgrade();
-        if let Some(node) = &node {
-            node.forget_room(&self.id, &self.handle);
+        let host = self.host.upgrade();
+        if let Some(host) = &host {
+            host.forget(&self.id, &self.handle);
         }
         rx.close();
         while let Ok(cmd) = rx.try_recv() {
-            match (cmd, &node) {
-                (RoomCommand::Join(join), Some(node)) => {
-                    let node = node.clone();
-                    let id = self.id.clone();
-                    tokio::spawn(async move {
-                        match node.room_for_join(&id).await {
-                            // If that fails too, dropping the reply tells the
-                            // connection the room is gone.
-                            Ok(h) => drop(h.send(RoomCommand::Join(join)).await),
-                            Err(e) => drop(join.reply.send(Err(e))),
-                        }
-                    });
+            match (cmd, &host) {
+                (RoomCommand::Client(c), Some(host))
+                    if matches!(c.pending.waiter, Waiter::Join(_)) =>
+                {
+                    host.clone().rejoin(self.id.clone(), RoomCommand::Client(c));
                 }
-                (cmd, _) => self.refuse_command(cmd, not_joined()),
+                (cmd, _) => cmd.refuse(&self.id, not_joined(), &self.errors),
             }
         }
         tracing::debug!(room = %self.id, "no longer hosted here");
@@ -252,13 +251,13 @@ impl Replica {
 
     /// Subscribes, then loads the latest snapshot and the log after it.
     async fn host(&mut self) -> Result<(), ClusterError> {
-        let handle = self.handle.clone();
+        let notices = self.notices_tx.clone();
         let catch_up = self.catch_up.clone();
         let listener: LogListener = Arc::new(move |notice| match notice {
             LogNotice::Entry(e) => {
-                // Never block the broker's task: a full mailbox means the
+                // Never block the broker's task: a full queue means the
                 // entry is read back from the log later.
-                if !handle.try_send(RoomCommand::Log(Box::new(e))) {
+                if notices.try_send(Notice::Entry(e)).is_err() {
                     catch_up.notify_one();
                 }
             }
@@ -273,144 +272,35 @@ impl Replica {
     async fn give_up(&mut self, rx: &mut mpsc::Receiver<RoomCommand>, e: RoomError) {
         self.cluster.unsubscribe(&self.id).await;
         rx.close();
-        if let Some(node) = self.node.upgrade() {
-            node.forget_room(&self.id, &self.handle);
+        if let Some(host) = self.host.upgrade() {
+            host.forget(&self.id, &self.handle);
         }
         while let Ok(cmd) = rx.try_recv() {
-            self.refuse_command(cmd, e.clone());
-        }
-    }
-
-    fn refuse_closed(&mut self, cmd: RoomCommand) {
-        let e = RoomError::new(
-            ErrorCode::RoomNotFound,
-            format!("room {:?} was deleted", self.id),
-        );
-        self.refuse_command(cmd, e);
-    }
-
-    /// Answers a command that will not be carried out.
-    fn refuse_command(&mut self, cmd: RoomCommand, e: RoomError) {
-        match cmd {
-            RoomCommand::Join(j) => {
-                let _ = j.reply.send(Err(e));
-            }
-            RoomCommand::Publish { outbox, params, .. } => {
-                self.refuse(&outbox, e, "publish", params.id.clone())
-            }
-            RoomCommand::Request { outbox, call, .. } => {
-                (self.errors)(e.code);
-                outbox.send(response(&self.id, call.nonce, Err(e)).encode(), None);
-            }
-            RoomCommand::Direct { outbox, .. } => self.refuse(&outbox, e, "direct", None),
-            RoomCommand::Leave { outbox, .. } => {
-                outbox.send(
-                    ServerFrame::Left {
-                        room: self.id.clone(),
-                    }
-                    .encode(),
-                    None,
-                );
-            }
-            RoomCommand::Close { done } => {
-                let _ = done.send(());
-            }
-            RoomCommand::Disconnect { .. } | RoomCommand::Log(_) | RoomCommand::AppendFailed(_) => {
-            }
+            cmd.refuse(&self.id, e.clone(), &self.errors);
         }
     }
 
     fn handle(&mut self, cmd: RoomCommand) {
         match cmd {
-            RoomCommand::Log(entry) => self.on_entry(*entry),
-            RoomCommand::AppendFailed(f) => self.on_append_failed(*f),
-            RoomCommand::Join(join) => {
-                let JoinCommand {
-                    params,
-                    resume,
-                    reply,
-                } = *join;
-                let conn = params.sink.control().id();
-                let intent = Intent::Join {
-                    session: params.session,
-                    resume_token: params.resume_token,
-                    name: params.name,
-                    platform: params.platform,
-                    channels: params.channels,
-                    ticket: params.ticket,
-                    resume: resume.map(|r| (r.token, r.last_seq)),
+            RoomCommand::Client(c) => {
+                let ClientCommand { intent, pending } = *c;
+                let conn = pending.conn();
+                // Changes that must not be lost are appended until they land.
+                let must_land = matches!(intent, Intent::Leave { .. } | Intent::Disconnect { .. });
+                if let Intent::Disconnect { .. } = intent {
+                    if let Some(m) = &mut self.machine {
+                        m.forget_local(conn);
+                    }
+                }
+                let pending = match pending.waiter {
+                    Waiter::Nothing => None,
+                    _ => Some(pending),
                 };
-                let pending = Pending {
-                    outbox: params.sink,
-                    waiter: Waiter::Join(reply),
-                };
-                self.submit(conn, intent, Some(pending), false);
-            }
-            RoomCommand::Leave { session, outbox } => {
-                let conn = outbox.control().id();
-                let pending = Pending {
-                    outbox,
-                    waiter: Waiter::Leave,
-                };
-                self.submit(conn, Intent::Leave { session }, Some(pending), true);
-            }
-            RoomCommand::Disconnect { session, outbox } => {
-                let conn = outbox.control().id();
-                self.locals.remove(&conn);
-                self.submit(conn, Intent::Disconnect { session }, None, true);
-            }
-            RoomCommand::Publish {
-                session,
-                outbox,
-                params,
-            } => {
-                let conn = outbox.control().id();
-                let pending = Pending {
-                    outbox,
-                    waiter: Waiter::Publish(params.id.clone()),
-                };
-                let intent = Intent::Publish {
-                    session,
-                    params: *params,
-                };
-                self.submit(conn, intent, Some(pending), false);
-            }
-            RoomCommand::Request {
-                session,
-                outbox,
-                call,
-            } => {
-                let conn = outbox.control().id();
-                let RequestCall { nonce, op } = *call;
-                let pending = Pending {
-                    outbox,
-                    waiter: Waiter::Request(nonce.clone()),
-                };
-                let intent = Intent::Request { session, nonce, op };
-                self.submit(conn, intent, Some(pending), false);
-            }
-            RoomCommand::Direct {
-                session,
-                outbox,
-                message,
-            } => {
-                let conn = outbox.control().id();
-                let DirectMessage { to, event, data } = *message;
-                let pending = Pending {
-                    outbox,
-                    waiter: Waiter::Direct,
-                };
-                let intent = Intent::Direct {
-                    session,
-                    to,
-                    event,
-                    data,
-                };
-                self.submit(conn, intent, Some(pending), false);
+                self.submit(conn, intent, pending, must_land);
             }
             RoomCommand::Close { done } => {
-                // Deletion goes through the registry (Node::delete_room),
-                // which appends `Close` for every replica.
+                // Deletion goes through the registry, which appends `Close`
+                // for every replica.
                 let _ = done.send(());
             }
         }
@@ -436,7 +326,7 @@ impl Replica {
     fn append(&self, req: u64, record: bytes::Bytes, must_land: bool) {
         // Called here, in command order: appends from one node keep their order.
         let append = self.cluster.append(&self.id, record.clone());
-        let mailbox = self.handle.downgrade();
+        let notices = self.notices_tx.downgrade();
         tokio::spawn(async move {
             if let Err(error) = append.await {
                 let failure = AppendFailure {
@@ -444,8 +334,8 @@ impl Replica {
                     error,
                     retry: must_land.then_some(record),
                 };
-                if let Some(tx) = mailbox.upgrade() {
-                    let _ = tx.send(RoomCommand::AppendFailed(Box::new(failure))).await;
+                if let Some(tx) = notices.upgrade() {
+                    let _ = tx.send(Notice::AppendFailed(failure)).await;
                 }
             }
         });
@@ -466,32 +356,8 @@ impl Replica {
             self.barrier = None;
             self.restart_skipped(f.req);
         }
-        let Some(p) = self.pending.remove(&f.req) else {
-            return;
-        };
-        let e: RoomError = f.error.into();
-        match p.waiter {
-            Waiter::Join(reply) => {
-                let _ = reply.send(Err(e));
-            }
-            Waiter::Leave => {
-                // The member is out as far as its connection is concerned;
-                // the leave is appended again until it lands.
-                p.outbox.send(
-                    ServerFrame::Left {
-                        room: self.id.clone(),
-                    }
-                    .encode(),
-                    None,
-                );
-            }
-            Waiter::Publish(id) => self.refuse(&p.outbox, e, "publish", id),
-            Waiter::Request(nonce) => {
-                (self.errors)(e.code);
-                p.outbox
-                    .send(response(&self.id, nonce, Err(e)).encode(), None);
-            }
-            Waiter::Direct => self.refuse(&p.outbox, e, "direct", None),
+        if let Some(p) = self.pending.remove(&f.req) {
+            p.refuse(&self.id, f.error.into(), &self.errors);
         }
     }
 
@@ -510,12 +376,16 @@ impl Replica {
     }
 
     async fn catch_up_or_retry(&mut self) {
-        if self.room.is_none() {
+        if self.machine.is_none() {
             return;
         }
         match self.catch_up().await {
             Ok(()) => self.behind = false,
-            Err(ClusterError::RoomNotFound(_)) => self.close(),
+            Err(ClusterError::RoomNotFound(_)) => {
+                let me = self.me.clone();
+                let origin = Origin { node: &me, conn: 0 };
+                self.apply_intent(origin, Intent::Close, None, now_ms());
+            }
             Err(e) => {
                 tracing::debug!(room = %self.id, error = %e, "catch-up failed; retrying");
                 self.behind = true;
@@ -533,7 +403,7 @@ impl Replica {
                         if e.n == self.applied + 1 {
                             self.apply(e);
                         }
-                        if self.room.is_none() {
+                        if self.machine.is_none() {
                             return Ok(());
                         }
                     }
@@ -550,30 +420,33 @@ impl Replica {
         let Some((n, bytes)) = self.cluster.load_snapshot(&self.id).await? else {
             return Err(ClusterError::RoomNotFound(self.id.clone()));
         };
-        if self.room.is_some() && n <= self.applied {
+        if self.machine.is_some() && n <= self.applied {
             // The log was trimmed past us and no newer snapshot exists: a bug
             // or a very long stall. Members must resync from scratch.
             tracing::error!(room = %self.id, n, applied = self.applied, "replica cannot continue");
-            for outbox in self.locals.values() {
+            for outbox in self.machine().locals().values() {
                 outbox.control().close(CloseCode::Restarting);
             }
             return Err(ClusterError::Trimmed(self.id.clone()));
         }
-        let skipping = self.room.is_some();
         let state: plaza_core::RoomState = serde_json::from_slice(&bytes)
             .map_err(|e| ClusterError::Unavailable(format!("unreadable snapshot: {e}")))?;
         state
             .validate()
             .map_err(|e| ClusterError::Unavailable(format!("invalid snapshot: {e}")))?;
         let me = self.me.clone();
-        let locals = &self.locals;
-        let room = Room::import(state, |owner: &str| {
-            let mut sink = Sink::from_owner(owner);
-            if *sink.node == *me {
-                sink.outbox = locals.get(&sink.conn).cloned();
-            }
-            sink
-        });
+        let skipping = self.machine.is_some();
+        let room = {
+            let locals = self.machine.as_ref().map(|m| m.locals());
+            Room::import(state, |owner: &str| {
+                let mut sink = Sink::from_owner(owner);
+                if *sink.node == *me {
+                    sink.node = me.clone();
+                    sink.outbox = locals.and_then(|l| l.get(&sink.conn)).cloned();
+                }
+                sink
+            })
+        };
         // Local connections the snapshot no longer counts as members must
         // resume to learn what they missed.
         let kept: BTreeSet<u64> = room
@@ -581,28 +454,30 @@ impl Replica {
             .iter()
             .filter_map(|s| room.member(s).and_then(|m| m.sink.as_ref()).map(|s| s.conn))
             .collect();
-        self.locals.retain(|conn, outbox| {
-            let keep = kept.contains(conn);
-            if !keep {
-                outbox.control().close(CloseCode::Restarting);
-            }
-            keep
-        });
         // Sessions connected on this node by the snapshot's account, but on
         // no connection here: joins answered in skipped entries, or members
         // of an earlier run of this node id. Nothing else would ever
         // disconnect them (this node is alive, so no `node_down` comes).
-        let me = &self.me;
         let ghosts: Vec<(u64, String)> = room
-            .connected_sessions(|s: &Sink| *s.node == **me && s.outbox.is_none())
+            .connected_sessions(|s: &Sink| *s.node == *me && s.outbox.is_none())
             .into_iter()
             .filter_map(|s| {
                 let conn = room.member(&s)?.sink.as_ref()?.conn;
                 Some((conn, s))
             })
             .collect();
+        let keep = |conn: u64, outbox: &crate::outbox::Outbox| {
+            let keep = kept.contains(&conn);
+            if !keep {
+                outbox.control().close(CloseCode::Restarting);
+            }
+            keep
+        };
+        match &mut self.machine {
+            Some(m) => m.replace_room(room, keep),
+            None => self.machine = Some(RoomMachine::new(room, me, self.errors.clone())),
+        }
         let skipped_waiting = skipping && !self.pending.is_empty();
-        self.room = Some(room);
         self.ticker = None;
         self.applied = n;
         self.snapshot_at = self.snapshot_at.max(n);
@@ -624,8 +499,8 @@ impl Replica {
     /// ticker, when it changed) to the registry, where nodes that do not host
     /// the room read it.
     fn count_members(&mut self) {
-        let Some(room) = &self.room else { return };
-        let count = room.connected();
+        let Some(m) = &self.machine else { return };
+        let count = m.room().connected();
         self.members.store(count, Ordering::Relaxed);
         if self.members_recorded == Some(count) || !self.is_ticker() {
             return;
@@ -680,11 +555,7 @@ impl Replica {
                 return;
             }
         };
-        if !matches!(
-            record.intent,
-            Intent::Publish { .. } | Intent::Direct { .. }
-        ) {
-            // The members may have changed.
+        if record.intent.may_change_members() {
             self.ticker = None;
         }
         let origin = *record.node == *self.me;
@@ -697,254 +568,44 @@ impl Replica {
         } else {
             None
         };
-        self.apply_record(record, pending, e.ts);
-        if self.room.is_some() {
+        let LogRecord {
+            node, conn, intent, ..
+        } = record;
+        self.apply_intent(Origin { node: &node, conn }, intent, pending, e.ts);
+        if self.machine.is_some() {
             self.maybe_snapshot(e.n, origin);
         }
     }
 
-    fn apply_record(&mut self, record: LogRecord, pending: Option<Pending>, now: Millis) {
-        let LogRecord {
-            node, conn, intent, ..
-        } = record;
-        if let Intent::Close = intent {
-            return self.close();
-        }
-        if let Intent::NodeDown { node: dead } = intent {
-            return self.node_down(&dead, now);
-        }
-        if let Intent::Tick = intent {
-            let events = self.room_mut().tick(now);
-            return self.deliver(&events);
-        }
-        let mine = *node == *self.me;
-        let connected = |room: &Room<Sink>, session: &str| {
-            room.member(session)
-                .and_then(|m| m.sink.as_ref())
-                .is_some_and(|s| s.is(&node, conn))
+    /// Applies one command through the room's machine and carries out what follows.
+    fn apply_intent(
+        &mut self,
+        origin: Origin<'_>,
+        intent: Intent,
+        pending: Option<Pending>,
+        now: Millis,
+    ) {
+        let Some(machine) = &mut self.machine else {
+            return;
         };
-        match intent {
-            Intent::Join {
-                session,
-                resume_token,
-                name,
-                platform,
-                channels,
-                ticket,
-                resume,
-            } => {
-                let (outbox, reply) = match pending {
-                    Some(Pending {
-                        outbox,
-                        waiter: Waiter::Join(reply),
-                    }) => (Some(outbox), Some(reply)),
-                    _ => (None, None),
-                };
-                let params = JoinParams {
-                    session,
-                    resume_token,
-                    name,
-                    platform,
-                    channels,
-                    ticket,
-                    sink: Sink {
-                        node: node.as_str().into(),
-                        conn,
-                        outbox: outbox.clone(),
-                    },
-                };
-                let resume = resume.map(|(token, last_seq)| Resume { token, last_seq });
-                let result = self.room_mut().join(params, resume, now);
-                match result {
-                    Ok(joined) => {
-                        if let Some(old) = joined.replaced.as_ref() {
-                            if let Some(o) = &old.outbox {
-                                let frame = ServerFrame::Closed {
-                                    room: self.id.clone(),
-                                    reason: "resumed_elsewhere".into(),
-                                };
-                                o.control().evict(&self.id);
-                                o.send(frame.encode(), None);
-                                self.locals.remove(&old.conn);
-                            }
-                        }
-                        let session = joined.frame.session.clone();
-                        match (outbox, reply) {
-                            (Some(outbox), Some(reply)) => {
-                                outbox.send(joined.server_frame().encode(), None);
-                                for e in &joined.missed {
-                                    outbox.send(e.frame.clone(), None);
-                                }
-                                self.locals.insert(conn, outbox);
-                                let _ = reply.send(Ok(session));
-                            }
-                            _ if mine => {
-                                // The join landed although its append reported
-                                // a failure (the client was told it failed):
-                                // nobody is on that connection.
-                                self.submit(conn, Intent::Disconnect { session }, None, true);
-                            }
-                            _ => {}
-                        }
-                        self.deliver(&joined.events);
-                    }
-                    Err(e) => {
-                        if let Some(reply) = reply {
-                            let _ = reply.send(Err(e));
-                        }
-                    }
-                }
+        match machine.apply(origin, intent, pending, now) {
+            FollowUp::None => {}
+            FollowUp::Orphaned { conn, session } => {
+                // The join landed although its append reported a failure
+                // (the client was told it failed): nobody is on that connection.
+                self.submit(conn, Intent::Disconnect { session }, None, true);
             }
-            Intent::Leave { session } => {
-                if connected(self.room_ref(), &session) {
-                    let events = self.room_mut().leave(&session, now);
-                    self.deliver(&events);
-                }
-                if mine {
-                    self.locals.remove(&conn);
-                }
-                if let Some(p) = pending {
-                    p.outbox.send(
-                        ServerFrame::Left {
-                            room: self.id.clone(),
-                        }
-                        .encode(),
-                        None,
-                    );
-                }
-            }
-            Intent::Disconnect { session } => {
-                if connected(self.room_ref(), &session) {
-                    let events = self.room_mut().disconnect(&session, now);
-                    self.deliver(&events);
-                }
-            }
-            Intent::Publish { session, params } => {
-                let id = params.id.clone();
-                if !connected(self.room_ref(), &session) {
-                    if let Some(p) = pending {
-                        self.refuse(&p.outbox, not_joined(), "publish", id);
-                    }
-                    return;
-                }
-                match self.room_mut().publish(&session, params, now) {
-                    Ok(p) => {
-                        if let Some(e) = &p.entry {
-                            self.deliver(std::slice::from_ref(e));
-                        }
-                        if let Some(w) = pending {
-                            let ack = ServerFrame::Ack {
-                                room: self.id.clone(),
-                                seq: p.seq,
-                                id,
-                                duplicate: p.entry.is_none(),
-                            };
-                            w.outbox.send(ack.encode(), None);
-                        }
-                    }
-                    Err(e) => {
-                        if let Some(p) = pending {
-                            self.refuse(&p.outbox, e, "publish", id);
-                        }
+            FollowUp::Closed => {
+                let e = RoomError::new(ErrorCode::RoomNotFound, "the room was deleted");
+                for (_, p) in self.pending.drain() {
+                    if let Waiter::Join(reply) = p.waiter {
+                        let _ = reply.send(Err(e.clone()));
                     }
                 }
-            }
-            Intent::Request { session, nonce, op } => {
-                let result = if connected(self.room_ref(), &session) {
-                    self.room_mut().request(&session, op, now)
-                } else {
-                    Err(not_joined())
-                };
-                let frame = match result {
-                    Ok(out) => {
-                        self.deliver(&out.events);
-                        response(&self.id, nonce, Ok(out.result))
-                    }
-                    Err(e) => {
-                        if pending.is_some() {
-                            (self.errors)(e.code);
-                        }
-                        response(&self.id, nonce, Err(e))
-                    }
-                };
-                if let Some(p) = pending {
-                    p.outbox.send(frame.encode(), None);
-                }
-            }
-            Intent::Direct {
-                session,
-                to,
-                event,
-                data,
-            } => {
-                let room = self.room_ref();
-                let target = if connected(room, &session) {
-                    room.direct_target(&session, &to).map(|s| s.outbox.clone())
-                } else {
-                    Err(not_joined())
-                };
-                match target {
-                    Ok(Some(outbox)) => {
-                        let frame = ServerFrame::Direct {
-                            room: self.id.clone(),
-                            from: session,
-                            event,
-                            data,
-                        };
-                        outbox.send(frame.encode(), None);
-                    }
-                    // The target is on another node, which delivers it.
-                    Ok(None) => {}
-                    Err(e) => {
-                        if let Some(p) = pending {
-                            self.refuse(&p.outbox, e, "direct", None);
-                        }
-                    }
-                }
-            }
-            Intent::Tick | Intent::NodeDown { .. } | Intent::Close => unreachable!("handled above"),
-        }
-    }
-
-    /// Disconnects every member on a node that stopped renewing its heartbeat,
-    /// in session order (every replica must produce the same events).
-    fn node_down(&mut self, dead: &str, now: Millis) {
-        let room = self.room_mut();
-        let sessions = room.connected_sessions(|s: &Sink| *s.node == *dead);
-        let mut events = Vec::new();
-        for s in sessions {
-            events.extend(room.disconnect(&s, now));
-        }
-        self.deliver(&events);
-        if *dead == *self.me {
-            // The others took this node for dead (a long stall): its clients
-            // must reconnect and resume.
-            for (_, outbox) in self.locals.drain() {
-                outbox.control().close(CloseCode::Restarting);
+                self.members.store(0, Ordering::Relaxed);
+                self.machine = None;
             }
         }
-    }
-
-    /// The room was deleted: members hear so and the replica ends.
-    fn close(&mut self) {
-        let frame = ServerFrame::Closed {
-            room: self.id.clone(),
-            reason: "room_deleted".into(),
-        }
-        .encode();
-        for (_, outbox) in self.locals.drain() {
-            outbox.send(frame.clone(), None);
-        }
-        for (_, p) in self.pending.drain() {
-            if let Waiter::Join(reply) = p.waiter {
-                let _ = reply.send(Err(RoomError::new(
-                    ErrorCode::RoomNotFound,
-                    "the room was deleted",
-                )));
-            }
-        }
-        self.members.store(0, Ordering::Relaxed);
-        self.room = None;
     }
 
     fn maybe_snapshot(&mut self, n: u64, origin: bool) {
@@ -960,7 +621,7 @@ impl Replica {
             return;
         }
         self.snapshot_at = n;
-        let bytes = encode_state(self.room_ref());
+        let bytes = encode_state(self.machine().room());
         let cluster = self.cluster.clone();
         let id = self.id.clone();
         tokio::spawn(async move {
@@ -973,7 +634,7 @@ impl Replica {
     /// The next time the room's clock has work, unless a tick for it was asked
     /// for lately (the broker's clock may lag this node's a little).
     fn tick_deadline(&mut self) -> Option<tokio::time::Instant> {
-        let at = self.room.as_ref()?.next_deadline()?;
+        let at = self.machine.as_ref()?.room().next_deadline()?;
         let ticker = self.is_ticker();
         let wait = match self.tick_asked {
             Some((asked, when)) if asked == at => {
@@ -995,14 +656,16 @@ impl Replica {
     /// Whether this node asks for the room's ticks (see [`self_is_ticker`]),
     /// computed once per change to the members.
     fn is_ticker(&mut self) -> bool {
-        let (room, me) = (&self.room, &self.me);
-        *self
-            .ticker
-            .get_or_insert_with(|| room.as_ref().is_some_and(|r| self_is_ticker(r, me)))
+        let (machine, me) = (&self.machine, &self.me);
+        *self.ticker.get_or_insert_with(|| {
+            machine
+                .as_ref()
+                .is_some_and(|m| self_is_ticker(m.room(), me))
+        })
     }
 
     fn ask_tick(&mut self) {
-        let Some(at) = self.room.as_ref().and_then(|r| r.next_deadline()) else {
+        let Some(at) = self.machine.as_ref().and_then(|m| m.room().next_deadline()) else {
             return;
         };
         self.tick_asked = Some((at, Instant::now()));
@@ -1012,8 +675,9 @@ impl Replica {
     /// Asks the broker whether the nodes this room's members are on are
     /// alive, and appends `NodeDown` for each dead one.
     fn check_nodes(&self) {
-        let Some(room) = &self.room else { return };
-        let nodes: BTreeSet<&str> = room
+        let Some(m) = &self.machine else { return };
+        let nodes: BTreeSet<&str> = m
+            .room()
             .connected_sinks()
             .map(|s| &*s.node)
             .filter(|n| *n != &*self.me)
@@ -1044,32 +708,7 @@ impl Replica {
         });
     }
 
-    /// Hands each event to this node's recipients.
-    fn deliver(&self, events: &[Arc<HistoryEntry>]) {
-        if events.is_empty() {
-            return;
-        }
-        let room = self.room_ref();
-        let ordered_at = Some(Instant::now());
-        for e in events {
-            room.for_each_recipient(e, |_, sink| {
-                if let Some(o) = &sink.outbox {
-                    o.send(e.frame.clone(), ordered_at);
-                }
-            });
-        }
-    }
-
-    fn refuse(&self, outbox: &Outbox, e: RoomError, frame: &str, id: Option<String>) {
-        (self.errors)(e.code);
-        outbox.send(error_frame(&self.id, e, frame, id).encode(), None);
-    }
-
-    fn room_ref(&self) -> &Room<Sink> {
-        self.room.as_ref().expect("the replica is loaded")
-    }
-
-    fn room_mut(&mut self) -> &mut Room<Sink> {
-        self.room.as_mut().expect("the replica is loaded")
+    fn machine(&self) -> &RoomMachine {
+        self.machine.as_ref().expect("the replica is loaded")
     }
 }

@@ -1,0 +1,104 @@
+//! Where a node finds its rooms: the seam between the node and the two modes.
+//!
+//! [`local::LocalRooms`] (embedded mode) keeps every room's task in this
+//! process; [`cluster::ClusterRooms`] keeps rooms in the shared registry and
+//! hosts a replica of each room this node has members in. Everything else in
+//! the node asks a [`RoomDirectory`] and does not care which it is.
+
+mod cluster;
+mod local;
+mod spec;
+
+use std::sync::Arc;
+
+use plaza_broker::Cluster;
+use plaza_core::RoomError;
+
+pub use spec::{CreateRoom, InitialEntity, RoomOptions, RoomSummary};
+
+use crate::metrics::NodeMetrics;
+use crate::room::RoomHandle;
+use crate::ServerConfig;
+
+/// The rooms of this node, in embedded or cluster mode.
+pub(crate) enum RoomDirectory {
+    /// Embedded mode: every room is a task of this process.
+    Local(Arc<local::LocalRooms>),
+    /// Cluster mode: rooms live in the shared registry.
+    Cluster(Arc<cluster::ClusterRooms>),
+}
+
+impl RoomDirectory {
+    /// Embedded mode's directory.
+    pub(crate) fn local(config: &ServerConfig, metrics: &NodeMetrics) -> RoomDirectory {
+        RoomDirectory::Local(Arc::new(local::LocalRooms::new(config, metrics)))
+    }
+
+    /// Cluster mode's directory.
+    pub(crate) fn cluster(
+        config: &ServerConfig,
+        metrics: &NodeMetrics,
+        cluster: Arc<dyn Cluster>,
+    ) -> RoomDirectory {
+        RoomDirectory::Cluster(cluster::ClusterRooms::new(config, metrics, cluster))
+    }
+
+    /// Creates a room.
+    pub(crate) async fn create(&self, spec: CreateRoom) -> Result<RoomSummary, RoomError> {
+        match self {
+            RoomDirectory::Local(d) => d.create(spec),
+            RoomDirectory::Cluster(d) => d.create(spec).await,
+        }
+    }
+
+    /// The handle of the room a connection joins: an existing room, or an
+    /// open room created on first use when `auto_create_rooms` is on. In
+    /// cluster mode this starts hosting the room.
+    pub(crate) async fn room_for_join(&self, id: &str) -> Result<RoomHandle, RoomError> {
+        match self {
+            RoomDirectory::Local(d) => d.room_for_join(id),
+            RoomDirectory::Cluster(d) => d.room_for_join(id).await,
+        }
+    }
+
+    /// Every room, ordered by id.
+    pub(crate) async fn list(&self) -> Result<Vec<RoomSummary>, RoomError> {
+        match self {
+            RoomDirectory::Local(d) => Ok(d.list()),
+            RoomDirectory::Cluster(d) => d.list().await,
+        }
+    }
+
+    /// One room's summary.
+    pub(crate) async fn summary(&self, id: &str) -> Result<Option<RoomSummary>, RoomError> {
+        match self {
+            RoomDirectory::Local(d) => Ok(d.summary(id)),
+            RoomDirectory::Cluster(d) => d.summary(id).await,
+        }
+    }
+
+    /// Deletes a room: its members (on every node) get `closed`. False if it
+    /// did not exist.
+    pub(crate) async fn delete(&self, id: &str) -> Result<bool, RoomError> {
+        match self {
+            RoomDirectory::Local(d) => Ok(d.delete(id).await),
+            RoomDirectory::Cluster(d) => d.delete(id).await,
+        }
+    }
+
+    /// Rooms held here: every room in embedded mode, the hosted ones in cluster mode.
+    pub(crate) fn held(&self) -> usize {
+        match self {
+            RoomDirectory::Local(d) => d.len(),
+            RoomDirectory::Cluster(d) => d.hosted(),
+        }
+    }
+
+    /// The cluster, in cluster mode.
+    pub(crate) fn shared(&self) -> Option<&Arc<dyn Cluster>> {
+        match self {
+            RoomDirectory::Local(_) => None,
+            RoomDirectory::Cluster(d) => Some(d.cluster()),
+        }
+    }
+}

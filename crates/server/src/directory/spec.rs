@@ -1,0 +1,181 @@
+//! What the HTTP API says about rooms: a new room's description and a room's
+//! summary, and the checks a new room passes in both modes.
+
+use plaza_core::{Access, Millis, RoomConfig, RoomError};
+use plaza_protocol::ErrorCode;
+use serde::{Deserialize, Serialize};
+
+use crate::ServerConfig;
+
+/// A room as listed by the HTTP API.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RoomSummary {
+    /// Room id.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// Connected members.
+    pub members: usize,
+    /// Creation time, Unix milliseconds.
+    pub created_at: Millis,
+    /// Who may join: `open` or `ticket`.
+    pub access: Access,
+    /// Events kept for resume.
+    pub history_size: usize,
+    /// Member limit.
+    pub max_members: usize,
+    /// Whether members see each other (presence events, member lists).
+    pub presence: bool,
+}
+
+/// An initial entity of a new room.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InitialEntity {
+    /// Application-defined kind.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// Data.
+    #[serde(default)]
+    pub data: serde_json::Value,
+}
+
+/// Options of a new room.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoomOptions {
+    /// Events kept for resume.
+    pub history_size: Option<usize>,
+    /// Member limit.
+    pub max_members: Option<usize>,
+    /// `open` (default) or `ticket`.
+    pub access: Option<String>,
+    /// Presence events and member lists (default true; false for large
+    /// broadcast rooms).
+    pub presence: Option<bool>,
+}
+
+/// Body of `POST /v1/rooms`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRoom {
+    /// Wanted id (letters, digits, `-`, `_`, `.`; 1–64 bytes); generated when omitted.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Display name; defaults to the id.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Initial state.
+    #[serde(default)]
+    pub entities: Vec<InitialEntity>,
+    /// Limits and access.
+    #[serde(default)]
+    pub options: RoomOptions,
+}
+
+impl CreateRoom {
+    /// An open room `id` with the node's defaults (auto-created on first join).
+    pub(crate) fn open(id: &str) -> CreateRoom {
+        CreateRoom {
+            id: Some(id.to_owned()),
+            ..CreateRoom::default()
+        }
+    }
+}
+
+/// A new room that passed every check.
+pub(crate) struct NewRoom {
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) config: RoomConfig,
+    pub(crate) entities: Vec<InitialEntity>,
+}
+
+impl NewRoom {
+    /// Checks `spec` against the node's limits and fills in its defaults.
+    pub(crate) fn check(spec: CreateRoom, node: &ServerConfig) -> Result<NewRoom, RoomError> {
+        let invalid = |m: String| RoomError::new(ErrorCode::InvalidRequest, m);
+        let id = match spec.id {
+            Some(id) => {
+                validate_room_id(&id)?;
+                id
+            }
+            None => format!("r-{}", plaza_broker::new_session_id()),
+        };
+        let name = spec.name.unwrap_or_else(|| id.clone());
+        if name.is_empty() || name.len() > 200 {
+            return Err(invalid("name must have 1 to 200 bytes".into()));
+        }
+        let access = match spec.options.access.as_deref() {
+            None | Some("open") => Access::Open,
+            Some("ticket") => Access::TicketOnly,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "options.access must be \"open\" or \"ticket\", not {other:?}"
+                )))
+            }
+        };
+        let history_size = spec.options.history_size.unwrap_or(node.history_size);
+        if history_size == 0 || history_size > node.max_history_size {
+            return Err(invalid(format!(
+                "options.history_size must be 1..={}",
+                node.max_history_size
+            )));
+        }
+        let max_members = spec.options.max_members.unwrap_or(node.max_members);
+        if max_members == 0 {
+            return Err(invalid("options.max_members must be positive".into()));
+        }
+        let config = RoomConfig {
+            history_size,
+            max_members,
+            access,
+            resume_window_ms: node.resume_window_ms,
+            default_lock_ttl_ms: node.lock_ttl_ms,
+            max_lock_ttl_ms: node.max_lock_ttl_ms,
+            presence: spec.options.presence.unwrap_or(true),
+            ..RoomConfig::default()
+        };
+        Ok(NewRoom {
+            id,
+            name,
+            config,
+            entities: spec.entities,
+        })
+    }
+
+    /// The room, its entities seeded.
+    pub(crate) fn build<S>(self, epoch: u64, now: Millis) -> plaza_core::Room<S> {
+        let mut room = plaza_core::Room::new(self.id, self.name, self.config, epoch, now);
+        for e in self.entities {
+            room.seed_entity(e.kind, e.data);
+        }
+        room
+    }
+}
+
+/// The error of a name that is taken.
+pub(crate) fn room_exists(id: &str) -> RoomError {
+    RoomError::new(ErrorCode::RoomExists, format!("room {id:?} exists"))
+}
+
+/// The error of a room that does not exist.
+pub(crate) fn no_room(id: &str) -> RoomError {
+    RoomError::new(ErrorCode::RoomNotFound, format!("no room {id:?}"))
+}
+
+fn validate_room_id(id: &str) -> Result<(), RoomError> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(RoomError::new(
+            ErrorCode::InvalidRequest,
+            "room id must have 1 to 64 letters, digits, '-', '_' or '.'",
+        ))
+    }
+}

@@ -1,0 +1,70 @@
+//! Embedded mode's room task: a log that applies at once. Each command is
+//! applied in mailbox order by the room's [`RoomMachine`], with this node's
+//! clock.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use plaza_core::Room;
+use tokio::sync::mpsc;
+
+use super::machine::{FollowUp, Origin, RoomMachine};
+use super::{
+    answer, mailbox, sleep_until, ClientCommand, Intent, RoomCommand, RoomHandle, RoomInfo, Sink,
+};
+use crate::clock::now_ms;
+use crate::metrics::ErrorCounter;
+
+/// Starts the task of a new room.
+pub(crate) fn spawn(room: Room<Sink>, node: Arc<str>, errors: ErrorCounter) -> RoomHandle {
+    let members = Arc::new(AtomicUsize::new(0));
+    let info = RoomInfo::new(room.name(), room.config(), room.created_at());
+    let (handle, rx) = mailbox(room.id(), info, members.clone());
+    let machine = RoomMachine::new(room, node, errors);
+    tokio::spawn(run(machine, members, rx));
+    handle
+}
+
+async fn run(
+    mut machine: RoomMachine,
+    members: Arc<AtomicUsize>,
+    mut rx: mpsc::Receiver<RoomCommand>,
+) {
+    let me = machine.me().clone();
+    loop {
+        let deadline = machine.room().next_deadline().map(|at| {
+            let wait = at.saturating_sub(now_ms());
+            tokio::time::Instant::now() + Duration::from_millis(wait)
+        });
+        let (origin, intent, pending) = tokio::select! {
+            cmd = rx.recv() => match cmd {
+                None => break,
+                Some(RoomCommand::Client(c)) => {
+                    let ClientCommand { intent, pending } = *c;
+                    (Origin { node: &me, conn: pending.conn() }, intent, Some(pending))
+                }
+                Some(RoomCommand::Close { done }) => {
+                    // Refuse new commands before telling members: whoever saw
+                    // `closed` and acts on the room must hear it is gone.
+                    rx.close();
+                    let _ = machine.apply(Origin { node: &me, conn: 0 }, Intent::Close, None, now_ms());
+                    let _ = done.send(());
+                    break;
+                }
+            },
+            _ = sleep_until(deadline) => (Origin { node: &me, conn: 0 }, Intent::Tick, None),
+        };
+        let follow_up = machine.apply(origin, intent, pending, now_ms());
+        // Only a join without its waiter is orphaned, and every embedded join
+        // has its waiter; only `Close` closes, handled above.
+        debug_assert_eq!(follow_up, FollowUp::None);
+        members.store(machine.room().connected(), Ordering::Relaxed);
+    }
+    members.store(0, Ordering::Relaxed);
+    // Commands that reached the mailbox before it closed.
+    let id = machine.id().to_owned();
+    while let Ok(cmd) = rx.try_recv() {
+        cmd.refuse(&id, answer::room_deleted(&id), machine.errors());
+    }
+}

@@ -1,0 +1,75 @@
+//! What a room's summary shows, fixed at its creation.
+
+use plaza_core::{Access, Millis, RoomConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::directory::RoomSummary;
+
+/// A room's fixed description: kept by every handle of a room task, and in
+/// cluster mode stored in the shared registry (so that nodes not hosting the
+/// room can list it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RoomInfo {
+    pub(crate) name: String,
+    pub(crate) created_at: Millis,
+    pub(crate) access: Access,
+    pub(crate) history_size: usize,
+    pub(crate) max_members: usize,
+    pub(crate) presence: bool,
+}
+
+impl RoomInfo {
+    /// The description of a room named `name` with `config`, created at `created_at`.
+    pub(crate) fn new(name: &str, config: &RoomConfig, created_at: Millis) -> RoomInfo {
+        RoomInfo {
+            name: name.to_owned(),
+            created_at,
+            access: config.access,
+            history_size: config.history_size,
+            max_members: config.max_members,
+            presence: config.presence,
+        }
+    }
+
+    /// The summary of room `id` with `members` connected members.
+    pub(crate) fn summary(&self, id: &str, members: usize) -> RoomSummary {
+        RoomSummary {
+            id: id.to_owned(),
+            name: self.name.clone(),
+            members,
+            created_at: self.created_at,
+            access: self.access,
+            history_size: self.history_size,
+            max_members: self.max_members,
+            presence: self.presence,
+        }
+    }
+
+    /// The registry's form.
+    pub(crate) fn encode(&self) -> bytes::Bytes {
+        bytes::Bytes::from(serde_json::to_vec(self).expect("room info serializes"))
+    }
+
+    /// Reads the registry's form; `None` if unreadable.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<RoomInfo> {
+        serde_json::from_slice(bytes).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registry_form_names_access_as_the_api_does() {
+        let config = RoomConfig {
+            access: Access::TicketOnly,
+            ..RoomConfig::default()
+        };
+        let info = RoomInfo::new("Lobby", &config, 5);
+        let json: serde_json::Value = serde_json::from_slice(&info.encode()).unwrap();
+        assert_eq!(json["access"], "ticket");
+        assert_eq!(RoomInfo::decode(&info.encode()), Some(info));
+        assert_eq!(RoomInfo::decode(b"{"), None);
+    }
+}

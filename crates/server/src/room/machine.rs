@@ -1,0 +1,367 @@
+//! The one place where a room command is applied and answered, in both modes.
+//!
+//! Embedded mode is a log that applies at once: its room task hands every
+//! command straight to [`RoomMachine::apply`]. In cluster mode the replica
+//! appends the command to the room's shared log and hands each entry to the
+//! same method when the log delivers it, on every node hosting the room; only
+//! the node that appended it holds the [`Pending`] answer. Every outcome
+//! reaches this node's members through [`RoomMachine::deliver`], the one place
+//! where per-member delivery happens.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use plaza_core::{HistoryEntry, JoinParams, Millis, Resume, Room, RoomError};
+use plaza_protocol::server::ServerFrame;
+use plaza_protocol::CloseCode;
+
+use super::answer::{self, not_joined};
+use super::command::{Intent, Pending, Waiter};
+use super::sink::Sink;
+use crate::metrics::ErrorCounter;
+use crate::outbox::Outbox;
+
+/// Where a command came from: a node and one of its connections (0 for
+/// commands no connection caused, such as ticks).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Origin<'a> {
+    pub(crate) node: &'a str,
+    pub(crate) conn: u64,
+}
+
+/// What the caller must do after a command was applied.
+#[must_use]
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum FollowUp {
+    /// Nothing.
+    None,
+    /// The room was deleted: it takes no more commands.
+    Closed,
+    /// A join of this node's landed although its waiter is gone (in cluster
+    /// mode, its append reported a failure): nobody is on that connection,
+    /// so the session must be disconnected (a must-land command).
+    Orphaned { conn: u64, session: String },
+}
+
+/// A room and this node's part in it: which of its members are connected
+/// here.
+pub(crate) struct RoomMachine {
+    room: Room<Sink>,
+    /// This node's id.
+    me: Arc<str>,
+    /// This node's connections with a member in the room.
+    locals: HashMap<u64, Outbox>,
+    errors: ErrorCounter,
+}
+
+impl RoomMachine {
+    /// A machine for `room` on node `me`.
+    pub(crate) fn new(room: Room<Sink>, me: Arc<str>, errors: ErrorCounter) -> RoomMachine {
+        RoomMachine {
+            room,
+            me,
+            locals: HashMap::new(),
+            errors,
+        }
+    }
+
+    /// The room.
+    pub(crate) fn room(&self) -> &Room<Sink> {
+        &self.room
+    }
+
+    /// The room's id.
+    pub(crate) fn id(&self) -> &str {
+        self.room.id()
+    }
+
+    /// This node's id.
+    pub(crate) fn me(&self) -> &Arc<str> {
+        &self.me
+    }
+
+    /// This node's connections with a member in the room.
+    pub(crate) fn locals(&self) -> &HashMap<u64, Outbox> {
+        &self.locals
+    }
+
+    /// The error counter answers count refusals with.
+    pub(crate) fn errors(&self) -> &ErrorCounter {
+        &self.errors
+    }
+
+    /// Forgets a local connection (it dropped; its disconnect is on its way).
+    pub(crate) fn forget_local(&mut self, conn: u64) {
+        self.locals.remove(&conn);
+    }
+
+    /// Replaces the room (cluster mode: a newer snapshot) and keeps only the
+    /// local connections `keep` accepts.
+    pub(crate) fn replace_room(
+        &mut self,
+        room: Room<Sink>,
+        mut keep: impl FnMut(u64, &Outbox) -> bool,
+    ) {
+        self.room = room;
+        self.locals.retain(|conn, outbox| keep(*conn, outbox));
+    }
+
+    /// Applies one command at time `now` and answers `pending`, if this node
+    /// holds it.
+    pub(crate) fn apply(
+        &mut self,
+        origin: Origin<'_>,
+        intent: Intent,
+        pending: Option<Pending>,
+        now: Millis,
+    ) -> FollowUp {
+        match intent {
+            Intent::Join {
+                session,
+                resume_token,
+                name,
+                platform,
+                channels,
+                ticket,
+                resume,
+            } => {
+                let (outbox, reply) = match pending {
+                    Some(Pending {
+                        outbox,
+                        waiter: Waiter::Join(reply),
+                    }) => (Some(outbox), Some(reply)),
+                    _ => (None, None),
+                };
+                let node = if *origin.node == *self.me {
+                    self.me.clone()
+                } else {
+                    origin.node.into()
+                };
+                let params = JoinParams {
+                    session,
+                    resume_token,
+                    name,
+                    platform,
+                    channels,
+                    ticket,
+                    sink: Sink {
+                        node,
+                        conn: origin.conn,
+                        outbox: outbox.clone(),
+                    },
+                };
+                let resume = resume.map(|(token, last_seq)| Resume { token, last_seq });
+                let joined = match self.room.join(params, resume, now) {
+                    Ok(joined) => joined,
+                    Err(e) => {
+                        if let Some(reply) = reply {
+                            let _ = reply.send(Err(e));
+                        }
+                        return FollowUp::None;
+                    }
+                };
+                let id = self.room.id();
+                if let Some(old) = &joined.replaced {
+                    if let Some(o) = &old.outbox {
+                        let frame = ServerFrame::Closed {
+                            room: id.to_owned(),
+                            reason: "resumed_elsewhere".into(),
+                        };
+                        o.control().evict(id);
+                        o.send(frame.encode(), None);
+                        self.locals.remove(&old.conn);
+                    }
+                }
+                let mut follow_up = FollowUp::None;
+                match (outbox, reply) {
+                    (Some(outbox), Some(reply)) => {
+                        outbox.send(joined.server_frame().encode(), None);
+                        for e in &joined.missed {
+                            outbox.send(e.frame.clone(), None);
+                        }
+                        self.locals.insert(origin.conn, outbox);
+                        let _ = reply.send(Ok(joined.frame.session.clone()));
+                    }
+                    _ if *origin.node == *self.me => {
+                        follow_up = FollowUp::Orphaned {
+                            conn: origin.conn,
+                            session: joined.frame.session.clone(),
+                        };
+                    }
+                    _ => {}
+                }
+                self.deliver(&joined.events);
+                follow_up
+            }
+            Intent::Leave { session } => {
+                if self.connected_on(&session, origin) {
+                    let events = self.room.leave(&session, now);
+                    self.deliver(&events);
+                }
+                if *origin.node == *self.me {
+                    self.locals.remove(&origin.conn);
+                }
+                if let Some(p) = pending {
+                    p.answer_left(self.room.id());
+                }
+                FollowUp::None
+            }
+            Intent::Disconnect { session } => {
+                if *origin.node == *self.me {
+                    self.locals.remove(&origin.conn);
+                }
+                if self.connected_on(&session, origin) {
+                    let events = self.room.disconnect(&session, now);
+                    self.deliver(&events);
+                }
+                FollowUp::None
+            }
+            Intent::Publish { session, params } => {
+                if !self.connected_on(&session, origin) {
+                    return self.refuse(pending, not_joined());
+                }
+                let id_of_message = params.id.clone();
+                match self.room.publish(&session, params, now) {
+                    Ok(p) => {
+                        if let Some(e) = &p.entry {
+                            self.deliver(std::slice::from_ref(e));
+                        }
+                        if let Some(w) = pending {
+                            let ack = ServerFrame::Ack {
+                                room: self.room.id().to_owned(),
+                                seq: p.seq,
+                                id: id_of_message,
+                                duplicate: p.entry.is_none(),
+                            };
+                            w.outbox.send(ack.encode(), None);
+                        }
+                        FollowUp::None
+                    }
+                    Err(e) => self.refuse(pending, e),
+                }
+            }
+            Intent::Request { session, nonce, op } => {
+                let result = if self.connected_on(&session, origin) {
+                    self.room.request(&session, op, now)
+                } else {
+                    Err(not_joined())
+                };
+                match result {
+                    Ok(out) => {
+                        self.deliver(&out.events);
+                        if let Some(p) = pending {
+                            let frame = answer::response(self.room.id(), nonce, Ok(out.result));
+                            p.outbox.send(frame.encode(), None);
+                        }
+                        FollowUp::None
+                    }
+                    Err(e) => self.refuse(pending, e),
+                }
+            }
+            Intent::Direct {
+                session,
+                to,
+                event,
+                data,
+            } => {
+                let target = if self.connected_on(&session, origin) {
+                    self.room
+                        .direct_target(&session, &to)
+                        .map(|s| s.outbox.clone())
+                } else {
+                    Err(not_joined())
+                };
+                match target {
+                    Ok(Some(outbox)) => {
+                        let frame = ServerFrame::Direct {
+                            room: self.room.id().to_owned(),
+                            from: session,
+                            event,
+                            data,
+                        };
+                        outbox.send(frame.encode(), None);
+                        FollowUp::None
+                    }
+                    // The target is on another node, which delivers it.
+                    Ok(None) => FollowUp::None,
+                    Err(e) => self.refuse(pending, e),
+                }
+            }
+            Intent::Tick => {
+                let events = self.room.tick(now);
+                self.deliver(&events);
+                FollowUp::None
+            }
+            Intent::NodeDown { node } => {
+                self.node_down(&node, now);
+                FollowUp::None
+            }
+            Intent::Close => {
+                self.close();
+                FollowUp::Closed
+            }
+        }
+    }
+
+    /// Whether `session` is a member connected on the connection the command came from.
+    fn connected_on(&self, session: &str, origin: Origin<'_>) -> bool {
+        self.room
+            .member(session)
+            .and_then(|m| m.sink.as_ref())
+            .is_some_and(|s| s.is(origin.node, origin.conn))
+    }
+
+    fn refuse(&self, pending: Option<Pending>, e: RoomError) -> FollowUp {
+        if let Some(p) = pending {
+            p.refuse(self.room.id(), e, &self.errors);
+        }
+        FollowUp::None
+    }
+
+    /// Hands each event's single encoded buffer to every recipient on this node.
+    pub(crate) fn deliver(&self, events: &[Arc<HistoryEntry>]) {
+        if events.is_empty() {
+            return;
+        }
+        let ordered_at = Some(Instant::now());
+        for e in events {
+            self.room.for_each_recipient(e, |_, sink| {
+                if let Some(o) = &sink.outbox {
+                    o.send(e.frame.clone(), ordered_at);
+                }
+            });
+        }
+    }
+
+    /// Disconnects every member on a node that stopped renewing its heartbeat,
+    /// in session order (every replica must produce the same events).
+    fn node_down(&mut self, dead: &str, now: Millis) {
+        let sessions = self.room.connected_sessions(|s: &Sink| *s.node == *dead);
+        let mut events = Vec::new();
+        for s in sessions {
+            events.extend(self.room.disconnect(&s, now));
+        }
+        self.deliver(&events);
+        if *dead == *self.me {
+            // The others took this node for dead (a long stall): its clients
+            // must reconnect and resume.
+            for (_, outbox) in self.locals.drain() {
+                outbox.control().close(CloseCode::Restarting);
+            }
+        }
+    }
+
+    /// The room was deleted: this node's members hear so.
+    fn close(&mut self) {
+        let frame = ServerFrame::Closed {
+            room: self.room.id().to_owned(),
+            reason: "room_deleted".into(),
+        }
+        .encode();
+        self.room.close();
+        for (_, outbox) in self.locals.drain() {
+            outbox.send(frame.clone(), None);
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! Rooms on this node: the commands they take, the handle connections hold,
+//! and the one path that applies a command ([`machine::RoomMachine`]).
+//!
+//! A room is owned by one task, so its order is its mailbox's order with no
+//! lock on the hot path. In embedded mode that task is [`embedded`]'s, which
+//! applies each command at once; in cluster mode it is the room's replica
+//! (`crate::cluster`), which applies commands in the shared log's order.
+
+pub(crate) mod answer;
+pub(crate) mod command;
+pub(crate) mod embedded;
+pub(crate) mod info;
+pub(crate) mod machine;
+pub(crate) mod sink;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+pub(crate) use command::{ClientCommand, Intent, Pending, Waiter};
+pub(crate) use info::RoomInfo;
+pub(crate) use sink::Sink;
+
+use crate::directory::RoomSummary;
+
+/// Commands a room task accepts.
+pub(crate) enum RoomCommand {
+    /// A client's command (boxed: see below).
+    Client(Box<ClientCommand>),
+    /// Delete the room (embedded mode; cluster mode deletes through the
+    /// registry, and answers at once).
+    Close { done: oneshot::Sender<()> },
+}
+
+// The client's command is boxed: a room's mailbox allocates its slots in
+// blocks of 32 commands up front, so every byte of `RoomCommand` costs 32
+// bytes in every room, busy or not.
+
+impl RoomCommand {
+    /// A client's command.
+    pub(crate) fn client(intent: Intent, pending: Pending) -> RoomCommand {
+        RoomCommand::Client(Box::new(ClientCommand { intent, pending }))
+    }
+
+    /// Answers a command that will not be carried out.
+    pub(crate) fn refuse(
+        self,
+        room: &str,
+        e: plaza_core::RoomError,
+        errors: &crate::metrics::ErrorCounter,
+    ) {
+        match self {
+            RoomCommand::Client(c) => c.pending.refuse(room, e, errors),
+            RoomCommand::Close { done } => {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+/// A cheap handle to a room task: one pointer, since every connection keeps
+/// one per joined room.
+#[derive(Clone)]
+pub(crate) struct RoomHandle(Arc<RoomShared>);
+
+/// What every handle of one room shares.
+struct RoomShared {
+    id: Box<str>,
+    info: RoomInfo,
+    members: Arc<AtomicUsize>,
+    tx: mpsc::Sender<RoomCommand>,
+}
+
+/// Room mailbox length: readers wait when it is full, pushing back on clients.
+const MAILBOX: usize = 4096;
+
+/// A handle and the mailbox its task reads; `members` is the count the task keeps.
+pub(crate) fn mailbox(
+    id: &str,
+    info: RoomInfo,
+    members: Arc<AtomicUsize>,
+) -> (RoomHandle, mpsc::Receiver<RoomCommand>) {
+    let (tx, rx) = mpsc::channel(MAILBOX);
+    let handle = RoomHandle(Arc::new(RoomShared {
+        id: id.into(),
+        info,
+        members,
+        tx,
+    }));
+    (handle, rx)
+}
+
+impl RoomHandle {
+    /// The room's id.
+    pub(crate) fn id(&self) -> &str {
+        &self.0.id
+    }
+
+    /// The room's summary, with the member count its task keeps.
+    pub(crate) fn summary(&self) -> RoomSummary {
+        self.0
+            .info
+            .summary(&self.0.id, self.0.members.load(Ordering::Relaxed))
+    }
+
+    /// Whether the room's task ended (it takes no more commands).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.0.tx.is_closed()
+    }
+
+    /// Sends a command, waiting while the mailbox is full; gives the command
+    /// back when the room is gone.
+    pub(crate) async fn send(&self, cmd: RoomCommand) -> Result<(), RoomCommand> {
+        self.0.tx.send(cmd).await.map_err(|e| e.0)
+    }
+
+    /// Deletes the room and waits until its members were told.
+    pub(crate) async fn close(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.0.tx.send(RoomCommand::Close { done }).await.is_ok() {
+            let _ = wait.await;
+        }
+    }
+
+    /// Whether both handles are of the same room task.
+    pub(crate) fn same(&self, other: &RoomHandle) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// Sleeps until `deadline`, or for ever without one.
+pub(crate) async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A room's mailbox allocates its slots 32 at a time, up front: every
+    /// byte of a command costs 32 bytes in every room. Large payloads are
+    /// boxed to keep it so.
+    #[test]
+    fn room_commands_stay_small() {
+        let size = std::mem::size_of::<super::RoomCommand>();
+        assert!(size <= 64, "RoomCommand has {size} bytes");
+        assert_eq!(std::mem::size_of::<super::RoomHandle>(), 8);
+    }
+}
