@@ -11,76 +11,17 @@ use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, get_service, post};
 use axum::{Json, Router};
-use plaza_core::{RoomError, TicketGrant};
+use plaza_core::TicketGrant;
 use plaza_protocol::ErrorCode;
 use plaza_trajectory::Filter;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::api_error::ApiError;
 use crate::clock::now_ms;
 use crate::directory::CreateRoom;
 use crate::Node;
-
-/// An HTTP error: status plus `{"error":{"code","message"}}`.
-pub(crate) struct ApiError {
-    status: StatusCode,
-    /// An [`ErrorCode`]'s wire string, or a code of an HTTP-only service (e.g.
-    /// the trajectory filters' `invalid_csv`).
-    code: &'static str,
-    message: String,
-}
-
-impl ApiError {
-    pub(crate) fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
-        ApiError::with_code(status, code.as_str(), message)
-    }
-
-    /// An error with a code that is not an [`ErrorCode`].
-    pub(crate) fn with_code(
-        status: StatusCode,
-        code: &'static str,
-        message: impl Into<String>,
-    ) -> Self {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-impl From<RoomError> for ApiError {
-    fn from(e: RoomError) -> Self {
-        let status = match e.code {
-            ErrorCode::RoomNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
-            ErrorCode::RoomExists => StatusCode::CONFLICT,
-            ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorCode::ShuttingDown | ErrorCode::BrokerUnavailable => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            _ => StatusCode::BAD_REQUEST,
-        };
-        ApiError::new(status, e.code, e.message)
-    }
-}
-
-impl From<JsonRejection> for ApiError {
-    fn from(r: JsonRejection) -> Self {
-        let status = match r {
-            JsonRejection::MissingJsonContentType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            _ => StatusCode::BAD_REQUEST,
-        };
-        ApiError::new(status, ErrorCode::InvalidRequest, r.body_text())
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message}});
-        (self.status, Json(body)).into_response()
-    }
-}
 
 type ApiResult<T> = Result<T, ApiError>;
 
@@ -117,7 +58,7 @@ pub(crate) fn router(node: Arc<Node>) -> Router {
         .route("/v1/rooms", get(list_rooms).post(create_room))
         .route("/v1/rooms/{id}", get(get_room).delete(delete_room))
         .route("/v1/rooms/{id}/tickets", post(create_ticket))
-        .route("/v1/ws", get(crate::ws::upgrade))
+        .route("/v1/ws", get(crate::transport::websocket::upgrade))
         .route(
             "/v1/trajectory/mean",
             crate::trajectory::route(Filter::Mean),

@@ -7,20 +7,20 @@
 //! into as few socket writes as possible). [`router`] wires the HTTP API and the
 //! WebSocket endpoint; [`serve`] runs them until shutdown.
 
+mod api_error;
 mod clock;
 mod cluster;
 pub mod config;
 mod connection;
 mod directory;
 mod http;
-mod joined_rooms;
 pub mod metrics;
 mod node;
 pub mod outbox;
 mod room;
 mod status;
 mod trajectory;
-mod ws;
+mod transport;
 
 pub use config::ServerConfig;
 pub use directory::{CreateRoom, InitialEntity, RoomOptions, RoomSummary};

@@ -17,7 +17,7 @@ use plaza_trajectory::{
     apply, check_interval, parse_csv_bytes, parse_json, to_geojson, Filter, TrajectoryError,
 };
 
-use crate::http::ApiError;
+use crate::api_error::ApiError;
 use crate::Node;
 
 /// The largest accepted request body: 16 MiB (the rest of the API keeps axum's 2 MB).

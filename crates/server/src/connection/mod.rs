@@ -1,5 +1,8 @@
 //! One client's protocol state on one connection: decodes, checks and routes
-//! its frames to room tasks. The socket itself is handled by [`crate::ws`].
+//! its frames to room tasks, whatever the transport ([`crate::transport`]).
+
+mod admission;
+mod joined_rooms;
 
 use std::sync::Arc;
 
@@ -10,11 +13,12 @@ use plaza_protocol::{CloseCode, ErrorCode};
 use tokio::sync::oneshot;
 
 use crate::clock::now_ms;
-use crate::joined_rooms::JoinedRooms;
 use crate::outbox::{ConnectionControl, Outbox};
 use crate::room::answer::room_deleted;
 use crate::room::{Intent, Pending, RoomCommand, Waiter};
 use crate::Node;
+use admission::Admitted;
+use joined_rooms::JoinedRooms;
 
 pub(crate) struct Connection {
     node: Arc<Node>,
@@ -237,38 +241,17 @@ impl Connection {
             );
             return self.error(ErrorCode::AlreadyJoined, msg, Some(r));
         }
-        let (room_id, name, platform, ticket) = match &j.ticket {
-            Some(t) => match self.node.broker().redeem_ticket(t, now_ms()).await {
-                Ok(g) => {
-                    if j.room.as_ref().is_some_and(|room| *room != g.room) {
-                        return self.error(
-                            ErrorCode::InvalidFrame,
-                            "the ticket is for another room".into(),
-                            Some(r),
-                        );
-                    }
-                    (g.room, g.name, g.platform, true)
-                }
-                Err(e) => return self.error(e.code, e.message, Some(r)),
-            },
-            None => {
-                let (Some(room), Some(name)) = (j.room.clone(), j.name.clone()) else {
-                    let msg = "join needs a ticket, or a room and a name".into();
-                    return self.error(ErrorCode::InvalidFrame, msg, Some(r));
-                };
-                (
-                    room,
-                    name,
-                    j.platform.clone().unwrap_or_else(|| "browser".into()),
-                    false,
-                )
-            }
+        let admitted = match admission::admit(&self.node, &j).await {
+            Ok(a) => a,
+            Err(e) => return self.error(e.code, e.message, Some(r)),
         };
+        let Admitted {
+            room: room_id,
+            name,
+            platform,
+            ticket,
+        } = admitted;
         r.room = Some(room_id.clone());
-        if name.is_empty() || name.len() > 64 || platform.is_empty() || platform.len() > 32 {
-            let msg = "name must have 1 to 64 bytes and platform 1 to 32".into();
-            return self.error(ErrorCode::InvalidFrame, msg, Some(r));
-        }
         if self.rooms.contains(&room_id) {
             return self.error(
                 ErrorCode::AlreadyJoined,

@@ -1,0 +1,70 @@
+//! The HTTP error every endpoint answers with: a status and
+//! `{"error":{"code","message"}}`.
+
+use axum::extract::rejection::JsonRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use plaza_core::RoomError;
+use plaza_protocol::ErrorCode;
+use serde_json::json;
+
+/// An HTTP error: status plus `{"error":{"code","message"}}`.
+pub(crate) struct ApiError {
+    status: StatusCode,
+    /// An [`ErrorCode`]'s wire string, or a code of an HTTP-only service (e.g.
+    /// the trajectory filters' `invalid_csv`).
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError::with_code(status, code.as_str(), message)
+    }
+
+    /// An error with a code that is not an [`ErrorCode`].
+    pub(crate) fn with_code(
+        status: StatusCode,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<RoomError> for ApiError {
+    fn from(e: RoomError) -> Self {
+        let status = match e.code {
+            ErrorCode::RoomNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::RoomExists => StatusCode::CONFLICT,
+            ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::ShuttingDown | ErrorCode::BrokerUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            _ => StatusCode::BAD_REQUEST,
+        };
+        ApiError::new(status, e.code, e.message)
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        let status = match r {
+            JsonRejection::MissingJsonContentType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        ApiError::new(status, ErrorCode::InvalidRequest, r.body_text())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        (self.status, Json(body)).into_response()
+    }
+}

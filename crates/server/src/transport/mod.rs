@@ -1,0 +1,13 @@
+//! Transports: how a client's frames reach its session, and the session's
+//! queued frames reach the client.
+//!
+//! What every transport shares lives here: a [`session::ClientSession`] (the
+//! protocol state, the send queue, counting, and the ending that disconnects
+//! its rooms), the heartbeat rule ([`liveness`]) and write coalescing
+//! ([`coalesce`]). A transport adds only its framing and its socket:
+//! [`websocket`] is the first; HTTP streaming and long-polling plug in beside it.
+
+pub(crate) mod coalesce;
+pub(crate) mod liveness;
+pub(crate) mod session;
+pub(crate) mod websocket;

@@ -1,0 +1,210 @@
+//! The WebSocket transport, written on the raw TCP socket.
+//!
+//! Why not tungstenite's message API: it frames every message anew for each
+//! recipient and keeps a per-connection write buffer that never shrinks (it
+//! grows to the largest frame ever sent, e.g. a big room's `joined` frame).
+//! Here one task per connection reads frames into a buffer that exists only
+//! while a frame is incomplete, and writes each batch of queued, already
+//! encoded frames with one freshly built buffer and as few syscalls as the
+//! socket allows. Header parsing and formatting are tungstenite's.
+
+mod frames;
+mod upgrade;
+mod writer;
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use plaza_protocol::CloseCode;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::coalesce;
+use super::session::{ClientSession, Heartbeat};
+use crate::Node;
+use frames::{put_header, FrameReader, Incoming, ServerOp};
+pub(crate) use upgrade::upgrade;
+use writer::{close_reason, failed_write, write_all, write_batch, write_control};
+
+/// How long a server-initiated close waits for the client's Close.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+/// Bytes read per read call.
+const READ_CHUNK: usize = 4096;
+
+/// How a connection's loop ended.
+pub(super) enum End {
+    /// The server decided (close code in the control): send Close, await the client's.
+    Server,
+    /// The client sent Close; it was answered.
+    ClientClosed,
+    /// The socket is gone (EOF, reset, write error).
+    Gone,
+}
+
+/// Runs one WebSocket connection until it closes.
+pub(crate) async fn serve_socket(node: Arc<Node>, stream: TcpStream, pre: Bytes) {
+    let _ = stream.set_nodelay(true);
+    let config = node.config();
+    let mut reader = FrameReader::new(config.max_frame_bytes.saturating_mul(4).max(1024));
+    let coalesce = Duration::from_millis(config.write_coalesce_ms);
+    let mut session = ClientSession::open(node);
+    // `pre` is a view into hyper's 16 KiB HTTP read buffer: copy out what it
+    // holds (usually nothing) and let the buffer go.
+    let mut pending = BytesMut::from(&pre[..]);
+    drop(pre);
+    let shutdown = session.shutdown();
+    let control = session.control.clone();
+    let mut unfinished = Vec::new();
+    let mut last_write = None;
+
+    let end = 'conn: loop {
+        // Handle every complete frame already read.
+        loop {
+            match reader.next(&mut pending) {
+                Ok(Some(Incoming::Text(m) | Incoming::Binary(m))) => session.receive(&m).await,
+                Ok(Some(Incoming::Ping(payload))) => {
+                    if write_control(&stream, &control, ServerOp::Pong, &payload, &mut unfinished)
+                        .await
+                        .is_err()
+                    {
+                        break 'conn failed_write(&control);
+                    }
+                }
+                Ok(Some(Incoming::Pong)) => {}
+                Ok(Some(Incoming::Close(code))) => {
+                    let echo = code.map(u16::to_be_bytes);
+                    let payload = echo.as_ref().map_or(&[][..], |c| &c[..]);
+                    let _ =
+                        write_control(&stream, &control, ServerOp::Close, payload, &mut unfinished)
+                            .await;
+                    break 'conn End::ClientClosed;
+                }
+                Ok(None) => break,
+                Err(v) => {
+                    control.close(match v.code {
+                        1007 => CloseCode::InvalidPayload,
+                        1009 => CloseCode::MessageTooBig,
+                        _ => CloseCode::ProtocolError,
+                    });
+                    tracing::debug!(reason = v.reason, "websocket protocol violation");
+                    break 'conn End::Server;
+                }
+            }
+        }
+        // An idle connection holds no read buffer.
+        if pending.is_empty() && pending.capacity() > 0 {
+            pending = BytesMut::new();
+        }
+        let deadline = session.heartbeat_deadline();
+        tokio::select! {
+            biased;
+            _ = control.closed.cancelled() => break End::Server,
+            _ = shutdown.cancelled() => {
+                control.close(CloseCode::Restarting);
+                break End::Server;
+            }
+            ready = stream.readable() => {
+                if ready.is_err() {
+                    break End::Gone;
+                }
+                if pending.capacity() - pending.len() < READ_CHUNK / 4 {
+                    pending.reserve(READ_CHUNK);
+                }
+                match stream.try_read_buf(&mut pending) {
+                    Ok(0) => break End::Gone,
+                    Ok(_) => session.heard(),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => break End::Gone,
+                }
+            }
+            first = session.queue.recv() => {
+                let hold = coalesce::hold_until(last_write, Instant::now(), coalesce);
+                let batch = write_batch(&session.node, &stream, &control, hold, first, &mut session.queue, &mut unfinished);
+                if Box::pin(batch).await.is_err() {
+                    break failed_write(&control);
+                }
+                last_write = Some(Instant::now());
+            }
+            _ = tokio::time::sleep_until(deadline) => match session.heartbeat() {
+                Heartbeat::Nothing => {}
+                Heartbeat::Expired => break End::Server,
+                Heartbeat::Ping => {
+                    if write_control(&stream, &control, ServerOp::Ping, &[], &mut unfinished).await.is_err() {
+                        break failed_write(&control);
+                    }
+                }
+            },
+        }
+    };
+
+    // The ending runs once: boxed, so its state is not part of every idle
+    // connection's task.
+    Box::pin(async {
+        let code = session.disconnect().await;
+        if let End::Server = end {
+            let code = code.unwrap_or(CloseCode::Normal.code());
+            let mut payload = code.to_be_bytes().to_vec();
+            payload.extend_from_slice(close_reason(code).as_bytes());
+            // The control is cancelled by now: write without watching it.
+            let wrote = tokio::time::timeout(CLOSE_WAIT, async {
+                let mut out = std::mem::take(&mut unfinished);
+                put_header(&mut out, ServerOp::Close, payload.len());
+                out.extend_from_slice(&payload);
+                write_all(&stream, &out).await
+            })
+            .await;
+            if matches!(wrote, Ok(Ok(()))) {
+                // Read (and drop) what the client still sends until its Close, so
+                // the socket ends cleanly rather than with a reset that could
+                // destroy our Close before the client reads it.
+                let _ = tokio::time::timeout(CLOSE_WAIT, async {
+                    loop {
+                        match reader.next(&mut pending) {
+                            Ok(Some(Incoming::Close(_))) | Err(_) => return,
+                            Ok(Some(_)) => continue,
+                            Ok(None) => {}
+                        }
+                        if stream.readable().await.is_err() {
+                            return;
+                        }
+                        pending.reserve(READ_CHUNK);
+                        match stream.try_read_buf(&mut pending) {
+                            Ok(0) => return,
+                            Ok(_) => {}
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                            Err(_) => return,
+                        }
+                    }
+                })
+                .await;
+            }
+        }
+    })
+    .await;
+    session.finish();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use plaza_broker::MemoryBroker;
+
+    use crate::{Node, ServerConfig};
+
+    /// Each connection is one task holding this future: keep it small, since
+    /// an idle connection's memory is mostly this plus its queue.
+    #[tokio::test]
+    async fn a_connection_task_stays_small() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let stream = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let node = Node::new(ServerConfig::default(), Arc::new(MemoryBroker::new()));
+        let task = super::serve_socket(node, stream, bytes::Bytes::new());
+        let size = std::mem::size_of_val(&task);
+        assert!(size <= 1280, "serve_socket future has {size} bytes");
+    }
+}

@@ -1,0 +1,90 @@
+//! `GET /v1/ws`: the HTTP upgrade to a WebSocket, validated here; the raw
+//! socket is then taken from hyper and served by [`super::serve_socket`].
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use hyper_util::rt::TokioIo;
+use plaza_protocol::ErrorCode;
+use tokio::net::TcpStream;
+
+use super::serve_socket;
+use crate::api_error::ApiError;
+use crate::Node;
+
+/// `GET /v1/ws`: validates the upgrade request and hands the socket to
+/// [`serve_socket`].
+pub(crate) async fn upgrade(State(node): State<Arc<Node>>, mut req: Request) -> Response {
+    if node.is_shutting_down() {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::ShuttingDown,
+            "shutting down",
+        )
+        .into_response();
+    }
+    let h = req.headers();
+    let is_upgrade = has_token(h, header::CONNECTION, "upgrade")
+        && h.get(header::UPGRADE)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
+    if !is_upgrade {
+        let msg = "expected a WebSocket upgrade (Connection: upgrade, Upgrade: websocket)";
+        return ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, msg)
+            .into_response();
+    }
+    if h.get(header::SEC_WEBSOCKET_VERSION)
+        .is_none_or(|v| v != "13")
+    {
+        let mut r = ApiError::new(
+            StatusCode::UPGRADE_REQUIRED,
+            ErrorCode::InvalidRequest,
+            "WebSocket version 13 only",
+        )
+        .into_response();
+        r.headers_mut().insert(
+            header::SEC_WEBSOCKET_VERSION,
+            "13".parse().expect("valid header"),
+        );
+        return r;
+    }
+    let Some(key) = h.get(header::SEC_WEBSOCKET_KEY) else {
+        return ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidRequest,
+            "missing Sec-WebSocket-Key",
+        )
+        .into_response();
+    };
+    let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => match hyper_util::server::conn::auto::upgrade::downcast::<
+                TokioIo<TcpStream>,
+            >(upgraded)
+            {
+                Ok(parts) => serve_socket(node, parts.io.into_inner(), parts.read_buf).await,
+                Err(_) => tracing::error!("upgraded connection is not a TCP stream"),
+            },
+            Err(e) => tracing::debug!(error = %e, "websocket upgrade failed"),
+        }
+    });
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "upgrade")
+        .header(header::UPGRADE, "websocket")
+        .header(header::SEC_WEBSOCKET_ACCEPT, accept)
+        .body(Body::empty())
+        .expect("valid response")
+}
+
+fn has_token(h: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
+    h.get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}

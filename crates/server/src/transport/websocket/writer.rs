@@ -1,0 +1,135 @@
+//! Writing to the socket: batches of queued frames in one buffer, control
+//! frames, and writes that stop when the connection is closed meanwhile.
+
+use std::io;
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::frames::{put_header, ServerOp};
+use super::End;
+use crate::outbox::{ConnectionControl, OutboxReceiver, Outgoing};
+use crate::Node;
+
+/// Frames written per batch at most, so one busy connection cannot hog its task.
+const MAX_BATCH: usize = 512;
+
+/// A write stopped: because the server closed the connection meanwhile
+/// (then a Close frame follows), or because the socket failed.
+pub(super) fn failed_write(control: &ConnectionControl) -> End {
+    if control.closed.is_cancelled() {
+        End::Server
+    } else {
+        End::Gone
+    }
+}
+
+pub(super) fn close_reason(code: u16) -> &'static str {
+    match code {
+        1012 => "server restarting: reconnect and resume",
+        4001 => "heartbeat timeout",
+        4002 => "slow consumer: resume to catch up",
+        4003 => "rate limit ignored",
+        1009 => "message too big",
+        1007 => "invalid payload",
+        1002 => "protocol error",
+        _ => "",
+    }
+}
+
+/// Writes the first queued frame and everything else queued (up to
+/// [`MAX_BATCH`]) in one buffer, after waiting until `hold` (see
+/// [`coalesce`]) so that frames arriving meanwhile join the batch.
+pub(super) async fn write_batch(
+    node: &Node,
+    stream: &TcpStream,
+    control: &ConnectionControl,
+    hold: Option<Instant>,
+    first: Outgoing,
+    rx: &mut OutboxReceiver,
+    unfinished: &mut Vec<u8>,
+) -> io::Result<()> {
+    if let Some(at) = hold {
+        tokio::select! {
+            biased;
+            _ = control.closed.cancelled() => return Err(io::ErrorKind::ConnectionAborted.into()),
+            _ = tokio::time::sleep_until(at) => {}
+        }
+    }
+    let oldest = first.ordered_at;
+    let mut out = Vec::with_capacity(first.frame.len() + 16);
+    let mut frames = 0u64;
+    let mut next = Some(first);
+    while let Some(item) = next.take() {
+        put_header(&mut out, ServerOp::Text, item.frame.len());
+        out.extend_from_slice(&item.frame);
+        frames += 1;
+        if frames < MAX_BATCH as u64 {
+            next = rx.try_recv().ok();
+        }
+    }
+    guarded_write(stream, control, &out, unfinished).await?;
+    let m = &node.metrics;
+    m.frames_out.increment(frames);
+    m.bytes_out.increment(out.len() as u64);
+    if let Some(t) = oldest {
+        m.latency(t.elapsed());
+    }
+    Ok(())
+}
+
+pub(super) async fn write_control(
+    stream: &TcpStream,
+    control: &ConnectionControl,
+    op: ServerOp,
+    payload: &[u8],
+    unfinished: &mut Vec<u8>,
+) -> io::Result<()> {
+    let mut out = Vec::with_capacity(payload.len() + 2);
+    put_header(&mut out, op, payload.len());
+    out.extend_from_slice(payload);
+    guarded_write(stream, control, &out, unfinished).await
+}
+
+/// Writes everything, unless the connection is closed meanwhile (e.g. as a
+/// slow consumer while this write waits for the client to read). Then the
+/// unwritten rest goes to `unfinished`: a frame may be half written, and the
+/// Close frame must follow its end, not cut into it.
+async fn guarded_write(
+    stream: &TcpStream,
+    control: &ConnectionControl,
+    buf: &[u8],
+    unfinished: &mut Vec<u8>,
+) -> io::Result<()> {
+    let mut rest = buf;
+    while !rest.is_empty() {
+        tokio::select! {
+            biased;
+            ready = stream.writable() => ready?,
+            _ = control.closed.cancelled() => {
+                unfinished.extend_from_slice(rest);
+                return Err(io::ErrorKind::ConnectionAborted.into());
+            }
+        }
+        match stream.try_write(rest) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => rest = &rest[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+pub(super) async fn write_all(stream: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        stream.writable().await?;
+        match stream.try_write(buf) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
