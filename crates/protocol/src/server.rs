@@ -239,6 +239,44 @@ pub struct ErrorBody {
     pub message: String,
 }
 
+/// Why a `closed` frame ended a member's presence on a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClosedReason {
+    /// The room was deleted; the session is gone.
+    RoomDeleted,
+    /// Another connection resumed the session; it continues there.
+    ResumedElsewhere,
+}
+
+/// A request's outcome: on the wire `"ok": true, "result": …` or
+/// `"ok": false, "error": {…}`, never both.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// It succeeded with this result.
+    Ok(serde_json::Value),
+    /// It was refused.
+    Err(ErrorBody),
+}
+
+impl Serialize for Outcome {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Outcome", 2)?;
+        match self {
+            Outcome::Ok(result) => {
+                st.serialize_field("ok", &true)?;
+                st.serialize_field("result", result)?;
+            }
+            Outcome::Err(error) => {
+                st.serialize_field("ok", &false)?;
+                st.serialize_field("error", error)?;
+            }
+        }
+        st.end()
+    }
+}
+
 /// Every frame the server sends.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -252,12 +290,12 @@ pub enum ServerFrame {
         /// Room id.
         room: String,
     },
-    /// The room was deleted; the member is out.
+    /// The member is out of the room on this connection.
     Closed {
         /// Room id.
         room: String,
         /// Why.
-        reason: String,
+        reason: ClosedReason,
     },
     /// Acknowledges a `publish`: it is ordered and stored.
     Ack {
@@ -278,14 +316,9 @@ pub enum ServerFrame {
         room: String,
         /// The request's nonce.
         nonce: Box<RawValue>,
-        /// Whether the operation succeeded.
-        ok: bool,
-        /// The result when `ok`.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        result: Option<serde_json::Value>,
-        /// The error when not `ok`.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        error: Option<ErrorBody>,
+        /// `ok` and its `result` or `error`.
+        #[serde(flatten)]
+        outcome: Outcome,
     },
     /// A sequenced room event.
     Event(Event),
@@ -350,6 +383,40 @@ mod tests {
         assert_eq!(
             std::str::from_utf8(&f.encode()).unwrap(),
             r#"{"type":"event","room":"r","seq":3,"ts":10,"from":"s1","kind":"message","channel":"main","event":"chat","data":{"t":"hi"},"reply_to":2}"#
+        );
+    }
+
+    #[test]
+    fn responses_carry_ok_with_either_result_or_error() {
+        let nonce = || RawValue::from_string("7".into()).unwrap();
+        let ok = ServerFrame::Response {
+            room: "r".into(),
+            nonce: nonce(),
+            outcome: Outcome::Ok(serde_json::json!({"x": 1})),
+        };
+        assert_eq!(
+            std::str::from_utf8(&ok.encode()).unwrap(),
+            r#"{"type":"response","room":"r","nonce":7,"ok":true,"result":{"x":1}}"#
+        );
+        let err = ServerFrame::Response {
+            room: "r".into(),
+            nonce: nonce(),
+            outcome: Outcome::Err(ErrorBody {
+                code: ErrorCode::NotFound,
+                message: "no".into(),
+            }),
+        };
+        assert_eq!(
+            std::str::from_utf8(&err.encode()).unwrap(),
+            r#"{"type":"response","room":"r","nonce":7,"ok":false,"error":{"code":"not_found","message":"no"}}"#
+        );
+        let closed = ServerFrame::Closed {
+            room: "r".into(),
+            reason: ClosedReason::ResumedElsewhere,
+        };
+        assert_eq!(
+            std::str::from_utf8(&closed.encode()).unwrap(),
+            r#"{"type":"closed","room":"r","reason":"resumed_elsewhere"}"#
         );
     }
 

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 
 use plaza_protocol::client::{self, ClientFrame, Op};
 use plaza_protocol::server::{
-    EntityInfo, ErrorBody, ErrorRef, Event, EventBody, Joined, LeaveReason, LockInfo, MemberInfo,
-    ResyncReason, ServerFrame, Snapshot, UnlockReason,
+    ClosedReason, EntityInfo, ErrorBody, ErrorRef, Event, EventBody, Joined, LeaveReason, LockInfo,
+    MemberInfo, Outcome, ResyncReason, ServerFrame, Snapshot, UnlockReason,
 };
 use plaza_protocol::{CloseCode, ErrorCode};
 use serde_json::value::RawValue;
@@ -369,9 +369,7 @@ fn ok(nonce: Value, result: Value) -> ServerFrame {
     ServerFrame::Response {
         room: ROOM.into(),
         nonce: raw(nonce),
-        ok: true,
-        result: Some(result),
-        error: None,
+        outcome: Outcome::Ok(result),
     }
 }
 
@@ -397,7 +395,7 @@ fn expected_server_frame(name: &str) -> ServerFrame {
         "server/left.json" => ServerFrame::Left { room: ROOM.into() },
         "server/closed.json" => ServerFrame::Closed {
             room: ROOM.into(),
-            reason: "room_deleted".into(),
+            reason: ClosedReason::RoomDeleted,
         },
         "server/ack.json" => ServerFrame::Ack {
             room: ROOM.into(),
@@ -439,9 +437,7 @@ fn expected_server_frame(name: &str) -> ServerFrame {
         "server/response-error.json" => ServerFrame::Response {
             room: ROOM.into(),
             nonce: raw(json!("n-3")),
-            ok: false,
-            result: None,
-            error: Some(ErrorBody {
+            outcome: Outcome::Err(ErrorBody {
                 code: ErrorCode::VersionConflict,
                 message: "entity \"e7\" is at version 2, not 1".into(),
             }),

@@ -68,7 +68,7 @@ fn fanout(c: &mut Criterion) {
                     let entry = published.entry.expect("new message");
                     let at = Some(Instant::now());
                     room.for_each_recipient(&entry, |_, sink| {
-                        sink.send(entry.frame.clone(), at);
+                        sink.send_event(&entry, at);
                     });
                     // The writers' side: take every queued frame off again.
                     for rx in &mut receivers {

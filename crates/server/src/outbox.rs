@@ -12,18 +12,48 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
+use plaza_core::HistoryEntry;
 use plaza_protocol::CloseCode;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// One queued frame. `ordered_at` is shared by every copy of an event, taken
-/// once when it was ordered, so latency sampling costs nothing per recipient.
+/// One queued frame.
+///
+/// A room event is queued as its history entry, not only its bytes: per-member
+/// delivery (delivery policies, interest management) decides on its seq,
+/// channel and topic, and the entry costs the same reference count as its
+/// bytes would.
 #[derive(Debug)]
-pub struct Outgoing {
+pub enum Outgoing {
+    /// A room event.
+    Event {
+        /// The entry; its `frame` is what is sent.
+        entry: Arc<HistoryEntry>,
+        /// When the room ordered it, for the delivery latency: taken once per
+        /// event and shared by every recipient, so sampling costs nothing per
+        /// recipient. `None` for replays (a resume's missed events).
+        ordered_at: Option<Instant>,
+    },
+    /// Any other frame: an answer, an error, a direct message.
+    Frame(Bytes),
+}
+
+impl Outgoing {
     /// The encoded frame.
-    pub frame: Bytes,
-    /// When the room ordered it, if it is a room event.
-    pub ordered_at: Option<Instant>,
+    pub fn frame(&self) -> &Bytes {
+        match self {
+            Outgoing::Event { entry, .. } => &entry.frame,
+            Outgoing::Frame(f) => f,
+        }
+    }
+
+    /// When the room ordered it, for a live room event.
+    pub fn ordered_at(&self) -> Option<Instant> {
+        match self {
+            Outgoing::Event { ordered_at, .. } => *ordered_at,
+            Outgoing::Frame(_) => None,
+        }
+    }
 }
 
 /// State shared by a connection's reader, writer and every outbox handle.
@@ -143,7 +173,19 @@ impl Outbox {
 
     /// Queues a frame without waiting. Returns false if the connection is
     /// gone or was just closed as a slow consumer.
-    pub fn send(&self, frame: Bytes, ordered_at: Option<Instant>) -> bool {
+    pub fn send(&self, frame: Bytes) -> bool {
+        self.push(Outgoing::Frame(frame))
+    }
+
+    /// Queues a room event (see [`Outgoing::Event`]); false as for [`Outbox::send`].
+    pub fn send_event(&self, entry: &Arc<HistoryEntry>, ordered_at: Option<Instant>) -> bool {
+        self.push(Outgoing::Event {
+            entry: entry.clone(),
+            ordered_at,
+        })
+    }
+
+    fn push(&self, item: Outgoing) -> bool {
         let q = &self.queue;
         if !q.open.load(Ordering::Acquire) {
             return false;
@@ -154,7 +196,7 @@ impl Outbox {
             self.control.close(CloseCode::SlowConsumer);
             return false;
         }
-        items.push_back(Outgoing { frame, ordered_at });
+        items.push_back(item);
         let first = items.len() == 1;
         drop(items);
         if first {
@@ -220,12 +262,12 @@ mod tests {
     fn a_full_queue_closes_the_connection_as_slow_consumer() {
         let control = ConnectionControl::new();
         let (out, mut rx) = Outbox::new(2, control.clone());
-        assert!(out.send(Bytes::from_static(b"1"), None));
-        assert!(out.send(Bytes::from_static(b"2"), None));
-        assert!(!out.send(Bytes::from_static(b"3"), None));
+        assert!(out.send(Bytes::from_static(b"1")));
+        assert!(out.send(Bytes::from_static(b"2")));
+        assert!(!out.send(Bytes::from_static(b"3")));
         assert_eq!(control.close_code(), Some(CloseCode::SlowConsumer.code()));
         assert!(control.closed.is_cancelled());
-        assert_eq!(rx.try_recv().unwrap().frame, "1");
+        assert_eq!(rx.try_recv().unwrap().frame(), "1");
         // a later close does not overwrite the first reason
         control.close(CloseCode::Restarting);
         assert_eq!(control.close_code(), Some(4002));
@@ -235,15 +277,15 @@ mod tests {
     fn a_drained_burst_gives_its_memory_back_and_a_dropped_receiver_refuses() {
         let (out, mut rx) = Outbox::new(1000, ConnectionControl::new());
         for i in 0..100u8 {
-            assert!(out.send(Bytes::from(vec![i]), None));
+            assert!(out.send(Bytes::from(vec![i])));
         }
         for i in 0..100u8 {
-            assert_eq!(rx.try_recv().unwrap().frame, Bytes::from(vec![i]));
+            assert_eq!(*rx.try_recv().unwrap().frame(), Bytes::from(vec![i]));
         }
         assert_eq!(rx.try_recv().unwrap_err(), Empty);
         assert_eq!(out.queue.items.lock().unwrap().capacity(), 0);
         drop(rx);
-        assert!(!out.send(Bytes::from_static(b"late"), None));
+        assert!(!out.send(Bytes::from_static(b"late")));
         assert!(
             out.control().close_code().is_none(),
             "a closed connection is not a slow consumer"
@@ -253,22 +295,57 @@ mod tests {
     #[test]
     fn a_quiet_connection_keeps_no_queue_memory() {
         let (out, mut rx) = Outbox::new(1000, ConnectionControl::new());
-        out.send(Bytes::from_static(b"a"), None);
+        out.send(Bytes::from_static(b"a"));
         rx.release_idle_memory();
-        assert_eq!(rx.try_recv().unwrap().frame, "a", "a queued frame stays");
+        assert_eq!(rx.try_recv().unwrap().frame(), "a", "a queued frame stays");
         assert!(out.queue.items.lock().unwrap().capacity() > 0);
         rx.release_idle_memory();
         assert_eq!(out.queue.items.lock().unwrap().capacity(), 0);
     }
 
+    #[test]
+    fn a_room_event_is_queued_as_its_history_entry() {
+        let (out, mut rx) = Outbox::new(4, ConnectionControl::new());
+        let entry = Arc::new(HistoryEntry {
+            seq: 7,
+            ts: 1,
+            from: None,
+            channel: Some("xr".into()),
+            echo: false,
+            replay_to_sender: false,
+            topic: Some("t".into()),
+            reply_to: None,
+            frame: Bytes::from_static(b"{\"seq\":7}"),
+        });
+        let at = Instant::now();
+        assert!(out.send_event(&entry, Some(at)));
+        assert!(out.send(Bytes::from_static(b"ack")));
+        match rx.try_recv().unwrap() {
+            Outgoing::Event {
+                entry: queued,
+                ordered_at,
+            } => {
+                assert!(Arc::ptr_eq(&queued, &entry), "the entry itself, not a copy");
+                assert_eq!((queued.seq, queued.channel.as_deref()), (7, Some("xr")));
+                assert_eq!(ordered_at, Some(at));
+            }
+            other => panic!("expected an event, got {other:?}"),
+        }
+        let ack = rx.try_recv().unwrap();
+        assert_eq!(
+            (ack.frame().as_ref(), ack.ordered_at()),
+            (&b"ack"[..], None)
+        );
+    }
+
     #[tokio::test]
     async fn recv_wakes_for_a_frame_sent_before_it_waits() {
         let (out, mut rx) = Outbox::new(4, ConnectionControl::new());
-        out.send(Bytes::from_static(b"a"), None);
-        assert_eq!(rx.try_recv().unwrap().frame, "a");
+        out.send(Bytes::from_static(b"a"));
+        assert_eq!(rx.try_recv().unwrap().frame(), "a");
         // the permit stored by that first send must not hide the next frame
-        let task = tokio::spawn(async move { rx.recv().await.frame });
-        out.send(Bytes::from_static(b"b"), None);
+        let task = tokio::spawn(async move { rx.recv().await.frame().clone() });
+        out.send(Bytes::from_static(b"b"));
         assert_eq!(task.await.unwrap(), "b");
     }
 }

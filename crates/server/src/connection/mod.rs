@@ -177,8 +177,7 @@ impl Connection {
                     .await;
             }
             ClientFrame::Ping(p) => {
-                self.outbox
-                    .send(ServerFrame::Pong { ts: p.ts }.encode(), None);
+                self.outbox.send(ServerFrame::Pong { ts: p.ts }.encode());
             }
         }
     }
@@ -316,7 +315,6 @@ impl Connection {
                 reference,
             }
             .encode(),
-            None,
         );
     }
 }

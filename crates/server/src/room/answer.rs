@@ -1,7 +1,7 @@
 //! The frames a room sends to one client about its own commands.
 
 use plaza_core::RoomError;
-use plaza_protocol::server::{ErrorBody, ErrorRef, ServerFrame};
+use plaza_protocol::server::{ErrorBody, ErrorRef, Outcome, ServerFrame};
 use plaza_protocol::ErrorCode;
 use serde_json::value::RawValue;
 
@@ -45,23 +45,16 @@ pub(crate) fn response(
     nonce: Box<RawValue>,
     result: Result<serde_json::Value, RoomError>,
 ) -> ServerFrame {
-    match result {
-        Ok(v) => ServerFrame::Response {
-            room: room.to_owned(),
-            nonce,
-            ok: true,
-            result: Some(v),
-            error: None,
-        },
-        Err(e) => ServerFrame::Response {
-            room: room.to_owned(),
-            nonce,
-            ok: false,
-            result: None,
-            error: Some(ErrorBody {
-                code: e.code,
-                message: e.message,
-            }),
-        },
+    let outcome = match result {
+        Ok(v) => Outcome::Ok(v),
+        Err(e) => Outcome::Err(ErrorBody {
+            code: e.code,
+            message: e.message,
+        }),
+    };
+    ServerFrame::Response {
+        room: room.to_owned(),
+        nonce,
+        outcome,
     }
 }

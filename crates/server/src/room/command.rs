@@ -124,7 +124,7 @@ impl Pending {
             Waiter::Direct => answer::error_frame(room, e.clone(), "direct", None),
         };
         errors.count(e.code);
-        self.outbox.send(frame.encode(), None);
+        self.outbox.send(frame.encode());
     }
 
     /// Sends `left`.
@@ -132,6 +132,6 @@ impl Pending {
         let frame = ServerFrame::Left {
             room: room.to_owned(),
         };
-        self.outbox.send(frame.encode(), None);
+        self.outbox.send(frame.encode());
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use plaza_core::{HistoryEntry, JoinParams, Millis, Resume, Room, RoomError};
-use plaza_protocol::server::ServerFrame;
+use plaza_protocol::server::{ClosedReason, ServerFrame};
 use plaza_protocol::CloseCode;
 
 use super::answer::{self, not_joined};
@@ -166,19 +166,19 @@ impl RoomMachine {
                     if let Some(o) = &old.outbox {
                         let frame = ServerFrame::Closed {
                             room: id.to_owned(),
-                            reason: "resumed_elsewhere".into(),
+                            reason: ClosedReason::ResumedElsewhere,
                         };
                         o.control().evict(id);
-                        o.send(frame.encode(), None);
+                        o.send(frame.encode());
                         self.locals.remove(&old.conn);
                     }
                 }
                 let mut follow_up = FollowUp::None;
                 match (outbox, reply) {
                     (Some(outbox), Some(reply)) => {
-                        outbox.send(joined.server_frame().encode(), None);
+                        outbox.send(joined.server_frame().encode());
                         for e in &joined.missed {
-                            outbox.send(e.frame.clone(), None);
+                            outbox.send_event(e, None);
                         }
                         self.locals.insert(origin.conn, outbox);
                         let _ = reply.send(Ok(joined.frame.session.clone()));
@@ -234,7 +234,7 @@ impl RoomMachine {
                                 id: id_of_message,
                                 duplicate: p.entry.is_none(),
                             };
-                            w.outbox.send(ack.encode(), None);
+                            w.outbox.send(ack.encode());
                         }
                         FollowUp::None
                     }
@@ -252,7 +252,7 @@ impl RoomMachine {
                         self.deliver(&out.events);
                         if let Some(p) = pending {
                             let frame = answer::response(self.room.id(), nonce, Ok(out.result));
-                            p.outbox.send(frame.encode(), None);
+                            p.outbox.send(frame.encode());
                         }
                         FollowUp::None
                     }
@@ -280,7 +280,7 @@ impl RoomMachine {
                             event,
                             data,
                         };
-                        outbox.send(frame.encode(), None);
+                        outbox.send(frame.encode());
                         FollowUp::None
                     }
                     // The target is on another node, which delivers it.
@@ -328,7 +328,7 @@ impl RoomMachine {
         for e in events {
             self.room.for_each_recipient(e, |_, sink| {
                 if let Some(o) = &sink.outbox {
-                    o.send(e.frame.clone(), ordered_at);
+                    o.send_event(e, ordered_at);
                 }
             });
         }
@@ -356,12 +356,12 @@ impl RoomMachine {
     fn close(&mut self) {
         let frame = ServerFrame::Closed {
             room: self.room.id().to_owned(),
-            reason: "room_deleted".into(),
+            reason: ClosedReason::RoomDeleted,
         }
         .encode();
         self.room.close();
         for (_, outbox) in self.locals.drain() {
-            outbox.send(frame.clone(), None);
+            outbox.send(frame.clone());
         }
     }
 }

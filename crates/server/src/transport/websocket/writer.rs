@@ -56,13 +56,13 @@ pub(super) async fn write_batch(
             _ = tokio::time::sleep_until(at) => {}
         }
     }
-    let oldest = first.ordered_at;
-    let mut out = Vec::with_capacity(first.frame.len() + 16);
+    let oldest = first.ordered_at();
+    let mut out = Vec::with_capacity(first.frame().len() + 16);
     let mut frames = 0u64;
     let mut next = Some(first);
     while let Some(item) = next.take() {
-        put_header(&mut out, ServerOp::Text, item.frame.len());
-        out.extend_from_slice(&item.frame);
+        put_header(&mut out, ServerOp::Text, item.frame().len());
+        out.extend_from_slice(item.frame());
         frames += 1;
         if frames < MAX_BATCH as u64 {
             next = rx.try_recv().ok();
