@@ -2,31 +2,12 @@
 //! summary, and the checks a new room passes in both modes.
 
 use plaza_core::{Access, Millis, RoomConfig, RoomError};
+
+pub use crate::room::RoomSummary;
 use plaza_protocol::ErrorCode;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::ServerConfig;
-
-/// A room as listed by the HTTP API.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct RoomSummary {
-    /// Room id.
-    pub id: String,
-    /// Display name.
-    pub name: String,
-    /// Connected members.
-    pub members: usize,
-    /// Creation time, Unix milliseconds.
-    pub created_at: Millis,
-    /// Who may join: `open` or `ticket`.
-    pub access: Access,
-    /// Events kept for resume.
-    pub history_size: usize,
-    /// Member limit.
-    pub max_members: usize,
-    /// Whether members see each other (presence events, member lists).
-    pub presence: bool,
-}
 
 /// An initial entity of a new room.
 #[derive(Debug, Clone, Deserialize)]

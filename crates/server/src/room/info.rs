@@ -1,9 +1,29 @@
-//! What a room's summary shows, fixed at its creation.
+//! What describes a room: fixed at its creation ([`RoomInfo`]), and as
+//! listed with its member count ([`RoomSummary`]).
 
 use plaza_core::{Access, Millis, RoomConfig};
 use serde::{Deserialize, Serialize};
 
-use crate::directory::RoomSummary;
+/// A room as listed by the HTTP API.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RoomSummary {
+    /// Room id.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// Connected members.
+    pub members: usize,
+    /// Creation time, Unix milliseconds.
+    pub created_at: Millis,
+    /// Who may join: `open` or `ticket`.
+    pub access: Access,
+    /// Events kept for resume.
+    pub history_size: usize,
+    /// Member limit.
+    pub max_members: usize,
+    /// Whether members see each other (presence events, member lists).
+    pub presence: bool,
+}
 
 /// A room's fixed description: kept by every handle of a room task, and in
 /// cluster mode stored in the shared registry (so that nodes not hosting the

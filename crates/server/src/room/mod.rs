@@ -20,9 +20,9 @@ use tokio::sync::{mpsc, oneshot};
 
 pub(crate) use command::{ClientCommand, Intent, Pending, Waiter};
 pub(crate) use info::RoomInfo;
+pub use info::RoomSummary;
 pub(crate) use sink::Sink;
 
-use crate::directory::RoomSummary;
 
 /// Commands a room task accepts.
 pub(crate) enum RoomCommand {
