@@ -23,7 +23,6 @@ pub(crate) use info::RoomInfo;
 pub use info::RoomSummary;
 pub(crate) use sink::Sink;
 
-
 /// Commands a room task accepts.
 pub(crate) enum RoomCommand {
     /// A client's command (boxed: see below).

@@ -1,0 +1,207 @@
+//! A replica's log: appending this node's commands (retrying those that must
+//! land), applying entries in order exactly once, catching up over gaps, and
+//! storing snapshots.
+
+use super::*;
+
+impl Replica {
+    /// Appends a record; its outcome comes when the log delivers it back.
+    pub(super) fn submit(
+        &mut self,
+        conn: u64,
+        intent: Intent,
+        pending: Option<Pending>,
+        must_land: bool,
+    ) {
+        self.next_req += 1;
+        let req = self.next_req;
+        if let Some(p) = pending {
+            self.pending.insert(req, p);
+        }
+        let record = LogRecord {
+            node: self.me.to_string(),
+            conn,
+            req,
+            intent,
+        }
+        .encode();
+        self.append(req, record, must_land);
+    }
+
+    pub(super) fn append(&self, req: u64, record: bytes::Bytes, must_land: bool) {
+        // Called here, in command order: appends from one node keep their order.
+        let append = self.cluster.append(&self.id, record.clone());
+        let notices = self.notices_tx.downgrade();
+        tokio::spawn(async move {
+            if let Err(error) = append.await {
+                let failure = AppendFailure {
+                    req,
+                    error,
+                    retry: must_land.then_some(record),
+                };
+                if let Some(tx) = notices.upgrade() {
+                    let _ = tx.send(Notice::AppendFailed(failure)).await;
+                }
+            }
+        });
+    }
+
+    pub(super) fn append_retries(&mut self) {
+        for record in std::mem::take(&mut self.retry) {
+            self.append(0, record, true);
+        }
+    }
+
+    pub(super) fn on_append_failed(&mut self, f: AppendFailure) {
+        if let Some(record) = f.retry {
+            self.retry.push(record);
+        }
+        if self.barrier == Some(f.req) {
+            // Nothing will tell the skipped commands from the others.
+            self.barrier = None;
+            self.restart_skipped(f.req);
+        }
+        if let Some(p) = self.pending.remove(&f.req) {
+            p.refuse(&self.id, f.error.into(), &self.errors);
+        }
+    }
+
+    /// A log entry from the subscription.
+    pub(super) fn on_entry(&mut self, e: LogEntry) {
+        if e.n <= self.applied {
+            return;
+        }
+        if e.n > self.applied + 1 {
+            // A gap: read the missing entries (this one included) from the log.
+            self.behind = true;
+            self.catch_up.notify_one();
+            return;
+        }
+        self.apply(e);
+    }
+
+    pub(super) async fn catch_up_or_retry(&mut self) {
+        if self.machine.is_none() {
+            return;
+        }
+        match self.catch_up().await {
+            Ok(()) => self.behind = false,
+            Err(ClusterError::RoomNotFound(_)) => {
+                let me = self.me.clone();
+                let origin = Origin { node: &me, conn: 0 };
+                self.apply_intent(origin, Intent::Close, None, now_ms());
+            }
+            Err(e) => {
+                tracing::debug!(room = %self.id, error = %e, "catch-up failed; retrying");
+                self.behind = true;
+            }
+        }
+    }
+
+    /// Applies every entry after `applied` that the log holds.
+    pub(super) async fn catch_up(&mut self) -> Result<(), ClusterError> {
+        loop {
+            match self.cluster.read(&self.id, self.applied, READ_BATCH).await {
+                Ok(entries) if entries.is_empty() => return Ok(()),
+                Ok(entries) => {
+                    for e in entries {
+                        if e.n == self.applied + 1 {
+                            self.apply(e);
+                        }
+                        if self.machine.is_none() {
+                            return Ok(());
+                        }
+                    }
+                }
+                Err(ClusterError::Trimmed(_)) => self.reload().await?,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Applies the entry at `applied + 1`.
+    pub(super) fn apply(&mut self, e: LogEntry) {
+        self.applied = e.n;
+        let record = match LogRecord::decode(&e.payload) {
+            Ok(r) => r,
+            Err(err) => {
+                tracing::error!(room = %self.id, n = e.n, error = %err, "unreadable log record skipped");
+                return;
+            }
+        };
+        if record.intent.may_change_members() {
+            self.ticker = None;
+        }
+        let origin = *record.node == *self.me;
+        if origin && self.barrier == Some(record.req) {
+            self.barrier = None;
+            self.restart_skipped(record.req);
+        }
+        let pending = if origin {
+            self.pending.remove(&record.req)
+        } else {
+            None
+        };
+        let LogRecord {
+            node, conn, intent, ..
+        } = record;
+        self.apply_intent(Origin { node: &node, conn }, intent, pending, e.ts);
+        if self.machine.is_some() {
+            self.maybe_snapshot(e.n, origin);
+        }
+    }
+
+    /// Applies one command through the room's machine and carries out what follows.
+    pub(super) fn apply_intent(
+        &mut self,
+        origin: Origin<'_>,
+        intent: Intent,
+        pending: Option<Pending>,
+        now: Millis,
+    ) {
+        let Some(machine) = &mut self.machine else {
+            return;
+        };
+        match machine.apply(origin, intent, pending, now) {
+            FollowUp::None => {}
+            FollowUp::Orphaned { conn, session } => {
+                // The join landed although its append reported a failure
+                // (the client was told it failed): nobody is on that connection.
+                self.submit(conn, Intent::Disconnect { session }, None, true);
+            }
+            FollowUp::Closed => {
+                let e = RoomError::new(ErrorCode::RoomNotFound, "the room was deleted");
+                for (_, p) in self.pending.drain() {
+                    if let Waiter::Join(reply) = p.waiter {
+                        let _ = reply.send(Err(e.clone()));
+                    }
+                }
+                self.members.store(0, Ordering::Relaxed);
+                self.machine = None;
+            }
+        }
+    }
+
+    pub(super) fn maybe_snapshot(&mut self, n: u64, origin: bool) {
+        if n.is_multiple_of(SNAPSHOT_EVERY) && !origin {
+            // Its origin stores this one: the lag counts from here, so that
+            // other replicas do not store snapshots of their own as well.
+            self.snapshot_at = n;
+            return;
+        }
+        let due = (origin && n.is_multiple_of(SNAPSHOT_EVERY))
+            || n >= self.snapshot_at + SNAPSHOT_MAX_LAG;
+        if !due {
+            return;
+        }
+        self.snapshot_at = n;
+        let bytes = encode_state(self.machine().room());
+        let cluster = self.cluster.clone();
+        let id = self.id.clone();
+        tokio::spawn(async move {
+            if let Err(e) = cluster.store_snapshot(&id, n, bytes).await {
+                tracing::warn!(room = %id, n, error = %e, "snapshot not stored");
+            }
+        });
+    }
+}

@@ -1,0 +1,302 @@
+//! One room's replica on this node: the cluster-mode room task.
+//!
+//! Client commands become log records (appended, not applied); log entries
+//! are applied in log order, by position `n`, each exactly once. A missed
+//! entry (a full mailbox, a broker reconnect) shows as a gap and is read back
+//! from the log; a replica too far behind starts again from a snapshot.
+
+mod clock;
+mod log;
+mod members;
+mod reload;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use plaza_broker::{Cluster, ClusterError, LogEntry, LogListener, LogNotice};
+use plaza_core::{Millis, Room, RoomError};
+use plaza_protocol::{CloseCode, ErrorCode};
+use tokio::sync::{mpsc, Notify};
+
+use super::record::LogRecord;
+use super::{encode_state, AppendFailure, Hosting, SNAPSHOT_EVERY, SNAPSHOT_MAX_LAG};
+use crate::clock::now_ms;
+use crate::metrics::ErrorCounter;
+use crate::room::answer::not_joined;
+use crate::room::machine::{FollowUp, Origin, RoomMachine};
+use crate::room::{
+    self, mailbox, sleep_until, ClientCommand, Intent, Pending, RoomCommand, RoomHandle, RoomInfo,
+    Sink, Waiter,
+};
+
+/// Entries read from the log per call when catching up.
+const READ_BATCH: usize = 512;
+/// How often a replica checks that the nodes its members are on are alive.
+const LIVENESS_EVERY: Duration = Duration::from_millis(plaza_broker::NODE_HEARTBEAT_MS * 2);
+/// Wait before retrying a failed catch-up or a change that must not be lost.
+const RETRY_AFTER: Duration = Duration::from_millis(500);
+/// Log notices queued for a replica at most; past that, a notice is read
+/// back from the log instead.
+const NOTICES: usize = 4096;
+
+/// What a replica is told besides its clients' commands.
+enum Notice {
+    /// An entry of the room's shared log, from the broker.
+    Entry(LogEntry),
+    /// An append this node made failed.
+    AppendFailed(AppendFailure),
+}
+
+/// How a replica is set up.
+pub(crate) struct ReplicaSetup {
+    /// The node that hosts it, told when it ends.
+    pub(crate) host: Weak<dyn Hosting>,
+    pub(crate) cluster: Arc<dyn Cluster>,
+    /// This node's id.
+    pub(crate) me: Arc<str>,
+    /// How long the room stays hosted without local members.
+    pub(crate) linger: Duration,
+    pub(crate) errors: ErrorCounter,
+}
+
+/// Starts hosting room `id` on this node. The replica loads the room's latest
+/// snapshot and log before it takes commands; if it cannot, it refuses the
+/// commands that reached it and ends.
+pub(crate) fn spawn_replica(setup: ReplicaSetup, info: RoomInfo, id: &str) -> RoomHandle {
+    let members = Arc::new(AtomicUsize::new(0));
+    let (handle, rx) = mailbox(id, info, members.clone());
+    let (notices_tx, notices) = mpsc::channel(NOTICES);
+    let task = Replica {
+        id: id.to_owned(),
+        me: setup.me,
+        cluster: setup.cluster,
+        host: setup.host,
+        handle: handle.clone(),
+        notices_tx,
+        machine: None,
+        applied: 0,
+        snapshot_at: 0,
+        next_req: 0,
+        pending: HashMap::new(),
+        retry: Vec::new(),
+        members,
+        catch_up: Arc::new(Notify::new()),
+        behind: false,
+        tick_asked: None,
+        ticker: None,
+        members_recorded: None,
+        barrier: None,
+        linger: setup.linger,
+        errors: setup.errors,
+    };
+    tokio::spawn(task.run(rx, notices));
+    handle
+}
+
+struct Replica {
+    id: String,
+    me: Arc<str>,
+    cluster: Arc<dyn Cluster>,
+    host: Weak<dyn Hosting>,
+    handle: RoomHandle,
+    /// Where log entries and append failures are posted.
+    notices_tx: mpsc::Sender<Notice>,
+    /// The room and this node's members in it; `None` until loaded, and
+    /// again once the room is deleted.
+    machine: Option<RoomMachine>,
+    /// The last log position applied.
+    applied: u64,
+    /// The log position of the latest snapshot known to be stored.
+    snapshot_at: u64,
+    next_req: u64,
+    /// Who waits for the records this node appended, by request number.
+    pending: HashMap<u64, Pending>,
+    /// Records that must be appended again (disconnects and leaves).
+    retry: Vec<bytes::Bytes>,
+    /// The member count the summary shows.
+    members: Arc<AtomicUsize>,
+    /// Signalled when entries may have been missed.
+    catch_up: Arc<Notify>,
+    /// Whether a catch-up failed and must be tried again.
+    behind: bool,
+    /// The deadline a tick was last asked for, so it is not asked again and again.
+    tick_asked: Option<(Millis, Instant)>,
+    /// Whether this node is the room's ticker, as of the last change to the
+    /// members (`None`: to be computed: a pass over the members, too much for
+    /// every message).
+    ticker: Option<bool>,
+    /// The member count this node last recorded in the registry, for nodes
+    /// that do not host the room.
+    members_recorded: Option<usize>,
+    /// After skipping entries to a snapshot: the request number of the record
+    /// this node appended right after, whose arrival tells which waiting
+    /// commands were among the skipped entries (see [`Self::restart_skipped`]).
+    barrier: Option<u64>,
+    /// How long the room stays hosted without local members.
+    linger: Duration,
+    errors: ErrorCounter,
+}
+
+impl Replica {
+    async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<RoomCommand>,
+        mut notices: mpsc::Receiver<Notice>,
+    ) {
+        if let Err(e) = self.host().await {
+            tracing::warn!(room = %self.id, error = %e, "cannot host room");
+            self.give_up(&mut rx, e.into()).await;
+            return;
+        }
+        let mut liveness = tokio::time::interval(LIVENESS_EVERY);
+        liveness.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut idle_since: Option<tokio::time::Instant> = None;
+        loop {
+            let deadline = self.tick_deadline();
+            let retry = (self.behind || !self.retry.is_empty())
+                .then(|| tokio::time::Instant::now() + RETRY_AFTER);
+            // A node hosts a room while it has members there, and a while
+            // after (they often come back), not forever: every hosted room
+            // costs a subscription and the work of applying its log.
+            let no_locals = self.machine.as_ref().is_none_or(|m| m.locals().is_empty());
+            let idle = no_locals && self.pending.is_empty() && self.retry.is_empty();
+            idle_since = if idle {
+                idle_since.or_else(|| Some(tokio::time::Instant::now()))
+            } else {
+                None
+            };
+            let unhost_at = idle_since.map(|t| t + self.linger);
+            tokio::select! {
+                cmd = rx.recv() => match cmd {
+                    None => break,
+                    Some(cmd) => self.handle(cmd),
+                },
+                Some(notice) = notices.recv() => match notice {
+                    Notice::Entry(e) => self.on_entry(e),
+                    Notice::AppendFailed(f) => self.on_append_failed(f),
+                },
+                _ = self.catch_up.notified() => self.catch_up_or_retry().await,
+                _ = sleep_until(deadline) => self.ask_tick(),
+                _ = sleep_until(retry) => {
+                    self.catch_up_or_retry().await;
+                    self.append_retries();
+                }
+                _ = liveness.tick() => self.check_nodes(),
+                _ = sleep_until(unhost_at) => {
+                    return self.unhost(&mut rx).await;
+                }
+            }
+            if self.machine.is_none() {
+                // Closed: the room was deleted.
+                rx.close();
+                let e = room::answer::room_deleted(&self.id);
+                while let Ok(cmd) = rx.try_recv() {
+                    cmd.refuse(&self.id, e.clone(), &self.errors);
+                }
+                break;
+            }
+            self.count_members();
+        }
+        self.cluster.unsubscribe(&self.id).await;
+        if let Some(host) = self.host.upgrade() {
+            host.forget(&self.id, &self.handle);
+        }
+    }
+
+    /// Stops hosting the room: no member is here. Commands that reached the
+    /// mailbox meanwhile are answered; joins go to a new replica.
+    async fn unhost(&mut self, rx: &mut mpsc::Receiver<RoomCommand>) {
+        // Unsubscribe before leaving the node's map: a new replica's
+        // subscription must not be the one removed.
+        self.cluster.unsubscribe(&self.id).await;
+        if self.applied > self.snapshot_at {
+            let bytes = encode_state(self.machine().room());
+            if let Err(e) = self
+                .cluster
+                .store_snapshot(&self.id, self.applied, bytes)
+                .await
+            {
+                tracing::debug!(room = %self.id, error = %e, "no snapshot on unhosting");
+            }
+        }
+        let host = self.host.upgrade();
+        if let Some(host) = &host {
+            host.forget(&self.id, &self.handle);
+        }
+        rx.close();
+        while let Ok(cmd) = rx.try_recv() {
+            match (cmd, &host) {
+                (RoomCommand::Client(c), Some(host))
+                    if matches!(c.pending.waiter, Waiter::Join(_)) =>
+                {
+                    host.clone().rejoin(self.id.clone(), RoomCommand::Client(c));
+                }
+                (cmd, _) => cmd.refuse(&self.id, not_joined(), &self.errors),
+            }
+        }
+        tracing::debug!(room = %self.id, "no longer hosted here");
+    }
+
+    /// Subscribes, then loads the latest snapshot and the log after it.
+    async fn host(&mut self) -> Result<(), ClusterError> {
+        let notices = self.notices_tx.clone();
+        let catch_up = self.catch_up.clone();
+        let listener: LogListener = Arc::new(move |notice| match notice {
+            LogNotice::Entry(e) => {
+                // Never block the broker's task: a full queue means the
+                // entry is read back from the log later.
+                if notices.try_send(Notice::Entry(e)).is_err() {
+                    catch_up.notify_one();
+                }
+            }
+            LogNotice::Resubscribed => catch_up.notify_one(),
+        });
+        self.cluster.subscribe(&self.id, listener).await?;
+        self.reload().await?;
+        self.catch_up().await
+    }
+
+    /// Refuses every queued command (hosting failed) and leaves the node's map.
+    async fn give_up(&mut self, rx: &mut mpsc::Receiver<RoomCommand>, e: RoomError) {
+        self.cluster.unsubscribe(&self.id).await;
+        rx.close();
+        if let Some(host) = self.host.upgrade() {
+            host.forget(&self.id, &self.handle);
+        }
+        while let Ok(cmd) = rx.try_recv() {
+            cmd.refuse(&self.id, e.clone(), &self.errors);
+        }
+    }
+
+    fn handle(&mut self, cmd: RoomCommand) {
+        match cmd {
+            RoomCommand::Client(c) => {
+                let ClientCommand { intent, pending } = *c;
+                let conn = pending.conn();
+                // Changes that must not be lost are appended until they land.
+                let must_land = matches!(intent, Intent::Leave { .. } | Intent::Disconnect { .. });
+                if let Intent::Disconnect { .. } = intent {
+                    if let Some(m) = &mut self.machine {
+                        m.forget_local(conn);
+                    }
+                }
+                let pending = match pending.waiter {
+                    Waiter::Nothing => None,
+                    _ => Some(pending),
+                };
+                self.submit(conn, intent, pending, must_land);
+            }
+            RoomCommand::Close { done } => {
+                // Deletion goes through the registry, which appends `Close`
+                // for every replica.
+                let _ = done.send(());
+            }
+        }
+    }
+
+    fn machine(&self) -> &RoomMachine {
+        self.machine.as_ref().expect("the replica is loaded")
+    }
+}
