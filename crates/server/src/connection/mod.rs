@@ -13,8 +13,9 @@ use plaza_protocol::{CloseCode, ErrorCode};
 use tokio::sync::oneshot;
 
 use crate::clock::now_ms;
+use crate::metrics::ErrorCounter;
 use crate::outbox::{ConnectionControl, Outbox};
-use crate::room::answer::room_deleted;
+use crate::room::answer::{not_joined, room_deleted};
 use crate::room::{Intent, Pending, RoomCommand, Waiter};
 use crate::Node;
 use admission::Admitted;
@@ -102,22 +103,18 @@ impl Connection {
             ClientFrame::Leave(l) => {
                 let pending = self.pending(Waiter::Leave);
                 let Some((room, session)) = self.rooms.remove(&l.room) else {
-                    return self.not_joined("leave", l.room, None);
+                    return self.leave_not_joined(l.room);
                 };
                 let cmd = RoomCommand::client(Intent::Leave { session }, pending);
                 if let Err(cmd) = room.send(cmd).await {
                     // The room was deleted meanwhile: the member is out all the same.
-                    cmd.refuse(
-                        &l.room,
-                        room_deleted(&l.room),
-                        &self.node.metrics.error_counter_set(),
-                    );
+                    cmd.refuse(&l.room, room_deleted(&l.room), &self.errors());
                 }
             }
             ClientFrame::Publish(p) => {
                 let pending = self.pending(Waiter::Publish(p.id.clone()));
                 let Some((_, session)) = self.rooms.get(&p.room) else {
-                    return self.not_joined("publish", p.room, p.id);
+                    return pending.refuse(&p.room, not_joined(), &self.errors());
                 };
                 let params = PublishParams {
                     channel: p.channel,
@@ -143,16 +140,12 @@ impl Connection {
                         return pending.refuse(
                             &r.room,
                             RoomError::new(code, message),
-                            &self.node.metrics.error_counter_set(),
+                            &self.errors(),
                         )
                     }
                 };
                 let Some((_, session)) = self.rooms.get(&r.room) else {
-                    let e = RoomError::new(
-                        ErrorCode::NotJoined,
-                        "this connection has not joined the room",
-                    );
-                    return pending.refuse(&r.room, e, &self.node.metrics.error_counter_set());
+                    return pending.refuse(&r.room, not_joined(), &self.errors());
                 };
                 let intent = Intent::Request {
                     session: session.clone(),
@@ -165,7 +158,7 @@ impl Connection {
             ClientFrame::Direct(d) => {
                 let pending = self.pending(Waiter::Direct);
                 let Some((_, session)) = self.rooms.get(&d.room) else {
-                    return self.not_joined("direct", d.room, None);
+                    return pending.refuse(&d.room, not_joined(), &self.errors());
                 };
                 let intent = Intent::Direct {
                     session: session.clone(),
@@ -198,11 +191,7 @@ impl Connection {
         };
         if let Err(cmd) = room.send(cmd).await {
             self.rooms.remove(room_id);
-            cmd.refuse(
-                room_id,
-                room_deleted(room_id),
-                &self.node.metrics.error_counter_set(),
-            );
+            cmd.refuse(room_id, room_deleted(room_id), &self.errors());
         }
     }
 
@@ -293,17 +282,20 @@ impl Connection {
         }
     }
 
-    fn not_joined(&self, frame: &str, room: String, id: Option<String>) {
+    fn errors(&self) -> ErrorCounter {
+        self.node.metrics.error_counter_set()
+    }
+
+    /// A `leave` of a room this connection is not in (a leave of a joined
+    /// room is always answered with `left`).
+    fn leave_not_joined(&self, room: String) {
+        let e = not_joined();
         let r = ErrorRef {
-            frame: Some(frame.into()),
+            frame: Some("leave".into()),
             room: Some(room),
-            id,
+            id: None,
         };
-        self.error(
-            ErrorCode::NotJoined,
-            "this connection has not joined the room".into(),
-            Some(r),
-        );
+        self.error(e.code, e.message, Some(r));
     }
 
     fn error(&self, code: ErrorCode, message: String, reference: Option<ErrorRef>) {

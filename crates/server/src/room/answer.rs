@@ -27,7 +27,7 @@ pub(crate) fn error_frame(
 pub(crate) fn not_joined() -> RoomError {
     RoomError::new(
         ErrorCode::NotJoined,
-        "not a member of this room on this connection",
+        "this connection has not joined the room",
     )
 }
 
