@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use plaza_bench::driver::PlazaDriver;
 use plaza_bench::{run, RunOptions, Scenario, Step};
-use plaza_broker::MemoryBroker;
+use plaza_broker::MemoryTicketStore;
 use plaza_server::{Node, ServerConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -51,7 +51,7 @@ drain: { quiet_ms: 100, max_ms: 1000 }
 async fn http_calls_are_counted_in_bytes_and_span_and_until_done_ends_with_them() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let node = Node::new(ServerConfig::default(), Arc::new(MemoryBroker::new()));
+    let node = Node::new(ServerConfig::default(), Arc::new(MemoryTicketStore::new()));
     tokio::spawn(plaza_server::serve(node, listener));
     let scenario = Scenario::parse(TRAJECTORY, &[]).unwrap();
     let Step::Loop { steps, .. } = &scenario.flows[0].steps[0] else {

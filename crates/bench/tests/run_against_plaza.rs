@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use plaza_bench::driver::PlazaDriver;
 use plaza_bench::{run, RunOptions, Scenario};
-use plaza_broker::MemoryBroker;
+use plaza_broker::MemoryTicketStore;
 use plaza_server::{Node, ServerConfig};
 
 const SCENARIO: &str = r#"
@@ -37,7 +37,7 @@ drain: { quiet_ms: 300, max_ms: 10000 }
 async fn every_publish_is_counted_once_for_every_other_member() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let node = Node::new(ServerConfig::default(), Arc::new(MemoryBroker::new()));
+    let node = Node::new(ServerConfig::default(), Arc::new(MemoryTicketStore::new()));
     tokio::spawn(plaza_server::serve(node.clone(), listener));
 
     let scenario = Scenario::parse(SCENARIO, &[]).unwrap();
@@ -125,7 +125,7 @@ fn options(addr: std::net::SocketAddr, driver: Arc<dyn plaza_bench::driver::Driv
 async fn refused_joins_are_errors_and_fail_the_expectations() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let node = Node::new(ServerConfig::default(), Arc::new(MemoryBroker::new()));
+    let node = Node::new(ServerConfig::default(), Arc::new(MemoryTicketStore::new()));
     tokio::spawn(plaza_server::serve(node, listener));
     // The room exists already (setup's 409 is fine) and admits ticket holders only.
     let created = reqwest::Client::new()
@@ -221,7 +221,7 @@ drain: { quiet_ms: 300, max_ms: 10000 }
 async fn channel_publishes_count_only_subscribers_and_parallel_branches_both_run() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let node = Node::new(ServerConfig::default(), Arc::new(MemoryBroker::new()));
+    let node = Node::new(ServerConfig::default(), Arc::new(MemoryTicketStore::new()));
     tokio::spawn(plaza_server::serve(node.clone(), listener));
     let scenario = Scenario::parse(CROSS_PLATFORM, &[]).unwrap();
     assert_eq!(scenario.phases[0].users, Some(8), "users_per_room × rooms");
@@ -266,7 +266,7 @@ drain: { quiet_ms: 300, max_ms: 10000 }
 async fn the_leader_publishes_once_when_the_phase_starts_and_everyone_times_it() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let node = Node::new(ServerConfig::default(), Arc::new(MemoryBroker::new()));
+    let node = Node::new(ServerConfig::default(), Arc::new(MemoryTicketStore::new()));
     tokio::spawn(plaza_server::serve(node.clone(), listener));
     let scenario = Scenario::parse(ONE_BROADCAST, &[]).unwrap();
     let mut opts = options(addr, Arc::new(PlazaDriver));
@@ -308,7 +308,7 @@ drain: { quiet_ms: 100, max_ms: 1000 }
 async fn http_steps_are_timed_and_unexpected_statuses_fail() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let node = Node::new(ServerConfig::default(), Arc::new(MemoryBroker::new()));
+    let node = Node::new(ServerConfig::default(), Arc::new(MemoryTicketStore::new()));
     tokio::spawn(plaza_server::serve(node.clone(), listener));
     let scenario = Scenario::parse(HTTP_CALLS, &[]).unwrap();
     let report = run(&scenario, options(addr, Arc::new(PlazaDriver)))

@@ -1,19 +1,20 @@
-//! The broker seam between a Plaza node and whatever it shares with other nodes.
+//! The seams between a Plaza node and whatever it shares with other nodes.
 //!
-//! Embedded mode uses [`MemoryBroker`]: everything lives in this process.
-//! Cluster mode adds the [`Cluster`] seam (room registry, each room's shared
-//! log and snapshots, subscriptions, node liveness) and puts both in front of
-//! Redis ([`RedisBroker`]), so that any node can redeem any ticket and every
-//! room's log is shared. [`MemoryCluster`] runs several nodes of a cluster in
+//! Two seams: [`TicketStore`] keeps single-use join tickets; [`Cluster`] is
+//! the broker proper (the room registry, each room's shared log and
+//! snapshots, subscriptions, node liveness). Embedded mode needs only a
+//! [`MemoryTicketStore`]: everything else lives in the node's process.
+//! Cluster mode puts both in front of Redis ([`RedisBroker`]), so that any
+//! node can redeem any ticket and every room's log is shared. [`MemoryCluster`] runs several nodes of a cluster in
 //! one process, for tests. Code above this crate only ever talks to
-//! `dyn Broker` and `dyn Cluster`.
+//! `dyn TicketStore` and `dyn Cluster`.
 
 #![warn(missing_docs)]
 
 mod cluster;
 mod ids;
-mod memory;
 mod memory_cluster;
+mod memory_tickets;
 mod redis;
 
 pub use self::redis::{RedisBroker, RedisConfig};
@@ -22,8 +23,8 @@ pub use cluster::{
     NODE_HEARTBEAT_MS, NODE_TTL_MS,
 };
 pub use ids::{new_epoch, new_resume_token, new_session_id, new_ticket_token};
-pub use memory::MemoryBroker;
 pub use memory_cluster::{MemoryCluster, DEFAULT_LOG_CAPACITY};
+pub use memory_tickets::MemoryTicketStore;
 
 use async_trait::async_trait;
 pub use plaza_core::RoomError;
@@ -38,9 +39,10 @@ pub struct IssuedTicket {
     pub expires_at: Millis,
 }
 
-/// What nodes share. Implementations must be cheap to call concurrently.
+/// Where single-use join tickets are kept. Implementations must be cheap to
+/// call concurrently.
 #[async_trait]
-pub trait Broker: Send + Sync + 'static {
+pub trait TicketStore: Send + Sync + 'static {
     /// A short name for logs and `/readyz`, e.g. `memory`.
     fn kind(&self) -> &'static str;
 

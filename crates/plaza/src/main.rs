@@ -16,7 +16,7 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand};
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
-use plaza_broker::{Cluster, MemoryBroker, RedisBroker};
+use plaza_broker::{Cluster, MemoryTicketStore, RedisBroker};
 use plaza_server::{Node, ServerConfig};
 use serde::Serialize;
 
@@ -236,7 +236,7 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
         );
     }
     let (node, cluster) = if config.redis.is_empty() {
-        (Node::new(config, Arc::new(MemoryBroker::new())), None)
+        (Node::new(config, Arc::new(MemoryTicketStore::new())), None)
     } else {
         let redis = RedisBroker::connect(&config.redis, &config.node_id)
             .await

@@ -237,7 +237,7 @@ async fn status_page() -> Html<&'static str> {
 }
 
 async fn readyz(State(node): State<Arc<Node>>) -> Response {
-    let ready = !node.is_shutting_down() && node.broker().ready().await;
+    let ready = !node.is_shutting_down() && node.tickets().ready().await;
     let status = if ready {
         StatusCode::OK
     } else {
@@ -346,7 +346,7 @@ async fn create_ticket(
         platform,
     };
     let t = node
-        .broker()
+        .tickets()
         .issue_ticket(grant, node.config().ticket_ttl_ms, now_ms())
         .await?;
     Ok((

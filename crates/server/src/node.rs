@@ -1,10 +1,10 @@
-//! The node: its rooms, its broker, its metrics and its shutdown signal.
+//! The node: its rooms, its ticket store, its metrics and its shutdown signal.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use plaza_broker::{Broker, Cluster};
+use plaza_broker::{Cluster, TicketStore};
 use plaza_core::RoomError;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -18,7 +18,7 @@ use crate::ServerConfig;
 /// One Plaza node.
 pub struct Node {
     config: ServerConfig,
-    broker: Arc<dyn Broker>,
+    tickets: Arc<dyn TicketStore>,
     /// Where rooms are: in this process, or in the cluster's registry.
     rooms: RoomDirectory,
     pub(crate) metrics: NodeMetrics,
@@ -29,22 +29,22 @@ pub struct Node {
 
 impl Node {
     /// An embedded-mode node with no rooms.
-    pub fn new(config: ServerConfig, broker: Arc<dyn Broker>) -> Arc<Node> {
-        Node::build(config, broker, None)
+    pub fn new(config: ServerConfig, tickets: Arc<dyn TicketStore>) -> Arc<Node> {
+        Node::build(config, tickets, None)
     }
 
     /// A cluster-mode node: rooms live in `cluster`, shared with other nodes.
     pub fn clustered(
         config: ServerConfig,
-        broker: Arc<dyn Broker>,
+        tickets: Arc<dyn TicketStore>,
         cluster: Arc<dyn Cluster>,
     ) -> Arc<Node> {
-        Node::build(config, broker, Some(cluster))
+        Node::build(config, tickets, Some(cluster))
     }
 
     fn build(
         mut config: ServerConfig,
-        broker: Arc<dyn Broker>,
+        tickets: Arc<dyn TicketStore>,
         cluster: Option<Arc<dyn Cluster>>,
     ) -> Arc<Node> {
         if let Some(c) = &cluster {
@@ -59,7 +59,7 @@ impl Node {
         };
         Arc::new(Node {
             config,
-            broker,
+            tickets,
             rooms,
             metrics,
             shutdown: CancellationToken::new(),
@@ -78,14 +78,14 @@ impl Node {
         &self.config.node_id
     }
 
-    /// The broker.
-    pub fn broker(&self) -> &Arc<dyn Broker> {
-        &self.broker
+    /// Where tickets are kept (this process, or Redis shared by the cluster).
+    pub fn tickets(&self) -> &Arc<dyn TicketStore> {
+        &self.tickets
     }
 
-    /// The broker's name.
+    /// The name of what the node shares state through: `memory` or `redis`.
     pub fn broker_kind(&self) -> &'static str {
-        self.broker.kind()
+        self.tickets.kind()
     }
 
     /// Prometheus text of this node's metrics.

@@ -1,4 +1,4 @@
-//! The Redis broker: tickets ([`Broker`](crate::Broker)) and the cluster seam
+//! The Redis broker: tickets ([`TicketStore`](crate::TicketStore)) and the cluster seam
 //! ([`Cluster`](crate::Cluster)) in one Redis 7 server.
 //!
 //! # Key layout
@@ -58,7 +58,7 @@ use errors::on_manager;
 use keys::Keys;
 use subscriber::Subscriber;
 
-/// A Plaza node's connection to Redis, serving both [`crate::Broker`] and
+/// A Plaza node's connection to Redis, serving both [`crate::TicketStore`] and
 /// [`crate::Cluster`].
 pub struct RedisBroker {
     config: RedisConfig,

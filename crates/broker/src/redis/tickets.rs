@@ -1,4 +1,4 @@
-//! [`Broker`] on Redis: single-use tickets any node can redeem.
+//! [`TicketStore`] on Redis: single-use tickets any node can redeem.
 
 use async_trait::async_trait;
 use plaza_core::{Millis, RoomError, TicketGrant};
@@ -6,7 +6,7 @@ use plaza_protocol::ErrorCode;
 
 use super::scripts::REDEEM_TICKET;
 use super::RedisBroker;
-use crate::{new_ticket_token, Broker, ClusterError, IssuedTicket};
+use crate::{new_ticket_token, ClusterError, IssuedTicket, TicketStore};
 
 /// How long a ticket's key outlives the ticket, so a late redemption is told
 /// `ticket_expired` rather than `ticket_invalid`.
@@ -36,7 +36,7 @@ fn decode(json: &[u8]) -> Option<TicketGrant> {
 }
 
 #[async_trait]
-impl Broker for RedisBroker {
+impl TicketStore for RedisBroker {
     fn kind(&self) -> &'static str {
         "redis"
     }

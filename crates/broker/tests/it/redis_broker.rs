@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::support::redis::{free_port, RedisServer};
 use crate::support::*;
 use futures_util::future::join_all;
-use plaza_broker::{Broker, Cluster, ClusterError, LogNotice, RedisBroker, RedisConfig};
+use plaza_broker::{Cluster, ClusterError, LogNotice, RedisBroker, RedisConfig, TicketStore};
 use plaza_core::TicketGrant;
 use plaza_protocol::ErrorCode;
 use tokio::sync::mpsc;
@@ -43,7 +43,7 @@ async fn tickets_redeem_once_and_expire() {
     let a = redis_node(&server, "a", 100).await;
     let b = redis_node(&server, "b", 100).await;
     assert_eq!(a.kind(), "redis");
-    assert!(Broker::ready(&*a).await);
+    assert!(TicketStore::ready(&*a).await);
 
     let t = a.issue_ticket(grant(), 30_000, 1_000).await.unwrap();
     assert_eq!(t.expires_at, 31_000);

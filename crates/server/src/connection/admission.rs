@@ -26,7 +26,7 @@ pub(crate) async fn admit(node: &Node, j: &client::Join) -> Result<Admitted, Roo
     let invalid = |m: &str| RoomError::new(ErrorCode::InvalidFrame, m);
     let admitted = match &j.ticket {
         Some(t) => {
-            let g = node.broker().redeem_ticket(t, now_ms()).await?;
+            let g = node.tickets().redeem_ticket(t, now_ms()).await?;
             if j.room.as_ref().is_some_and(|room| *room != g.room) {
                 return Err(invalid("the ticket is for another room"));
             }

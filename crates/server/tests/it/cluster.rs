@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::support::{wait_until, Client, TestServer};
-use plaza_broker::{MemoryBroker, MemoryCluster};
+use plaza_broker::{MemoryCluster, MemoryTicketStore};
 use plaza_server::ServerConfig;
 use serde_json::{json, Value};
 
@@ -23,7 +23,7 @@ async fn cluster_with(n: usize, config: ServerConfig) -> Cluster {
 }
 
 async fn cluster_on(hub: Arc<MemoryCluster>, n: usize, config: ServerConfig) -> Cluster {
-    let broker = Arc::new(MemoryBroker::new());
+    let broker = Arc::new(MemoryTicketStore::new());
     let mut nodes = Vec::new();
     for i in 0..n {
         let id = format!("node-{i}");
@@ -510,7 +510,7 @@ async fn a_node_restarted_under_its_id_disconnects_its_earlier_members() {
     for _ in 0..300 {
         bob.recv_until(|v| v["type"] == "ack").await;
     }
-    let broker = Arc::new(MemoryBroker::new());
+    let broker = Arc::new(MemoryTicketStore::new());
     let again = TestServer::clustered(ServerConfig::default(), broker, c.hub.node("node-0")).await;
     let (_cid, joined) = again.join("re", "cid").await;
     assert_eq!(joined["type"], "joined", "{joined}");

@@ -190,7 +190,7 @@ pub(crate) async fn serve_socket(node: Arc<Node>, stream: TcpStream, pre: Bytes)
 mod tests {
     use std::sync::Arc;
 
-    use plaza_broker::MemoryBroker;
+    use plaza_broker::MemoryTicketStore;
 
     use crate::{Node, ServerConfig};
 
@@ -202,7 +202,7 @@ mod tests {
         let stream = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
-        let node = Node::new(ServerConfig::default(), Arc::new(MemoryBroker::new()));
+        let node = Node::new(ServerConfig::default(), Arc::new(MemoryTicketStore::new()));
         let task = super::serve_socket(node, stream, bytes::Bytes::new());
         let size = std::mem::size_of_val(&task);
         assert!(size <= 1280, "serve_socket future has {size} bytes");

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::{SinkExt, StreamExt};
-use plaza_broker::{Cluster, MemoryBroker, MemoryCluster};
+use plaza_broker::{Cluster, MemoryCluster, MemoryTicketStore};
 use plaza_server::{Node, ServerConfig};
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -44,10 +44,11 @@ impl TestServer {
     pub async fn with_config(config: ServerConfig) -> TestServer {
         if std::env::var("TEST_PLAZA_CLUSTER").as_deref() == Ok("memory") {
             let hub = MemoryCluster::new();
-            return Self::clustered(config, Arc::new(MemoryBroker::new()), hub.node("solo")).await;
+            return Self::clustered(config, Arc::new(MemoryTicketStore::new()), hub.node("solo"))
+                .await;
         }
         Self::serve(config, |config| {
-            Node::new(config, Arc::new(MemoryBroker::new()))
+            Node::new(config, Arc::new(MemoryTicketStore::new()))
         })
         .await
     }
@@ -55,7 +56,7 @@ impl TestServer {
     /// A cluster-mode node sharing `broker` (tickets) and `cluster` with others.
     pub async fn clustered(
         config: ServerConfig,
-        broker: Arc<MemoryBroker>,
+        broker: Arc<MemoryTicketStore>,
         cluster: Arc<dyn Cluster>,
     ) -> TestServer {
         Self::serve(config, |config| Node::clustered(config, broker, cluster)).await
@@ -86,7 +87,7 @@ impl TestServer {
         config.listen = "127.0.0.1:0".into();
         let listener = tokio::net::TcpListener::bind(&config.listen).await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let node = Node::new(config, Arc::new(MemoryBroker::new()));
+        let node = Node::new(config, Arc::new(MemoryTicketStore::new()));
         let app = plaza_server::router(node.clone());
         let task = tokio::spawn(async move { axum::serve(listener, app).await });
         TestServer {

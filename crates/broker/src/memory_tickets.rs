@@ -3,23 +3,23 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use plaza_core::{Millis, RoomError, TicketBook, TicketGrant};
 
-use crate::{new_ticket_token, Broker, IssuedTicket};
+use crate::{new_ticket_token, IssuedTicket, TicketStore};
 
-/// The embedded-mode broker: tickets in this process's memory.
+/// Embedded mode's ticket store: tickets in this process's memory.
 #[derive(Debug, Default)]
-pub struct MemoryBroker {
+pub struct MemoryTicketStore {
     tickets: Mutex<TicketBook>,
 }
 
-impl MemoryBroker {
-    /// An empty broker.
+impl MemoryTicketStore {
+    /// An empty store.
     pub fn new() -> Self {
         Self::default()
     }
 }
 
 #[async_trait]
-impl Broker for MemoryBroker {
+impl TicketStore for MemoryTicketStore {
     fn kind(&self) -> &'static str {
         "memory"
     }
@@ -58,7 +58,7 @@ mod tests {
 
     #[tokio::test]
     async fn tickets_redeem_once_and_expire() {
-        let b = MemoryBroker::new();
+        let b = MemoryTicketStore::new();
         let grant = TicketGrant {
             room: "r".into(),
             name: "ann".into(),
