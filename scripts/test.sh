@@ -54,6 +54,9 @@ cargo fmt --all -- --check
 log "lint"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+log "lean server build (no benchmark lab): type-check"
+cargo check -p plaza --no-default-features --locked
+
 log "tests (unit, property, integration, doc)"
 # Clippy --all-targets above already type-checks the benchmarks.
 out=$(mktemp)

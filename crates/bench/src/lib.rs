@@ -16,10 +16,12 @@
 //! - [`compare`]: one scenario against several targets, with sweeps, summaries and charts.
 //! - [`chart`]: latency and throughput charts (SVG and PNG) of a members sweep.
 //! - [`mod@reference`]: the reference fan-out server, this machine's practical ceiling.
+//! - [`cli`]: the `plaza bench` command line and the orchestration of a run.
 
 #![warn(missing_docs)]
 
 pub mod chart;
+pub mod cli;
 pub mod compare;
 pub mod cpucap;
 pub mod driver;

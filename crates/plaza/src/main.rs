@@ -7,7 +7,6 @@
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-mod bench;
 mod cluster;
 
 use std::path::PathBuf;
@@ -38,7 +37,8 @@ enum Command {
     /// variables (e.g. PLAZA_MAX_FRAME_BYTES) and these flags.
     Serve(Box<ServeArgs>),
     /// Load tests: run a scenario file against Plaza or a peer.
-    Bench(bench::BenchArgs),
+    #[cfg(feature = "bench")]
+    Bench(plaza_bench::cli::BenchArgs),
     /// A local cluster for development: `plaza cluster up --nodes N` runs Redis, N nodes
     /// and nginx or HAProxy on loopback until Ctrl-C.
     Cluster(cluster::ClusterArgs),
@@ -176,7 +176,8 @@ fn main() -> std::process::ExitCode {
         )
         .init();
     match cli.command {
-        Command::Bench(args) => bench::main(args),
+        #[cfg(feature = "bench")]
+        Command::Bench(args) => plaza_bench::cli::main(args),
         Command::Cluster(args) => cluster::main(args),
         Command::Serve(args) => {
             let config = match load_config(&args) {

@@ -3,6 +3,7 @@
 mod cluster_support;
 mod support;
 
+#[cfg(feature = "bench")]
 mod bench_cli;
 mod binary;
 mod cluster;

@@ -1,4 +1,6 @@
-//! `plaza bench`: runs load-test scenarios (see crates/bench).
+//! `plaza bench`'s command line: its arguments (clap) and the orchestration of
+//! a run (targets, sweeps, CPU pinning and quotas, load processes, progress).
+//! The `plaza` binary only embeds [`BenchArgs`] and calls [`main`].
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -136,6 +138,7 @@ fn parse_override(s: &str) -> Result<(String, String), String> {
 }
 
 /// Runs `plaza bench ...`.
+/// Runs a `plaza bench` command; the exit status as documented per subcommand.
 pub fn main(args: BenchArgs) -> ExitCode {
     match args.command {
         BenchCommand::Run(a) => match run(*a) {
@@ -170,19 +173,19 @@ pub fn main(args: BenchArgs) -> ExitCode {
 
 fn chart(a: ChartArgs) -> Result<Vec<PathBuf>, String> {
     let mut title = String::new();
-    let mut all: Vec<plaza_bench::chart::Series> = Vec::new();
+    let mut all: Vec<crate::chart::Series> = Vec::new();
     for f in &a.files {
         let text = std::fs::read(f).map_err(|e| format!("{}: {e}", f.display()))?;
         let v: serde_json::Value =
             serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", f.display()))?;
-        let (name, series) = plaza_bench::compare::series_from_json(&v);
+        let (name, series) = crate::compare::series_from_json(&v);
         title = name;
         for s in series {
             all.retain(|old| old.target != s.target);
             all.push(s);
         }
     }
-    plaza_bench::chart::draw_sweep_charts(&title, &all, &a.out).map_err(|e| e.to_string())
+    crate::chart::draw_sweep_charts(&title, &all, &a.out).map_err(|e| e.to_string())
 }
 
 /// One thread: the server under test gets one core in every comparison.
@@ -191,24 +194,22 @@ fn reference_server(a: ReferenceArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let config = plaza_bench::reference::ReferenceConfig {
+    let config = crate::reference::ReferenceConfig {
         coalesce: Duration::from_millis(a.coalesce_ms),
     };
-    rt.block_on(plaza_bench::reference::bind_and_serve(
-        a.listen,
-        config,
-        |addr| println!("reference server listening on {addr}"),
-    ))
+    rt.block_on(crate::reference::bind_and_serve(a.listen, config, |addr| {
+        println!("reference server listening on {addr}")
+    }))
     .map_err(|e| format!("{}: {e}", a.listen))
 }
 
 fn run(a: RunArgs) -> Result<bool, String> {
-    use plaza_bench::{compare, cpucap, sweep, targets};
+    use crate::{compare, cpucap, sweep, targets};
 
     let yaml =
         std::fs::read_to_string(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
     // Parsed up front so that a bad file or --set fails before anything starts.
-    plaza_bench::Scenario::parse(&yaml, &a.overrides).map_err(|e| e.to_string())?;
+    crate::Scenario::parse(&yaml, &a.overrides).map_err(|e| e.to_string())?;
     if let Some(list) = &a.generator_cpus {
         let cpus = cpucap::parse_cpu_list(list).map_err(|e| format!("--generator-cpus: {e}"))?;
         // Before the runtime exists: its threads inherit the affinity.
@@ -351,12 +352,12 @@ fn generator_runtime(threads: usize) -> Result<tokio::runtime::Runtime, String> 
         .map_err(|e| e.to_string())
 }
 
-fn single_options(a: &RunArgs) -> Result<plaza_bench::RunOptions, String> {
-    use plaza_bench::targets;
-    Ok(plaza_bench::RunOptions {
+fn single_options(a: &RunArgs) -> Result<crate::RunOptions, String> {
+    use crate::targets;
+    Ok(crate::RunOptions {
         addr: targets::resolve(&a.target)?,
         host: targets::address_of(&a.target).to_owned(),
-        driver: plaza_bench::driver::by_name(&a.driver)?,
+        driver: crate::driver::by_name(&a.driver)?,
         observers_per_room: a.observers,
         server_pid: a.server_pid,
         bind: a.bind.clone(),
@@ -369,17 +370,17 @@ fn single_options(a: &RunArgs) -> Result<plaza_bench::RunOptions, String> {
 /// A child of a multi-process run: its share of the users; the result goes
 /// to stdout for the parent.
 fn run_shard(a: &RunArgs, shard: &str, yaml: &str) -> Result<bool, String> {
-    use plaza_bench::multiproc;
+    use crate::multiproc;
     let (index, count) = multiproc::parse_shard(shard).map_err(|e| format!("--shard: {e}"))?;
     let start_at = a.start_at_ms.ok_or("--shard needs --start-at-ms")?;
-    let scenario = plaza_bench::Scenario::parse(yaml, &a.overrides).map_err(|e| e.to_string())?;
+    let scenario = crate::Scenario::parse(yaml, &a.overrides).map_err(|e| e.to_string())?;
     let mut opts = single_options(a)?;
     let rt = generator_runtime(a.threads)?;
     let raw = rt.block_on(async {
         let (link, forward) = multiproc::child_shard(index, count, start_at);
         opts.shard = Some(link);
         tokio::spawn(forward);
-        plaza_bench::run_raw(&scenario, opts).await
+        crate::run_raw(&scenario, opts).await
     });
     let raw = raw.map_err(|e| e.to_string())?;
     multiproc::print_result(&raw)?;
@@ -389,9 +390,9 @@ fn run_shard(a: &RunArgs, shard: &str, yaml: &str) -> Result<bool, String> {
 /// The parent of a multi-process run: starts the shards, adds up their
 /// counts and reports like a single run.
 fn run_processes(a: &RunArgs, yaml: &str) -> Result<bool, String> {
-    let scenario = plaza_bench::Scenario::parse(yaml, &a.overrides).map_err(|e| e.to_string())?;
+    let scenario = crate::Scenario::parse(yaml, &a.overrides).map_err(|e| e.to_string())?;
     single_options(a)?;
-    let users = plaza_bench::Schedule::new(&scenario.phases).arrivals.len() as u64;
+    let users = crate::Schedule::new(&scenario.phases).arrivals.len() as u64;
     let mut args: Vec<std::ffi::OsString> = vec![
         "bench".into(),
         "run".into(),
@@ -421,13 +422,8 @@ fn run_processes(a: &RunArgs, yaml: &str) -> Result<bool, String> {
         args.push(list.join(",").into());
     }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let raw = plaza_bench::multiproc::run_processes(
-        &exe,
-        &args,
-        a.processes,
-        users,
-        Duration::from_secs(2),
-    )?;
+    let raw =
+        crate::multiproc::run_processes(&exe, &args, a.processes, users, Duration::from_secs(2))?;
     let report = raw.report(&scenario);
     println!("{}", report.markdown());
     println!("({} load processes)", a.processes);
@@ -442,7 +438,7 @@ fn run_processes(a: &RunArgs, yaml: &str) -> Result<bool, String> {
 struct LiveDisplay {
     bar: indicatif::ProgressBar,
     say: Arc<dyn Fn(&str) + Send + Sync>,
-    progress: Option<plaza_bench::ProgressFn>,
+    progress: Option<crate::ProgressFn>,
 }
 
 fn progress_display(quiet: bool) -> LiveDisplay {
@@ -467,7 +463,7 @@ fn progress_display(quiet: bool) -> LiveDisplay {
     LiveDisplay {
         bar,
         say: Arc::new(move |line| say_bar.println(line)),
-        progress: Some(Arc::new(move |p: &plaza_bench::Progress| {
+        progress: Some(Arc::new(move |p: &crate::Progress| {
             let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
             let dt = last.0.elapsed().as_secs_f64().max(1e-3);
             let rate = p.deliveries.saturating_sub(last.1) as f64 / dt;
