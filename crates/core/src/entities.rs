@@ -5,7 +5,7 @@ use plaza_protocol::ErrorCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::room::RoomError;
+use crate::RoomError;
 
 /// One entity of the room state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

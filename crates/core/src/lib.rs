@@ -12,21 +12,24 @@
 //! deterministic (see [`Room`]) and can be exported as a [`RoomState`].
 
 mod entities;
+mod error;
 mod history;
 mod locks;
 mod rate;
 mod room;
+mod room_config;
 mod room_state;
 mod tickets;
 
 pub use entities::{Entity, EntityStore};
+pub use error::RoomError;
 pub use history::{HistoryEntry, RoomLog};
 pub use locks::{LockLease, LockTable};
 pub use rate::TokenBucket;
 pub use room::{
-    Access, JoinParams, Joined, Member, PublishParams, Published, RequestOutcome, Resume, Room,
-    RoomConfig, RoomError,
+    JoinParams, Joined, Member, PublishParams, Published, RequestOutcome, Resume, Room,
 };
+pub use room_config::{Access, RoomConfig};
 pub use room_state::{InvalidRoomState, MemberState, RoomState};
 pub use tickets::{TicketBook, TicketGrant};
 

@@ -4,8 +4,8 @@ use plaza_protocol::server::LockInfo;
 use plaza_protocol::ErrorCode;
 use serde::{Deserialize, Serialize};
 
-use crate::room::RoomError;
 use crate::Millis;
+use crate::RoomError;
 
 /// A lease on one object: who holds it, until when, and its fencing token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

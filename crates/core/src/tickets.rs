@@ -2,8 +2,8 @@ use std::collections::HashMap;
 
 use plaza_protocol::ErrorCode;
 
-use crate::room::RoomError;
 use crate::Millis;
+use crate::RoomError;
 
 /// What a ticket admits: one member, with this name and platform, to this room.
 #[derive(Debug, Clone, PartialEq, Eq)]

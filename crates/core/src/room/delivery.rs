@@ -1,0 +1,76 @@
+//! Who receives an event: live, on resume, and one peer's direct message.
+
+use super::*;
+
+/// Whether a session that resumes gets `entry` among its missed events: what
+/// it would have received live (not messages of a channel from before it
+/// subscribed), and the state changes it asked for itself.
+pub(super) fn replayed<S>(entry: &HistoryEntry, session: &str, m: &Member<S>) -> bool {
+    if entry.replay_to_sender && entry.from.as_deref() == Some(session) {
+        return true;
+    }
+    let before_subscribing = entry
+        .channel
+        .as_ref()
+        .and_then(|c| m.subscribed_at.get(c))
+        .is_some_and(|at| entry.seq <= *at);
+    !before_subscribing && visible(entry, session, &m.channels)
+}
+
+/// Whether `session`, subscribed to `channels`, receives `entry`: not its own
+/// event (unless echoed), and messages only on subscribed channels.
+pub(super) fn visible(entry: &HistoryEntry, session: &str, channels: &[String]) -> bool {
+    if !entry.echo && entry.from.as_deref() == Some(session) {
+        return false;
+    }
+    subscribed(entry, channels)
+}
+
+/// Whether a member subscribed to `channels` receives `entry`.
+pub(super) fn subscribed(entry: &HistoryEntry, channels: &[String]) -> bool {
+    match &entry.channel {
+        Some(c) => channels.iter().any(|x| x == c),
+        None => true,
+    }
+}
+
+impl<S> Room<S> {
+    /// Checks that `to` is a connected member and returns its sink.
+    pub fn direct_target(&self, from: &str, to: &str) -> Result<&S, RoomError> {
+        if self.members.get(from).is_none_or(|m| m.sink.is_none()) {
+            return Err(RoomError::new(
+                ErrorCode::NotJoined,
+                "not a connected member of this room",
+            ));
+        }
+        self.members
+            .get(to)
+            .and_then(|m| m.sink.as_ref())
+            .ok_or_else(|| {
+                RoomError::new(
+                    ErrorCode::SessionNotFound,
+                    format!("no connected session {to:?}"),
+                )
+            })
+    }
+
+    /// Calls `deliver` with the sink of every connected member that should get `entry`.
+    pub fn for_each_recipient(&self, entry: &HistoryEntry, mut deliver: impl FnMut(&str, &S)) {
+        // The sender is found once and skipped by address: comparing every
+        // member's session id with it cost a memcmp per delivery.
+        let sender = match (&entry.from, entry.echo) {
+            (Some(from), false) => self.members.get_key_value(from.as_str()).map(|(k, _)| k),
+            _ => None,
+        };
+        for (session, m) in &self.members {
+            if sender.is_some_and(|s| std::ptr::eq(s, session)) {
+                continue;
+            }
+            if let Some(sink) = &m.sink {
+                if subscribed(entry, &m.channels) {
+                    deliver(session, sink);
+                }
+            }
+        }
+    }
+}

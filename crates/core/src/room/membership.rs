@@ -1,0 +1,422 @@
+//! Who is in a room: joins, resumes, leaves, disconnects, and the expiry of
+//! resume windows.
+
+use super::*;
+
+/// What a caller supplies to join: identity, fresh ids and the delivery sink.
+#[derive(Debug)]
+pub struct JoinParams<S> {
+    /// A new, unique session id (used unless an earlier session resumes).
+    pub session: String,
+    /// A new, unguessable resume token (same rule).
+    pub resume_token: String,
+    /// Display name.
+    pub name: String,
+    /// Platform.
+    pub platform: String,
+    /// Channels besides `main`.
+    pub channels: Vec<String>,
+    /// Whether the member came with a valid ticket.
+    pub ticket: bool,
+    /// Delivery handle for this member's frames.
+    pub sink: S,
+}
+
+/// A resume request: the token from an earlier `joined` and the last seq seen.
+#[derive(Debug, Clone)]
+pub struct Resume {
+    /// The earlier session's resume token.
+    pub token: String,
+    /// The highest seq the client holds.
+    pub last_seq: u64,
+}
+
+/// The outcome of a join or resume.
+#[derive(Debug)]
+pub struct Joined<S> {
+    /// The `joined` (or, with a `reason`, `resync`) frame for the member.
+    pub frame: JoinedFrame,
+    /// Events the resumed member missed, in order: send them right after `frame`.
+    pub missed: Vec<Arc<HistoryEntry>>,
+    /// New events for the other members (presence).
+    pub events: Vec<Arc<HistoryEntry>>,
+    /// The sink of a still-connected older connection of the same session,
+    /// which the new connection replaces.
+    pub replaced: Option<S>,
+}
+
+impl<S> Joined<S> {
+    /// The frame to send: `joined`, or `resync` when the stream could not continue.
+    pub fn server_frame(&self) -> ServerFrame {
+        if self.frame.reason.is_some() {
+            ServerFrame::Resync(self.frame.clone())
+        } else {
+            ServerFrame::Joined(self.frame.clone())
+        }
+    }
+}
+
+impl<S> Room<S> {
+    /// Joins a new member, or resumes an earlier session when `resume` is given.
+    pub fn join(
+        &mut self,
+        params: JoinParams<S>,
+        resume: Option<Resume>,
+        now: Millis,
+    ) -> Result<Joined<S>, RoomError> {
+        if self.config.access == Access::TicketOnly && !params.ticket {
+            return Err(RoomError::new(
+                ErrorCode::TicketRequired,
+                "this room admits ticket holders only",
+            ));
+        }
+        self.check_channels(&params.channels)?;
+        if let Some(r) = resume {
+            if let Some(session) = self.tokens.get(&r.token).cloned() {
+                if self.resume_window_ended(&session, now) {
+                    // `tick` has not run yet: the session is over all the same.
+                    self.remove_session(&session);
+                } else {
+                    return self.resume(session, r.last_seq, params.sink, now);
+                }
+            }
+            let mut joined = self.join_new(params, now)?;
+            joined.frame.reason = Some(ResyncReason::SessionExpired);
+            return Ok(joined);
+        }
+        self.join_new(params, now)
+    }
+
+    pub(super) fn join_new(
+        &mut self,
+        p: JoinParams<S>,
+        now: Millis,
+    ) -> Result<Joined<S>, RoomError> {
+        if self.connected >= self.config.max_members {
+            return Err(RoomError::new(
+                ErrorCode::RoomFull,
+                format!("room has {} members, its limit", self.config.max_members),
+            ));
+        }
+        if self.members.contains_key(&p.session) || self.tokens.contains_key(&p.resume_token) {
+            return Err(RoomError::new(
+                ErrorCode::Internal,
+                "session id or token collision",
+            ));
+        }
+        let mut channels = vec![DEFAULT_CHANNEL.to_owned()];
+        for c in p.channels {
+            if !channels.contains(&c) {
+                channels.push(c);
+            }
+        }
+        if channels.len() > self.config.max_channels {
+            return Err(RoomError::new(
+                ErrorCode::InvalidArgs,
+                format!(
+                    "at most {} channels per member, main included",
+                    self.config.max_channels
+                ),
+            ));
+        }
+        if self.members.len() >= self.config.max_members.saturating_mul(2) {
+            self.evict_oldest_disconnected();
+        }
+        let info = MemberInfo {
+            session: p.session.clone(),
+            name: p.name,
+            platform: p.platform,
+        };
+        self.tokens
+            .insert(p.resume_token.clone(), p.session.clone());
+        self.members.insert(
+            p.session.clone(),
+            Member {
+                info: info.clone(),
+                channels,
+                subscribed_at: HashMap::new(),
+                sink: Some(p.sink),
+                resume_token: p.resume_token,
+                disconnected_at: None,
+                recent: None,
+            },
+        );
+        self.connected += 1;
+        let events = self
+            .announce(&p.session, EventBody::PresenceJoin { member: info }, now)
+            .into_iter()
+            .collect();
+        Ok(Joined {
+            frame: self.joined_frame(&p.session, true, false, now),
+            missed: Vec::new(),
+            events,
+            replaced: None,
+        })
+    }
+
+    pub(super) fn resume(
+        &mut self,
+        session: String,
+        last_seq: u64,
+        sink: S,
+        now: Millis,
+    ) -> Result<Joined<S>, RoomError> {
+        let was_connected = self.members[&session].sink.is_some();
+        if !was_connected && self.connected >= self.config.max_members {
+            return Err(RoomError::new(ErrorCode::RoomFull, "room is full"));
+        }
+        let m = self
+            .members
+            .get_mut(&session)
+            .expect("tokens point at members");
+        let replaced = m.sink.replace(sink);
+        if let Some(t) = m.disconnected_at.take() {
+            self.disconnected.remove(&(t, session.clone()));
+        }
+        let info = m.info.clone();
+        if !was_connected {
+            self.connected += 1;
+        }
+        let reason = if last_seq > self.seq {
+            Some(ResyncReason::EpochChanged)
+        } else if self.log.since(last_seq).is_none() {
+            Some(ResyncReason::HistoryTruncated)
+        } else {
+            None
+        };
+        let missed = match reason {
+            None => {
+                let m = &self.members[&session];
+                self.log
+                    .since(last_seq)
+                    .expect("checked above")
+                    .filter(|e| replayed(e, &session, m))
+                    .cloned()
+                    .collect()
+            }
+            Some(_) => Vec::new(),
+        };
+        let events = if was_connected {
+            Vec::new()
+        } else {
+            let join = EventBody::PresenceJoin { member: info };
+            self.announce(&session, join, now).into_iter().collect()
+        };
+        let mut frame = self.joined_frame(&session, reason.is_some(), reason.is_none(), now);
+        frame.reason = reason;
+        Ok(Joined {
+            frame,
+            missed,
+            events,
+            replaced,
+        })
+    }
+
+    /// Records a presence event caused by `session`, unless the room has
+    /// presence turned off (then nobody hears of joins and leaves).
+    pub(super) fn announce(
+        &mut self,
+        session: &str,
+        body: EventBody,
+        now: Millis,
+    ) -> Option<Arc<HistoryEntry>> {
+        self.config
+            .presence
+            .then(|| self.push(Some(session), None, body, now))
+    }
+
+    pub(super) fn joined_frame(
+        &self,
+        session: &str,
+        with_snapshot: bool,
+        resumed: bool,
+        now: Millis,
+    ) -> JoinedFrame {
+        let m = &self.members[session];
+        JoinedFrame {
+            room: self.id.clone(),
+            session: session.to_owned(),
+            resume_token: m.resume_token.clone(),
+            epoch: self.epoch,
+            seq: self.seq,
+            // Without presence a member sees only itself.
+            members: if self.config.presence {
+                self.members_info()
+            } else {
+                vec![m.info.clone()]
+            },
+            snapshot: with_snapshot.then(|| self.snapshot(now)),
+            channels: m.channels.clone(),
+            resumed,
+            reason: None,
+        }
+    }
+
+    /// The member's connection dropped: it stays resumable for the resume
+    /// window; its locks are released and the others see it leave.
+    pub fn disconnect(&mut self, session: &str, now: Millis) -> Vec<Arc<HistoryEntry>> {
+        let Some(m) = self.members.get_mut(session) else {
+            return Vec::new();
+        };
+        if m.sink.take().is_none() {
+            return Vec::new();
+        }
+        m.disconnected_at = Some(now);
+        self.disconnected.insert((now, session.to_owned()));
+        self.connected -= 1;
+        self.depart(session, LeaveReason::Disconnected, now)
+    }
+
+    /// The member leaves for good.
+    pub fn leave(&mut self, session: &str, now: Millis) -> Vec<Arc<HistoryEntry>> {
+        let Some(m) = self.members.remove(session) else {
+            return Vec::new();
+        };
+        self.tokens.remove(&m.resume_token);
+        if let Some(t) = m.disconnected_at {
+            self.disconnected.remove(&(t, session.to_owned()));
+        }
+        if m.sink.is_none() {
+            return Vec::new();
+        }
+        self.connected -= 1;
+        self.depart(session, LeaveReason::Left, now)
+    }
+
+    pub(super) fn depart(
+        &mut self,
+        session: &str,
+        reason: LeaveReason,
+        now: Millis,
+    ) -> Vec<Arc<HistoryEntry>> {
+        // Leases that ran out before the departure end as `expired`, as the
+        // next tick would have said: only live ones end with the session.
+        let mut out: Vec<_> = self
+            .locks
+            .expire(now)
+            .into_iter()
+            .map(|l| self.push(None, None, unlocked(l, UnlockReason::Expired), now))
+            .collect();
+        let released = self.locks.release_all(session);
+        out.extend(released.into_iter().map(|l| {
+            // A session that resumes must learn its locks ended (it gets no
+            // snapshot, only the missed events).
+            self.push_requested(session, unlocked(l, UnlockReason::Disconnected), now)
+        }));
+        let body = EventBody::PresenceLeave {
+            session: session.to_owned(),
+            reason,
+        };
+        out.extend(self.announce(session, body, now));
+        out
+    }
+
+    /// Removes every connected member (the room is being deleted) and returns
+    /// their sinks, ordered by session id.
+    pub fn close(&mut self) -> Vec<S> {
+        self.tokens.clear();
+        self.connected = 0;
+        self.disconnected.clear();
+        // Sorted so that every replica closes its members in the same order.
+        let mut closed: Vec<(String, S)> = self
+            .members
+            .drain()
+            .filter_map(|(s, m)| Some((s, m.sink?)))
+            .collect();
+        closed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        closed.into_iter().map(|(_, sink)| sink).collect()
+    }
+
+    /// Expires leases and resume windows that ended by `now`.
+    pub fn tick(&mut self, now: Millis) -> Vec<Arc<HistoryEntry>> {
+        let window = self.config.resume_window_ms;
+        // In the order they dropped, the same on every replica.
+        while let Some((t, s)) = self.disconnected.first().cloned() {
+            if t.saturating_add(window) > now {
+                break;
+            }
+            self.remove_session(&s);
+        }
+        self.locks
+            .expire(now)
+            .into_iter()
+            .map(|l| self.push(None, None, unlocked(l, UnlockReason::Expired), now))
+            .collect()
+    }
+
+    /// The next time [`Room::tick`] has work.
+    pub fn next_deadline(&self) -> Option<Millis> {
+        debug_assert!(
+            self.disconnected.len()
+                == self
+                    .members
+                    .values()
+                    .filter(|m| m.disconnected_at.is_some())
+                    .count()
+                && self.disconnected.iter().all(|(t, s)| {
+                    self.members.get(s).and_then(|m| m.disconnected_at) == Some(*t)
+                }),
+            "the disconnected index lost track of the members"
+        );
+        let window = self.config.resume_window_ms;
+        let sessions = self
+            .disconnected
+            .first()
+            .map(|(t, _)| t.saturating_add(window));
+        match (sessions, self.locks.next_expiry()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub(super) fn evict_oldest_disconnected(&mut self) {
+        // Ties (sessions that dropped in the same millisecond) go to the
+        // smallest session id: which one is evicted must not depend on the
+        // HashMap's order, or replicas would keep different sessions.
+        if let Some((_, s)) = self.disconnected.first().cloned() {
+            self.remove_session(&s);
+        }
+    }
+
+    /// Forgets a session and its resume token, without events.
+    pub(super) fn remove_session(&mut self, session: &str) {
+        if let Some(m) = self.members.remove(session) {
+            self.tokens.remove(&m.resume_token);
+            if let Some(t) = m.disconnected_at {
+                self.disconnected.remove(&(t, session.to_owned()));
+            }
+        }
+    }
+
+    /// Whether `session` is disconnected and its resume window is over by `now`.
+    pub(super) fn resume_window_ended(&self, session: &str, now: Millis) -> bool {
+        let window = self.config.resume_window_ms;
+        self.members
+            .get(session)
+            .and_then(|m| m.disconnected_at)
+            .is_some_and(|t| t.saturating_add(window) <= now)
+    }
+
+    pub(super) fn connected_member(&mut self, session: &str) -> Result<&mut Member<S>, RoomError> {
+        match self.members.get_mut(session) {
+            Some(m) if m.sink.is_some() => Ok(m),
+            _ => Err(RoomError::new(
+                ErrorCode::NotJoined,
+                "not a connected member of this room",
+            )),
+        }
+    }
+
+    pub(super) fn check_channels(&self, channels: &[String]) -> Result<(), RoomError> {
+        if channels.len() > self.config.max_channels {
+            return Err(RoomError::new(ErrorCode::InvalidArgs, "too many channels"));
+        }
+        match channels.iter().find(|c| c.is_empty() || c.len() > 64) {
+            Some(c) => Err(RoomError::new(
+                ErrorCode::InvalidArgs,
+                format!("channel names have 1 to 64 bytes: {c:?}"),
+            )),
+            None => Ok(()),
+        }
+    }
+}

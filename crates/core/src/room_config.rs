@@ -1,0 +1,64 @@
+//! A room's settings: who may join and its limits and timings, fixed at
+//! creation and carried in its snapshots.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Millis;
+
+/// Who may join a room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    /// Anyone who knows the room id, with any name.
+    #[default]
+    Open,
+    /// Only holders of a ticket issued for the room. Named `ticket`, as in
+    /// the HTTP API (`ticket_only`, its first name in snapshots, still reads).
+    #[serde(rename = "ticket", alias = "ticket_only")]
+    TicketOnly,
+}
+
+/// Per-room limits and timings.
+///
+/// Serializable as part of a [`RoomState`]: every field is required, since a
+/// replica whose limits silently defaulted would diverge from the others.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoomConfig {
+    /// Events kept for resume.
+    pub history_size: usize,
+    /// Connected members at most.
+    pub max_members: usize,
+    /// Who may join.
+    pub access: Access,
+    /// How long a dropped session can be resumed.
+    pub resume_window_ms: Millis,
+    /// Lease length when a `lock.acquire` names none.
+    pub default_lock_ttl_ms: Millis,
+    /// Longest lease granted.
+    pub max_lock_ttl_ms: Millis,
+    /// Client message ids remembered per session for idempotent publish (0: none).
+    pub dedup_window: usize,
+    /// Channels a member may subscribe to at once.
+    pub max_channels: usize,
+    /// Whether members see each other: `presence.join`/`presence.leave`
+    /// events and the member list in `joined`. Off for large broadcast
+    /// rooms, where every join would otherwise reach every member (O(n²)
+    /// events) and every `joined` would list every member.
+    pub presence: bool,
+}
+
+impl Default for RoomConfig {
+    fn default() -> Self {
+        RoomConfig {
+            history_size: 1000,
+            max_members: 10_000,
+            access: Access::Open,
+            resume_window_ms: 120_000,
+            default_lock_ttl_ms: 30_000,
+            max_lock_ttl_ms: 600_000,
+            dedup_window: 256,
+            max_channels: 32,
+            presence: true,
+        }
+    }
+}
