@@ -424,7 +424,7 @@ fn run_processes(a: &RunArgs, yaml: &str) -> Result<bool, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let raw =
         crate::multiproc::run_processes(&exe, &args, a.processes, users, Duration::from_secs(2))?;
-    let report = raw.report(&scenario);
+    let report = crate::report::Report::build(&scenario, &raw);
     println!("{}", report.markdown());
     println!("({} load processes)", a.processes);
     if let Some(dir) = &a.out {

@@ -7,6 +7,7 @@
 //! - [`session`]: connecting and the join handshake, shared by the runner and tests.
 //! - [`runner`]: runs a scenario against a target and counts.
 //! - [`multiproc`]: one run spread over several load processes.
+//! - [`counts`]: the counters of a run, defined once (plain and atomic).
 //! - [`raw`]: one process's counts, serializable and mergeable (runs over several load processes).
 //! - [`report`]: the result, as JSON and Markdown, checked against expectations.
 //! - [`procstat`]: CPU and memory of processes from `/proc`.
@@ -23,6 +24,7 @@
 pub mod chart;
 pub mod cli;
 pub mod compare;
+pub mod counts;
 pub mod cpucap;
 pub mod driver;
 pub mod multiproc;

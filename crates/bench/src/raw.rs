@@ -1,4 +1,4 @@
-//! What one load process counted, before it becomes a [`Report`]: plain
+//! What one load process counted, before it becomes a report: plain
 //! data that travels between processes (a run spread over several load
 //! processes merges one of these per process) and merges by adding up.
 
@@ -7,8 +7,7 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::report::Report;
-use crate::scenario::Scenario;
+use crate::counts::Counts;
 
 /// One process's counts of a run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -17,32 +16,11 @@ pub struct RawRun {
     pub driver: String,
     /// Users this process ran.
     pub users: u64,
-    /// Of those, users that joined.
-    pub joined: u64,
+    /// What it counted.
+    #[serde(flatten)]
+    pub counts: Counts,
     /// Length of the recorded stretch, µs.
     pub recorded_us: u64,
-    /// Deliveries over the whole run.
-    pub deliveries_total: u64,
-    /// Deliveries expected from this process's publishes.
-    pub expected_total: u64,
-    /// Deliveries received while recording.
-    pub deliveries: u64,
-    /// Deliveries expected from publishes sent while recording.
-    pub expected: u64,
-    /// Publishes over the whole run.
-    pub publishes_total: u64,
-    /// Publishes sent while recording.
-    pub publishes: u64,
-    /// Acknowledgements received.
-    pub acks: u64,
-    /// Successful requests.
-    pub requests_ok: u64,
-    /// Failed or unanswered requests.
-    pub requests_failed: u64,
-    /// Bytes received while recording.
-    pub bytes_in: u64,
-    /// Bytes sent while recording.
-    pub bytes_out: u64,
     /// Errors by kind.
     pub errors: BTreeMap<String, u64>,
     /// Delivery latency samples (µs).
@@ -54,21 +32,6 @@ pub struct RawRun {
     /// HTTP call round trips (µs).
     #[serde(with = "histogram_pairs")]
     pub http_rt: Histogram<u64>,
-    /// Successful HTTP calls.
-    pub http_ok: u64,
-    /// Failed HTTP calls.
-    pub http_failed: u64,
-    /// HTTP calls (ok or failed) that ended while recording.
-    #[serde(default)]
-    pub http_calls_rec: u64,
-    /// HTTP bytes sent over the whole run: request line, headers and body
-    /// of every call that got a response (see [`crate::report::Report::http_bytes_out`]).
-    #[serde(default)]
-    pub http_bytes_out: u64,
-    /// HTTP bytes received over the whole run: status line, headers and
-    /// body of every response (see [`crate::report::Report::http_bytes_in`]).
-    #[serde(default)]
-    pub http_bytes_in: u64,
     /// When the run's first HTTP request was sent, unix µs. Unix time is the
     /// clock every load process shares (their schedules start at a common
     /// unix instant), so processes' readings compare.
@@ -111,30 +74,14 @@ impl RawRun {
     /// generator's CPU is added up.
     pub fn merge(&mut self, other: &RawRun) {
         self.users += other.users;
-        self.joined += other.joined;
+        self.counts.add(&other.counts);
         self.recorded_us = self.recorded_us.max(other.recorded_us);
-        self.deliveries_total += other.deliveries_total;
-        self.expected_total += other.expected_total;
-        self.deliveries += other.deliveries;
-        self.expected += other.expected;
-        self.publishes_total += other.publishes_total;
-        self.publishes += other.publishes;
-        self.acks += other.acks;
-        self.requests_ok += other.requests_ok;
-        self.requests_failed += other.requests_failed;
-        self.bytes_in += other.bytes_in;
-        self.bytes_out += other.bytes_out;
         for (k, v) in &other.errors {
             *self.errors.entry(k.clone()).or_default() += v;
         }
         let _ = self.latency.add(&other.latency);
         let _ = self.request_rt.add(&other.request_rt);
         let _ = self.http_rt.add(&other.http_rt);
-        self.http_ok += other.http_ok;
-        self.http_failed += other.http_failed;
-        self.http_calls_rec += other.http_calls_rec;
-        self.http_bytes_out += other.http_bytes_out;
-        self.http_bytes_in += other.http_bytes_in;
         let max = |a: Option<u64>, b: Option<u64>| match (a, b) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
@@ -164,11 +111,6 @@ impl RawRun {
             (a, b) => a.or(b),
         };
     }
-
-    /// The report of these counts for `scenario`.
-    pub fn report(&self, scenario: &Scenario) -> Report {
-        Report::build(scenario, self)
-    }
 }
 
 /// A histogram as `[value, count]` pairs of its recorded values.
@@ -197,6 +139,8 @@ mod histogram_pairs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::Report;
+    use crate::scenario::Scenario;
 
     fn raw(users: u64, latencies: &[u64]) -> RawRun {
         let mut latency = histogram();
@@ -206,28 +150,30 @@ mod tests {
         RawRun {
             driver: "plaza".into(),
             users,
-            joined: users,
+            counts: Counts {
+                joined: users,
+                deliveries_total: 10 * users,
+                expected_total: 10 * users,
+                deliveries: 5 * users,
+                expected: 5 * users,
+                publishes_total: users,
+                publishes: users,
+                acks: users,
+                requests_ok: 1,
+                requests_failed: 0,
+                bytes_in: 100,
+                bytes_out: 10,
+                http_ok: users,
+                http_failed: 0,
+                http_calls_rec: users,
+                http_bytes_out: 1000 * users,
+                http_bytes_in: 2000 * users,
+            },
             recorded_us: 1_000_000,
-            deliveries_total: 10 * users,
-            expected_total: 10 * users,
-            deliveries: 5 * users,
-            expected: 5 * users,
-            publishes_total: users,
-            publishes: users,
-            acks: users,
-            requests_ok: 1,
-            requests_failed: 0,
-            bytes_in: 100,
-            bytes_out: 10,
             errors: BTreeMap::from([("x".to_owned(), users)]),
             latency,
             request_rt: histogram(),
             http_rt: histogram(),
-            http_ok: users,
-            http_failed: 0,
-            http_calls_rec: users,
-            http_bytes_out: 1000 * users,
-            http_bytes_in: 2000 * users,
             http_first_sent_unix_us: Some(1_000_000 + users),
             http_last_done_unix_us: Some(5_000_000 + users),
             ws_first_sent_unix_us: None,
@@ -251,19 +197,20 @@ mod tests {
         let mut m = back;
         m.merge(&raw(4, &[3000]));
         assert_eq!(m.users, 7);
-        assert_eq!(m.deliveries_total, 70);
+        assert_eq!(m.counts.deliveries_total, 70);
         assert_eq!(m.errors["x"], 7);
-        assert_eq!(m.http_ok, 7);
+        assert_eq!(m.counts.http_ok, 7);
         assert_eq!(m.latency.len(), 3);
         assert_eq!(m.server_cpu_us, Some(500_004), "the largest, not the sum");
         assert_eq!(m.generator_cpu_us, Some(200_000), "the sum");
         assert_eq!(m.generator_threads, 2);
         assert_eq!(m.server_rss_start_kib, Some(496), "the smallest start");
-        let report = m.report(&Scenario::parse(
+        let scenario = Scenario::parse(
             "name: x\nphases: [{name: a, duration_s: 1}]\nflows: [{name: f, steps: [connect]}]\n",
             &[],
         )
-        .unwrap());
+        .unwrap();
+        let report = Report::build(&scenario, &m);
         assert_eq!(report.users, 7);
         assert_eq!(report.latency.unwrap().count, 3);
     }
@@ -278,20 +225,22 @@ mod tests {
         let b: RawRun = serde_json::from_str(&json).unwrap();
         assert_eq!(b.http_first_sent_unix_us, Some(1_000_004), "survives JSON");
         a.merge(&b);
-        assert_eq!((a.http_bytes_out, a.http_bytes_in), (7000, 14_000));
-        assert_eq!(a.http_calls_rec, 7);
+        assert_eq!(
+            (a.counts.http_bytes_out, a.counts.http_bytes_in),
+            (7000, 14_000)
+        );
+        assert_eq!(a.counts.http_calls_rec, 7);
         assert_eq!(a.http_first_sent_unix_us, Some(1_000_003), "a's start");
         assert_eq!(a.http_last_done_unix_us, Some(5_000_004), "b's end");
         // A process without WebSocket traffic does not erase another's.
         assert_eq!(a.ws_first_sent_unix_us, Some(2_000_000));
         assert_eq!(a.ws_last_received_unix_us, Some(3_000_000));
-        let report = a.report(
-            &Scenario::parse(
-                "name: x\nphases: [{name: a, duration_s: 1}]\nflows: [{name: f, steps: [connect]}]\n",
-                &[],
-            )
-            .unwrap(),
-        );
+        let scenario = Scenario::parse(
+            "name: x\nphases: [{name: a, duration_s: 1}]\nflows: [{name: f, steps: [connect]}]\n",
+            &[],
+        )
+        .unwrap();
+        let report = Report::build(&scenario, &a);
         let d = report.http_duration_s.unwrap();
         assert!((d - 4.000_001).abs() < 1e-9, "{d}");
         assert!((report.http_calls_per_s.unwrap() - 7.0 / d).abs() < 1e-9);
@@ -308,6 +257,9 @@ mod tests {
             old.as_object_mut().unwrap().remove(f);
         }
         let old: RawRun = serde_json::from_value(old).unwrap();
-        assert_eq!((old.http_bytes_out, old.http_first_sent_unix_us), (0, None));
+        assert_eq!(
+            (old.counts.http_bytes_out, old.http_first_sent_unix_us),
+            (0, None)
+        );
     }
 }

@@ -186,6 +186,7 @@ const GENERATOR_BUSY_PERCENT: f64 = 90.0;
 impl Report {
     /// Builds the report of `scenario` from a run's counts.
     pub fn build(scenario: &Scenario, i: &RawRun) -> Report {
+        let c = &i.counts;
         let recorded = Duration::from_micros(i.recorded_us);
         let server_cpu = i.server_cpu_us.map(Duration::from_micros);
         let generator_cpu = i.generator_cpu_us.map(Duration::from_micros);
@@ -194,23 +195,23 @@ impl Report {
         let pct = |d: Option<Duration>| d.map(|d| d.as_secs_f64() / secs * 100.0);
         let errors_total: u64 = i.errors.values().sum();
         let ops = i.users
-            + i.publishes_total
-            + i.requests_ok
-            + i.requests_failed
-            + i.http_ok
-            + i.http_failed;
+            + c.publishes_total
+            + c.requests_ok
+            + c.requests_failed
+            + c.http_ok
+            + c.http_failed;
         let error_rate = if ops == 0 {
             0.0
         } else {
             errors_total as f64 / ops as f64
         };
         let delivery_ratio =
-            (i.expected_total > 0).then(|| i.deliveries_total as f64 / i.expected_total as f64);
+            (c.expected_total > 0).then(|| c.deliveries_total as f64 / c.expected_total as f64);
         let latency = Latency::of(&i.latency);
         let request_rt = Latency::of(&i.request_rt);
         let server_cpu_us_per_delivery = server_cpu
-            .filter(|_| i.deliveries > 0)
-            .map(|d| d.as_secs_f64() * 1e6 / i.deliveries as f64);
+            .filter(|_| c.deliveries > 0)
+            .map(|d| d.as_secs_f64() * 1e6 / c.deliveries as f64);
         let generator_cpu_percent = pct(generator_cpu);
         let mut warnings = Vec::new();
         let generator_busy = generator_cpu_percent
@@ -224,8 +225,8 @@ impl Report {
             ));
         }
         // Users of HTTP-only flows never join: nothing to warn about.
-        if i.joined < i.users && scenario.joins() {
-            warnings.push(format!("only {} of {} users joined", i.joined, i.users));
+        if c.joined < i.users && scenario.joins() {
+            warnings.push(format!("only {} of {} users joined", c.joined, i.users));
         }
         let e = &scenario.expect;
         let mut checks = Vec::new();
@@ -289,34 +290,34 @@ impl Report {
                 .map(|(k, v)| (k.clone(), serde_json::to_value(v).unwrap_or_default()))
                 .collect(),
             users: i.users,
-            joined: i.joined,
+            joined: c.joined,
             recorded_s: recorded.as_secs_f64(),
-            publishes: i.publishes,
-            deliveries: i.deliveries,
-            expected_deliveries: i.expected,
-            deliveries_total: i.deliveries_total,
-            expected_deliveries_total: i.expected_total,
+            publishes: c.publishes,
+            deliveries: c.deliveries,
+            expected_deliveries: c.expected,
+            deliveries_total: c.deliveries_total,
+            expected_deliveries_total: c.expected_total,
             delivery_ratio,
-            publishes_total: i.publishes_total,
-            acks: i.acks,
-            received_per_s: per_s(i.deliveries),
-            sent_per_s: per_s(i.publishes),
-            bytes_in_per_s: per_s(i.bytes_in),
-            bytes_out_per_s: per_s(i.bytes_out),
+            publishes_total: c.publishes_total,
+            acks: c.acks,
+            received_per_s: per_s(c.deliveries),
+            sent_per_s: per_s(c.publishes),
+            bytes_in_per_s: per_s(c.bytes_in),
+            bytes_out_per_s: per_s(c.bytes_out),
             latency,
             request_rt,
-            requests_ok: i.requests_ok,
-            requests_failed: i.requests_failed,
+            requests_ok: c.requests_ok,
+            requests_failed: c.requests_failed,
             http_rt,
-            http_ok: i.http_ok,
-            http_failed: i.http_failed,
-            http_calls_per_recorded_s: per_s(i.http_calls_rec),
+            http_ok: c.http_ok,
+            http_failed: c.http_failed,
+            http_calls_per_recorded_s: per_s(c.http_calls_rec),
             http_duration_s,
-            http_calls_per_s: per_http_s(i.http_ok + i.http_failed),
-            http_bytes_out: i.http_bytes_out,
-            http_bytes_in: i.http_bytes_in,
-            http_bytes_out_per_s: per_http_s(i.http_bytes_out),
-            http_bytes_in_per_s: per_http_s(i.http_bytes_in),
+            http_calls_per_s: per_http_s(c.http_ok + c.http_failed),
+            http_bytes_out: c.http_bytes_out,
+            http_bytes_in: c.http_bytes_in,
+            http_bytes_out_per_s: per_http_s(c.http_bytes_out),
+            http_bytes_in_per_s: per_http_s(c.http_bytes_in),
             ws_duration_s: span(i.ws_first_sent_unix_us, i.ws_last_received_unix_us),
             errors: i.errors.clone(),
             error_rate,
@@ -328,8 +329,8 @@ impl Report {
             server_rss_per_user_kib: i
                 .server_rss_kib
                 .zip(i.server_rss_start_kib)
-                .filter(|_| i.joined > 0)
-                .map(|(end, start)| (end as f64 - start as f64) / i.joined as f64),
+                .filter(|_| c.joined > 0)
+                .map(|(end, start)| (end as f64 - start as f64) / c.joined as f64),
             generator_cpu_percent,
             generator_busy,
             checks,

@@ -1,0 +1,544 @@
+//! Runs a scenario against a target: virtual users arrive on schedule, run
+//! their flows, and every received message is counted; observers (the first
+//! few users of each room) also time what they receive.
+
+mod http;
+mod receive;
+mod user;
+mod ws_ops;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hdrhistogram::Histogram;
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::counts::AtomicCounts;
+use crate::driver::Driver;
+use crate::procstat;
+use crate::raw::{histogram, RawRun};
+use crate::report::Report;
+use crate::scenario::Scenario;
+use crate::schedule::Schedule;
+use user::{joined_channels, rooms_joined, virtual_user};
+
+/// Where and how to run.
+pub struct RunOptions {
+    /// The server's address (WebSocket and HTTP).
+    pub addr: SocketAddr,
+    /// Host header value.
+    pub host: String,
+    /// The protocol.
+    pub driver: Arc<dyn Driver>,
+    /// Users per room whose receipts are timestamped.
+    pub observers_per_room: u64,
+    /// The server's pid, for CPU and memory figures.
+    pub server_pid: Option<u32>,
+    /// Local addresses to connect from, round robin (empty: the default).
+    pub bind: Vec<IpAddr>,
+    /// Longest wait for a connect, handshake or response.
+    pub timeout: Duration,
+    /// Called about once a second with the run's progress.
+    pub progress: Option<ProgressFn>,
+    /// This process's part when several load processes share the run.
+    pub shard: Option<Shard>,
+}
+
+/// One of several load processes sharing a run: it runs the users whose
+/// index `vu` has `vu % count == index`, on a schedule that starts at the same
+/// wall-clock instant in every process. Only joining needs the others: a
+/// coordinator adds up the processes' joined counts and says when everyone
+/// has joined.
+#[derive(Debug, Clone)]
+pub struct Shard {
+    /// This process's index, `0..count`.
+    pub index: u64,
+    /// How many processes share the run.
+    pub count: u64,
+    /// Unix time (ms) at which every process's schedule starts.
+    pub start_at_unix_ms: u64,
+    /// This process's joined users, as it changes (for the coordinator).
+    pub joined: tokio::sync::watch::Sender<u64>,
+    /// Becomes true when the users of every process have joined.
+    pub everyone_joined: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Shard {
+    fn runs(&self, vu: u64) -> bool {
+        vu % self.count == self.index
+    }
+}
+
+/// A progress callback.
+pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
+
+/// Where a run is, for a live display.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    /// Current phase (`drain` after the last).
+    pub phase: String,
+    /// Time since the first arrival.
+    pub elapsed: Duration,
+    /// Length of the whole schedule (drain not included).
+    pub total: Duration,
+    /// Users joined so far.
+    pub joined: u64,
+    /// Users scheduled.
+    pub users: u64,
+    /// Deliveries counted so far.
+    pub deliveries: u64,
+    /// Errors so far.
+    pub errors: u64,
+}
+
+/// Why a run could not be carried out at all.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A setup call failed.
+    #[error("setup: {0}")]
+    Setup(String),
+}
+
+/// Counters shared by every task of a run.
+struct Shared {
+    opts: RunOptions,
+    rooms: u64,
+    room_sizes: Vec<u64>,
+    /// The phases by name, and how many have started (set after the
+    /// recording flag, so a user woken by a phase start acts inside it).
+    phase_index: HashMap<String, usize>,
+    phases_started: tokio::sync::watch::Sender<usize>,
+    /// Per room: how many of its users join each non-main channel.
+    channel_sizes: Vec<HashMap<String, u64>>,
+    users: u64,
+    /// Cancelled when the last phase ends: flows stop acting (no more
+    /// publishes), while receivers go on counting what is in flight.
+    ending: CancellationToken,
+    /// Cancelled after the drain: receivers stop too.
+    stop: CancellationToken,
+    recording: AtomicBool,
+    /// What is counted (see [`AtomicCounts`]).
+    counts: AtomicCounts,
+    all_joined: Notify,
+    /// Set once every user of the run (of every process) has joined.
+    everyone_joined: AtomicBool,
+    next_nonce: AtomicU64,
+    errors: Mutex<BTreeMap<String, u64>>,
+    latency: Mutex<Histogram<u64>>,
+    request_rt: Mutex<Histogram<u64>>,
+    http_rt: Mutex<Histogram<u64>>,
+    /// Unix µs; `u64::MAX` until the first request.
+    http_first_sent: AtomicU64,
+    /// Unix µs; 0 until a call ends.
+    http_last_done: AtomicU64,
+    /// Unix µs; `u64::MAX` until the first publish or request.
+    ws_first_sent: AtomicU64,
+    /// Unix µs; 0 until a receiver that got messages ends.
+    ws_last_received: AtomicU64,
+    /// A monotonic instant and the unix time (µs) at that instant.
+    anchor: (Instant, u64),
+    /// Users of this process whose flows have ended.
+    flows_done: tokio::sync::watch::Sender<u64>,
+    /// One HTTP client (and connection pool) for every user's calls.
+    http: reqwest::Client,
+    pending: Mutex<HashMap<u64, oneshot::Sender<bool>>>,
+}
+
+impl Shared {
+    fn error(&self, kind: impl Into<String>) {
+        *self
+            .errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(kind.into())
+            .or_default() += 1;
+    }
+
+    fn recording(&self) -> bool {
+        self.recording.load(Ordering::Relaxed)
+    }
+
+    /// `t` in unix µs, the clock every load process shares. Converted from
+    /// the monotonic clock so that a step of the wall clock during the run
+    /// does not bend spans.
+    fn unix_us(&self, t: Instant) -> u64 {
+        let (at, unix) = self.anchor;
+        unix + t.saturating_duration_since(at).as_micros() as u64
+    }
+
+    /// Notes a WebSocket publish or request about to be sent.
+    fn ws_sending(&self) {
+        // Only the first send matters; after it this is a plain load rather
+        // than a write to a line every sender shares.
+        if self.ws_first_sent.load(Ordering::Relaxed) == u64::MAX {
+            self.ws_first_sent
+                .fetch_min(self.unix_us(Instant::now()), Ordering::Relaxed);
+        }
+    }
+
+    /// Waits until `at` unless the flows must end first (then false).
+    async fn pause_until(&self, at: Instant) -> bool {
+        tokio::select! {
+            _ = self.ending.cancelled() => false,
+            _ = tokio::time::sleep_until(at) => true,
+        }
+    }
+}
+
+fn unix_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Runs `scenario` and reports what happened.
+pub async fn run(scenario: &Scenario, opts: RunOptions) -> Result<Report, RunError> {
+    Ok(Report::build(scenario, &run_raw(scenario, opts).await?))
+}
+
+/// Runs `scenario` and returns this process's counts (for a run shared by
+/// several load processes, [`RawRun::merge`] adds them up).
+pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, RunError> {
+    let schedule = Schedule::new(&scenario.phases);
+    let users = schedule.arrivals.len() as u64;
+    let mine = |vu: u64| opts.shard.as_ref().is_none_or(|s| s.runs(vu));
+    let my_users = (0..users).filter(|&vu| mine(vu)).count() as u64;
+    let rooms = scenario.rooms;
+    let mut room_sizes = vec![0u64; rooms as usize];
+    let mut channel_sizes = vec![HashMap::new(); rooms as usize];
+    for vu in 0..users {
+        let room = (vu % rooms) as usize;
+        room_sizes[room] += 1;
+        for ch in joined_channels(&scenario.flow_of(vu / rooms).steps) {
+            *channel_sizes[room].entry(ch.clone()).or_insert(0) += 1;
+        }
+    }
+    setup(&opts, scenario).await?;
+    // The target is addressed directly: a proxy from the environment would
+    // add a hop to what is measured and change the request line counted.
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .map_err(|e| RunError::Setup(format!("HTTP client: {e}")))?;
+
+    let shared = Arc::new(Shared {
+        opts,
+        rooms,
+        room_sizes,
+        phase_index: schedule
+            .phases
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.clone(), i))
+            .collect(),
+        phases_started: tokio::sync::watch::Sender::new(0),
+        channel_sizes,
+        users,
+        ending: CancellationToken::new(),
+        stop: CancellationToken::new(),
+        recording: AtomicBool::new(false),
+        counts: AtomicCounts::default(),
+        all_joined: Notify::new(),
+        everyone_joined: AtomicBool::new(false),
+        next_nonce: AtomicU64::new(1),
+        errors: Mutex::new(BTreeMap::new()),
+        latency: Mutex::new(histogram()),
+        request_rt: Mutex::new(histogram()),
+        http_rt: Mutex::new(histogram()),
+        http_first_sent: AtomicU64::new(u64::MAX),
+        http_last_done: AtomicU64::new(0),
+        ws_first_sent: AtomicU64::new(u64::MAX),
+        ws_last_received: AtomicU64::new(0),
+        anchor: (Instant::now(), unix_micros()),
+        flows_done: tokio::sync::watch::Sender::new(0),
+        http,
+        pending: Mutex::new(HashMap::new()),
+    });
+
+    let start = match &shared.opts.shard {
+        Some(s) => {
+            let wait = s.start_at_unix_ms.saturating_sub(unix_micros() / 1000);
+            Instant::now() + Duration::from_millis(wait)
+        }
+        None => Instant::now(),
+    };
+    if let Some(s) = &shared.opts.shard {
+        let (shared, mut everyone) = (shared.clone(), s.everyone_joined.clone());
+        tokio::spawn(async move {
+            if everyone.wait_for(|&all| all).await.is_ok() {
+                shared.everyone_joined.store(true, Ordering::Release);
+                shared.all_joined.notify_waiters();
+            }
+        });
+    }
+    let scenario = Arc::new(scenario.clone());
+    let arrivals = {
+        let shared = shared.clone();
+        let scenario = scenario.clone();
+        let times = schedule.arrivals.clone();
+        tokio::spawn(async move {
+            let mut tasks = Vec::with_capacity(times.len());
+            for (vu, at) in times.into_iter().enumerate() {
+                if !shared.opts.shard.as_ref().is_none_or(|s| s.runs(vu as u64)) {
+                    continue;
+                }
+                if !shared.pause_until(start + at).await {
+                    break;
+                }
+                let (shared, scenario) = (shared.clone(), scenario.clone());
+                tasks.push(tokio::spawn(async move {
+                    virtual_user(shared, scenario, vu as u64).await;
+                }));
+            }
+            tasks
+        })
+    };
+
+    // Phases switch recording on and off; CPU readings are taken at the
+    // edges of the recorded stretch (from its first recorded phase to its
+    // last, unrecorded phases between them included).
+    let pid = shared.opts.server_pid;
+    let recorded = schedule.recorded();
+    let mut rec_len: Duration = schedule
+        .phases
+        .iter()
+        .filter(|p| p.record)
+        .map(|p| p.end - p.start)
+        .sum();
+    let mut rss_max = 0u64;
+    let mut at_start = CpuReading::default();
+    let mut resources = ResourceUse {
+        server_rss_start_kib: pid.and_then(procstat::rss_kib),
+        ..ResourceUse::default()
+    };
+    let mut current = String::from("start");
+    for edge in schedule
+        .phases
+        .iter()
+        .map(|p| (p.start, Some(p)))
+        .chain([(schedule.end(), None)])
+    {
+        let (t, phase) = edge;
+        let clock = (start, schedule.end());
+        // The end of an `until_done` last phase comes when this process's
+        // flows have all ended, if before its bound.
+        let until_done = schedule
+            .phases
+            .last()
+            .filter(|p| phase.is_none() && p.until_done);
+        let done = until_done.map(|_| (shared.flows_done.subscribe(), my_users));
+        if wait_sampling(start + t, &shared, &current, clock, &mut rss_max, done).await {
+            let cut = (start + t).saturating_duration_since(Instant::now());
+            tracing::info!(
+                phase = %current,
+                early_s = cut.as_secs_f64(),
+                "every flow has ended: phase over"
+            );
+            if until_done.is_some_and(|p| p.record) {
+                rec_len = rec_len.saturating_sub(cut);
+            }
+        }
+        if recorded.is_some_and(|(_, to)| to == t) {
+            let now = CpuReading::take(pid);
+            resources.server_cpu = now
+                .server
+                .zip(at_start.server)
+                .map(|(a, b)| a.saturating_sub(b));
+            resources.generator_cpu = now.own.zip(at_start.own).map(|(a, b)| a.saturating_sub(b));
+            resources.server_rss_kib = pid.and_then(procstat::rss_kib);
+            resources.server_rss_max_kib = pid.map(|_| rss_max);
+        }
+        if recorded.is_some_and(|(from, _)| from == t) {
+            at_start = CpuReading::take(pid);
+        }
+        let record = phase.is_some_and(|p| p.record);
+        if let Some(p) = phase {
+            tracing::info!(phase = %p.name, record, "phase");
+            current.clone_from(&p.name);
+        }
+        shared.recording.store(record, Ordering::Relaxed);
+        if phase.is_some() {
+            shared.phases_started.send_modify(|n| *n += 1);
+        }
+    }
+
+    // Flows end; let in-flight messages arrive before counting.
+    shared.ending.cancel();
+    let drain_start = Instant::now();
+    let mut last = shared.counts.deliveries_total.load(Ordering::Relaxed);
+    let mut last_change = Instant::now();
+    let mut told = Instant::now();
+    while drain_start.elapsed() < Duration::from_millis(scenario.drain.max_ms) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if told.elapsed() >= Duration::from_secs(1) {
+            told = Instant::now();
+            tell_progress(&shared, "drain", (start, schedule.end()));
+        }
+        let now = shared.counts.deliveries_total.load(Ordering::Relaxed);
+        if now != last {
+            last = now;
+            last_change = Instant::now();
+        } else if last_change.elapsed() >= Duration::from_millis(scenario.drain.quiet_ms) {
+            break;
+        }
+    }
+    shared.stop.cancel();
+    if let Ok(tasks) = arrivals.await {
+        for t in tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+
+    let s = &shared;
+    let latency = s.latency.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let request_rt = s
+        .request_rt
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let errors = s.errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let http_rt = s.http_rt.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let micros = |d: Option<Duration>| d.map(|d| d.as_micros() as u64);
+    let first = |a: &AtomicU64| Some(a.load(Ordering::Relaxed)).filter(|&v| v != u64::MAX);
+    let last = |a: &AtomicU64| Some(a.load(Ordering::Relaxed)).filter(|&v| v != 0);
+    Ok(RawRun {
+        driver: shared.opts.driver.name().to_owned(),
+        users: my_users,
+        counts: s.counts.load(),
+        recorded_us: rec_len.as_micros() as u64,
+        errors,
+        latency,
+        request_rt,
+        http_rt,
+        http_first_sent_unix_us: first(&s.http_first_sent),
+        http_last_done_unix_us: last(&s.http_last_done),
+        ws_first_sent_unix_us: first(&s.ws_first_sent),
+        ws_last_received_unix_us: last(&s.ws_last_received),
+        server_cpu_us: micros(resources.server_cpu),
+        generator_cpu_us: micros(resources.generator_cpu),
+        generator_threads: tokio::runtime::Handle::current().metrics().num_workers() as u64,
+        server_rss_kib: resources.server_rss_kib,
+        server_rss_max_kib: resources.server_rss_max_kib,
+        server_rss_start_kib: resources.server_rss_start_kib,
+    })
+}
+
+/// CPU and memory readings over the recorded stretch.
+#[derive(Debug, Clone, Default)]
+struct ResourceUse {
+    server_cpu: Option<Duration>,
+    server_rss_kib: Option<u64>,
+    server_rss_start_kib: Option<u64>,
+    server_rss_max_kib: Option<u64>,
+    generator_cpu: Option<Duration>,
+}
+
+/// CPU time used so far by the server and by this process.
+#[derive(Default)]
+struct CpuReading {
+    server: Option<Duration>,
+    own: Option<Duration>,
+}
+
+impl CpuReading {
+    fn take(server_pid: Option<u32>) -> CpuReading {
+        CpuReading {
+            server: server_pid.and_then(|pid| procstat::cpu_time(Some(pid))),
+            own: procstat::cpu_time(None),
+        }
+    }
+}
+
+/// Sleeps until `at`, sampling the server's RSS and telling progress every
+/// second meanwhile. `clock` is the run's start and the schedule's length.
+/// With `done` (the count of ended flows, and how many there are), returns
+/// early, with true, once every flow has ended.
+async fn wait_sampling(
+    at: Instant,
+    shared: &Shared,
+    phase: &str,
+    clock: (Instant, Duration),
+    rss_max: &mut u64,
+    mut done: Option<(tokio::sync::watch::Receiver<u64>, u64)>,
+) -> bool {
+    loop {
+        if let Some(rss) = shared.opts.server_pid.and_then(procstat::rss_kib) {
+            *rss_max = (*rss_max).max(rss);
+        }
+        tell_progress(shared, phase, clock);
+        let now = Instant::now();
+        if now >= at {
+            return false;
+        }
+        let next = at.min(now + Duration::from_secs(1));
+        match &mut done {
+            Some((ended, flows)) => {
+                let flows = *flows;
+                tokio::select! {
+                    Ok(_) = ended.wait_for(|&n| n >= flows) => return true,
+                    _ = tokio::time::sleep_until(next) => {}
+                }
+            }
+            None => tokio::time::sleep_until(next).await,
+        }
+    }
+}
+
+fn tell_progress(shared: &Shared, phase: &str, (start, total): (Instant, Duration)) {
+    let Some(tell) = &shared.opts.progress else {
+        return;
+    };
+    let errors = shared
+        .errors
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .sum();
+    tell(&Progress {
+        phase: phase.to_owned(),
+        elapsed: start.elapsed(),
+        total,
+        joined: shared.counts.joined.load(Ordering::Relaxed),
+        users: shared.users,
+        deliveries: shared.counts.deliveries_total.load(Ordering::Relaxed),
+        errors,
+    });
+}
+
+async fn setup(opts: &RunOptions, scenario: &Scenario) -> Result<(), RunError> {
+    let room_ids: Vec<String> = (0..scenario.rooms)
+        .flat_map(|r| rooms_joined(scenario, r))
+        .collect();
+    let calls = opts.driver.setup(&room_ids, &scenario.room_options);
+    if calls.is_empty() {
+        return Ok(());
+    }
+    let client = reqwest::Client::new();
+    for c in calls {
+        let url = format!("http://{}{}", opts.addr, c.path);
+        let method = reqwest::Method::from_bytes(c.method.as_bytes())
+            .map_err(|e| RunError::Setup(e.to_string()))?;
+        let mut req = client.request(method, &url);
+        if let Some(b) = &c.body {
+            req = req.json(b);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| RunError::Setup(format!("{url}: {e}")))?;
+        let status = resp.status();
+        if !status.is_success() && !c.also_ok.contains(&status.as_u16()) {
+            let body = resp.text().await.unwrap_or_default();
+            return Err(RunError::Setup(format!(
+                "{} {url}: {status} {body}",
+                c.method
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,377 @@
+//! A virtual user: its flow's steps, one after another (joins, waits, loops,
+//! publishes, requests, HTTP calls).
+
+use std::future::Future;
+use std::pin::Pin;
+
+use super::http::http_call;
+use super::receive::receive;
+use super::ws_ops::{publish, request};
+use super::*;
+use crate::driver::JoinSpec;
+use crate::scenario::Step;
+use crate::session;
+use crate::wsclient::{WsReader, WsWriter};
+
+/// Room ids the flows join (the first `join` step of each flow), for room `r`.
+pub(super) fn rooms_joined(scenario: &Scenario, r: u64) -> Vec<String> {
+    let mut out: Vec<String> = scenario
+        .flows
+        .iter()
+        .filter_map(|f| {
+            f.steps.iter().find_map(|s| match s {
+                Step::Join { room, .. } => Some(expand(room, 0, r, &f.name)),
+                _ => None,
+            })
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The channels (besides the main one) a flow's first join subscribes.
+pub(super) fn joined_channels(steps: &[Step]) -> &[String] {
+    steps
+        .iter()
+        .find_map(|s| match s {
+            Step::Join { channels, .. } => Some(channels.as_slice()),
+            _ => None,
+        })
+        .unwrap_or(&[])
+}
+
+/// The room template of the first join in `steps` (depth first).
+pub(super) fn first_join(steps: &[Step]) -> Option<&str> {
+    steps.iter().find_map(|step| match step {
+        Step::Join { room, .. } => Some(room.as_str()),
+        Step::Loop { steps, .. } => first_join(steps),
+        Step::Parallel(branches) => branches.iter().find_map(|b| first_join(b)),
+        _ => None,
+    })
+}
+
+/// Expands `{vu}`, `{room}` and `{flow}`.
+pub(super) fn expand(template: &str, vu: u64, room: u64, flow: &str) -> String {
+    template
+        .replace("{vu}", &vu.to_string())
+        .replace("{room}", &room.to_string())
+        .replace("{flow}", flow)
+}
+
+/// One user's connection once joined.
+pub(super) struct Joined {
+    pub(super) writer: Arc<tokio::sync::Mutex<WsWriter>>,
+    pub(super) room: String,
+    /// The channels joined besides the main one.
+    pub(super) channels: Vec<String>,
+    /// The receiving task; `None` in a parallel branch's copy.
+    pub(super) reader: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Joined {
+    /// What a parallel branch acts through: the same writer and room.
+    fn share(&self) -> Joined {
+        Joined {
+            writer: self.writer.clone(),
+            room: self.room.clone(),
+            channels: self.channels.clone(),
+            reader: None,
+        }
+    }
+}
+
+/// What a user has while running its flow.
+pub(super) struct UserState {
+    pub(super) vu: u64,
+    pub(super) room_index: u64,
+    pub(super) flow: String,
+    /// The room of the flow's first join, expanded: named in the WebSocket
+    /// URL for a cluster's load balancer (`Driver::ws_path_for`).
+    pub(super) first_room: Option<String>,
+    pub(super) conn: Option<(WsReader, WsWriter)>,
+    pub(super) joined: Option<Joined>,
+    pub(super) out: String,
+}
+
+pub(super) async fn virtual_user(shared: Arc<Shared>, scenario: Arc<Scenario>, vu: u64) {
+    // Flows are mixed within each room: the member index picks the flow.
+    let flow = scenario.flow_of(vu / shared.rooms);
+    let mut st = UserState {
+        vu,
+        room_index: vu % shared.rooms,
+        flow: flow.name.clone(),
+        first_room: first_join(&flow.steps)
+            .map(|room| expand(room, vu, vu % shared.rooms, &flow.name)),
+        conn: None,
+        joined: None,
+        out: String::with_capacity(256),
+    };
+    run_steps(&shared, &mut st, &flow.steps).await;
+    shared.flows_done.send_modify(|n| *n += 1);
+    // A flow that ends early stays connected until the run ends: leaving
+    // early would change what the others receive.
+    shared.stop.cancelled().await;
+    if let Some(j) = st.joined.take() {
+        // The reader ends on the stop signal and hands in its latency
+        // samples: wait for it rather than abort it.
+        if let Some(reader) = j.reader {
+            let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+        }
+        let _ = j.writer.lock().await.close(1000).await;
+    }
+}
+
+pub(super) type StepFuture<'a> = Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
+
+/// Runs `steps`; false when the user must stop (run over or failure).
+pub(super) fn run_steps<'a>(
+    shared: &'a Arc<Shared>,
+    st: &'a mut UserState,
+    steps: &'a [Step],
+) -> StepFuture<'a> {
+    Box::pin(async move {
+        for step in steps {
+            if shared.ending.is_cancelled() || !run_step(shared, st, step).await {
+                return false;
+            }
+        }
+        true
+    })
+}
+
+pub(super) async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &Step) -> bool {
+    match step {
+        Step::Connect => {
+            let o = &shared.opts;
+            let bind = (!o.bind.is_empty()).then(|| o.bind[(st.vu as usize) % o.bind.len()]);
+            let room = st.first_room.as_deref();
+            let fut = session::connect_for(o.addr, &o.host, o.driver.as_ref(), room, bind);
+            match tokio::time::timeout(o.timeout, fut).await {
+                Ok(Ok(c)) => {
+                    st.conn = Some(c);
+                    true
+                }
+                Ok(Err(e)) => {
+                    shared.error(format!("connect: {}", e.kind()));
+                    false
+                }
+                Err(_) => {
+                    shared.error("connect: timeout");
+                    false
+                }
+            }
+        }
+        Step::Join {
+            room,
+            channels,
+            platform,
+        } => join(shared, st, room, channels, platform.as_deref()).await,
+        Step::Publish {
+            channel,
+            event,
+            bytes,
+        } => {
+            publish(
+                shared,
+                st,
+                channel.as_deref(),
+                event.as_deref().unwrap_or("b"),
+                *bytes,
+            )
+            .await
+        }
+        Step::Request { op, args } => request(shared, st, op, args.as_ref()).await,
+        Step::Http {
+            method,
+            path,
+            body,
+            status,
+        } => http_call(shared, st, method, path, body.as_ref(), *status).await,
+        Step::Think { ms } => {
+            shared
+                .pause_until(Instant::now() + Duration::from_millis(*ms))
+                .await
+        }
+        Step::Loop {
+            count,
+            every_ms,
+            steps,
+        } => {
+            let mut i = 0u64;
+            // Users keep the cadence but not in step: each starts at its own
+            // offset within the period (golden-ratio spread), as real
+            // clients would, instead of all publishing in the same instant.
+            let offset = every_ms.map_or(Duration::ZERO, |every| {
+                let frac = (st.vu as f64 * 0.618_033_988_749_895).fract();
+                Duration::from_secs_f64(every as f64 / 1000.0 * frac)
+            });
+            let mut next = Instant::now() + offset;
+            while count.is_none_or(|c| i < c) {
+                if let Some(every) = every_ms {
+                    if !shared.pause_until(next).await {
+                        return false;
+                    }
+                    next += Duration::from_millis(*every);
+                }
+                if !run_steps(shared, st, steps).await {
+                    return false;
+                }
+                i += 1;
+            }
+            true
+        }
+        Step::Parallel(branches) => {
+            let Some(j) = &st.joined else {
+                shared.error("parallel: not joined");
+                return false;
+            };
+            let tasks: Vec<_> = branches
+                .iter()
+                .map(|steps| {
+                    let mut branch = UserState {
+                        vu: st.vu,
+                        room_index: st.room_index,
+                        flow: st.flow.clone(),
+                        first_room: st.first_room.clone(),
+                        conn: None,
+                        joined: Some(j.share()),
+                        out: String::with_capacity(256),
+                    };
+                    let (shared, steps) = (shared.clone(), steps.clone());
+                    tokio::spawn(async move { run_steps(&shared, &mut branch, &steps).await })
+                })
+                .collect();
+            let mut all = true;
+            for t in tasks {
+                all &= t.await.unwrap_or(false);
+            }
+            all
+        }
+        Step::WaitPhase(name) => match shared.phase_index.get(name) {
+            Some(&i) => {
+                let mut started = shared.phases_started.subscribe();
+                tokio::select! {
+                    _ = shared.ending.cancelled() => false,
+                    r = started.wait_for(|&n| n > i) => r.is_ok(),
+                }
+            }
+            None => {
+                shared.error(format!("wait_phase: no phase {name:?}"));
+                false
+            }
+        },
+        Step::Leader(steps) => {
+            if st.vu / shared.rooms == 0 {
+                run_steps(shared, st, steps).await
+            } else {
+                true
+            }
+        }
+        Step::WaitAllJoined => loop {
+            let notified = shared.all_joined.notified();
+            if shared.everyone_joined.load(Ordering::Acquire) {
+                return true;
+            }
+            tokio::select! {
+                _ = shared.ending.cancelled() => return false,
+                _ = notified => {}
+            }
+        },
+        Step::Idle => {
+            shared.ending.cancelled().await;
+            false
+        }
+        Step::Disconnect => {
+            if let Some(j) = st.joined.take() {
+                let _ = j.writer.lock().await.close(1000).await;
+                if let Some(reader) = j.reader {
+                    reader.abort();
+                }
+            }
+            st.conn = None;
+            true
+        }
+    }
+}
+
+pub(super) async fn join(
+    shared: &Arc<Shared>,
+    st: &mut UserState,
+    room: &str,
+    channels: &[String],
+    platform: Option<&str>,
+) -> bool {
+    let Some((mut reader, mut writer)) = st.conn.take() else {
+        shared.error("join: not connected");
+        return false;
+    };
+    let spec = JoinSpec {
+        room: expand(room, st.vu, st.room_index, &st.flow),
+        name: format!("u{}", st.vu),
+        platform: platform.unwrap_or("browser").to_owned(),
+        channels: channels.to_vec(),
+    };
+    let handshake = session::join(&mut reader, &mut writer, shared.opts.driver.as_ref(), &spec);
+    let early = match tokio::time::timeout(shared.opts.timeout, handshake).await {
+        Ok(Ok(early)) => early,
+        Ok(Err(e)) => {
+            shared.error(format!("join: {e}"));
+            return false;
+        }
+        Err(_) => {
+            shared.error("join: timeout");
+            return false;
+        }
+    };
+    let writer = Arc::new(tokio::sync::Mutex::new(writer));
+    let observer = st.vu / shared.rooms < shared.opts.observers_per_room;
+    let reader = tokio::spawn(receive(
+        shared.clone(),
+        reader,
+        writer.clone(),
+        observer,
+        early,
+    ));
+    st.joined = Some(Joined {
+        writer,
+        room: spec.room,
+        channels: spec.channels,
+        reader: Some(reader),
+    });
+    let joined = shared.counts.joined.fetch_add(1, Ordering::AcqRel) + 1;
+    match &shared.opts.shard {
+        Some(s) => {
+            s.joined.send_replace(joined);
+        }
+        None if joined >= shared.users => {
+            shared.everyone_joined.store(true, Ordering::Release);
+            shared.all_joined.notify_waiters();
+        }
+        None => {}
+    }
+    true
+}
+
+pub(super) fn expand_json(
+    v: serde_json::Value,
+    vu: u64,
+    room: u64,
+    flow: &str,
+) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => Value::String(expand(&s, vu, room, flow)),
+        Value::Array(a) => Value::Array(
+            a.into_iter()
+                .map(|x| expand_json(x, vu, room, flow))
+                .collect(),
+        ),
+        Value::Object(o) => Value::Object(
+            o.into_iter()
+                .map(|(k, x)| (k, expand_json(x, vu, room, flow)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
