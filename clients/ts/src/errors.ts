@@ -1,34 +1,50 @@
 /**
- * Error codes the server sends (docs/protocol.md, "Error codes"), plus the client's own:
+ * The error codes the server sends (over WebSocket, and in HTTP error bodies), in the order of
+ * docs/protocol.md's "Error codes" table: a test checks the two against each other, and the
+ * server's own test checks the table against its codes, so client and server cannot drift.
+ */
+export const SERVER_ERROR_CODES = [
+  'bad_json',
+  'unknown_type',
+  'invalid_frame',
+  'frame_too_large',
+  'rate_limited',
+  'ticket_invalid',
+  'ticket_expired',
+  'ticket_used',
+  'room_not_found',
+  'room_full',
+  'ticket_required',
+  'too_many_rooms',
+  'already_joined',
+  'not_joined',
+  'unknown_op',
+  'invalid_args',
+  'entity_not_found',
+  'version_conflict',
+  'lock_held',
+  'lock_not_held',
+  'session_not_found',
+  'shutting_down',
+  'invalid_request',
+  'room_exists',
+  'not_found',
+  'method_not_allowed',
+  'unauthorized',
+  'broker_unavailable',
+  'internal',
+] as const;
+
+/** An error code the server sends. */
+export type ServerErrorCode = (typeof SERVER_ERROR_CODES)[number];
+
+/**
+ * Error codes the server sends ({@link SERVER_ERROR_CODES}), plus the client's own:
  * `timeout` (a request got no response in time), `disconnected` (the connection dropped while
  * a request was in flight, so its outcome is unknown), `closed` (the client or room was closed).
  */
 export type PlazaErrorCode =
-  | 'bad_json'
-  | 'unknown_type'
-  | 'invalid_frame'
-  | 'frame_too_large'
-  | 'rate_limited'
-  | 'ticket_invalid'
-  | 'ticket_expired'
-  | 'ticket_used'
-  | 'room_not_found'
-  | 'room_full'
-  | 'ticket_required'
-  | 'too_many_rooms'
-  | 'already_joined'
-  | 'not_joined'
-  | 'unknown_op'
-  | 'invalid_args'
-  | 'entity_not_found'
-  | 'version_conflict'
-  | 'lock_held'
-  | 'lock_not_held'
-  | 'session_not_found'
-  | 'shutting_down'
-  | 'invalid_request'
-  | 'broker_unavailable'
-  | 'internal'
+  | ServerErrorCode
   | 'timeout'
   | 'disconnected'
   | 'closed'

@@ -16,7 +16,7 @@ export {
   type RoomEvents,
 } from './room.js';
 export { RoomReplica, merge, type PendingChange, type ReplicaChange, type ReplicaEvents } from './replica.js';
-export { PlazaError, type PlazaErrorCode } from './errors.js';
+export { PlazaError, SERVER_ERROR_CODES, type PlazaErrorCode, type ServerErrorCode } from './errors.js';
 export { backoffDelay, type BackoffOptions } from './backoff.js';
 export type { WebSocketConstructor, WebSocketLike } from './socket.js';
 export type * from './frames.js';

@@ -1,0 +1,435 @@
+// The client against the protocol's own examples (protocol/vectors, docs/protocol.md), which the
+// server's tests check too: the frames this client sends carry the vectors' fields and no field
+// the protocol does not show, every server vector goes through the client's real decoding path
+// (a socket message, JSON, routing by room) and has the effect the client promises, and the
+// client knows every documented error code. A vector added or changed on the server side fails
+// here until the client follows.
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { beforeEach, describe, expect, it } from 'vitest';
+import {
+  PlazaClient,
+  PlazaError,
+  SERVER_ERROR_CODES,
+  type ClientFrame,
+  type Json,
+  type RoomHandle,
+  type WebSocketLike,
+} from '../src/index.js';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '../../..');
+
+interface Vector {
+  name: string;
+  frame: { [key: string]: Json };
+  error?: string;
+}
+
+function vectors(side: 'client' | 'server'): Vector[] {
+  const dir = join(root, 'protocol/vectors', side);
+  return readdirSync(dir)
+    .filter((f) => f.endsWith('.json'))
+    .sort()
+    .map((f) => {
+      const v = JSON.parse(readFileSync(join(dir, f), 'utf8')) as Omit<Vector, 'name'>;
+      return { name: f.replace(/\.json$/, ''), ...v };
+    });
+}
+
+function vector(side: 'client' | 'server', name: string): { [key: string]: Json } {
+  const v = vectors(side).find((x) => x.name === name);
+  if (!v) throw new Error(`no vector ${side}/${name}.json`);
+  return structuredClone(v.frame);
+}
+
+/** The first column of a `## heading` table of docs/protocol.md, as the server's test reads it. */
+function tableKeys(heading: string): string[] {
+  const lines = readFileSync(join(root, 'docs/protocol.md'), 'utf8').split('\n');
+  const start = lines.findIndex((l) => l.trim() === `## ${heading}`);
+  if (start < 0) throw new Error(`docs/protocol.md has no "## ${heading}"`);
+  const rows: string[] = [];
+  for (const l of lines.slice(start + 1)) {
+    if (l.startsWith('## ')) break;
+    if (l.startsWith('|')) rows.push(l.split('|')[1]!.trim().replace(/`/g, ''));
+  }
+  return rows.slice(2);
+}
+
+/** A socket that records what the client sends and hands it frames as the server would. */
+class FakeSocket implements WebSocketLike {
+  static last: FakeSocket | undefined;
+  readyState = 0;
+  readonly sent: ClientFrame[] = [];
+  onopen: ((ev: never) => void) | null = null;
+  onclose: ((ev: never) => void) | null = null;
+  onerror: ((ev: never) => void) | null = null;
+  onmessage: ((ev: { data: unknown }) => void) | null = null;
+  constructor(readonly url: string) {
+    FakeSocket.last = this;
+  }
+  send(data: string): void {
+    this.sent.push(JSON.parse(data) as ClientFrame);
+  }
+  close(): void {
+    this.readyState = 3;
+  }
+  open(): void {
+    this.readyState = 1;
+    this.onopen?.(undefined as never);
+  }
+  /** A frame from the server, as text on the wire. */
+  deliver(frame: { [key: string]: Json }): void {
+    this.onmessage?.({ data: JSON.stringify(frame) });
+  }
+  lastSent(): { [key: string]: Json } {
+    return this.sent[this.sent.length - 1] as unknown as { [key: string]: Json };
+  }
+}
+
+const ROOM = 'lobby';
+
+/**
+ * A client joined to the vectors' room with `joined.json`, at seq 1 so that the other
+ * vectors' events and acks come after it (`null`: at the vector's own seq).
+ */
+async function joinedClient(
+  options: { name?: string; platform?: string; channels?: string[]; ticket?: string } = { name: 'ann' },
+  seq: number | null = 1,
+) {
+  const client = new PlazaClient('ws://plaza.test/v1/ws', { WebSocket: FakeSocket, reconnect: false });
+  const joining = client.join(ROOM, options);
+  const socket = FakeSocket.last!;
+  socket.open();
+  await Promise.resolve();
+  const join = socket.lastSent();
+  const joined = vector('server', 'joined');
+  socket.deliver(seq === null ? joined : { ...joined, seq });
+  const room = await joining;
+  return { client, socket, room, join };
+}
+
+/** Keys of every client vector of a frame type: the fields the protocol shows for it. */
+function documentedKeys(type: string): Set<string> {
+  const keys = new Set<string>();
+  for (const v of vectors('client')) {
+    if (v.error === undefined && v.frame['type'] === type) for (const k of Object.keys(v.frame)) keys.add(k);
+  }
+  return keys;
+}
+
+/** The client's frame carries the vector's fields (values as given) and only documented ones. */
+function expectLike(sent: { [key: string]: Json }, expected: { [key: string]: Json }): void {
+  expect(sent).toMatchObject(expected);
+  const allowed = documentedKeys(String(expected['type']));
+  for (const key of Object.keys(sent)) expect(allowed, `field ${key} of a ${String(expected['type'])}`).toContain(key);
+}
+
+/** Sends a request through `call`, answers it with server vector `response` (its nonce echoed). */
+async function answered<T>(socket: FakeSocket, call: () => Promise<T>, response: string): Promise<T> {
+  const outcome = call();
+  await settled();
+  const sent = socket.lastSent();
+  expect(sent['type']).toBe('request');
+  socket.deliver({ ...vector('server', response), nonce: sent['nonce']! });
+  return outcome;
+}
+
+/** Lets the client finish what it does before sending (some calls resolve ids first). */
+function settled(): Promise<void> {
+  return new Promise((r) => setTimeout(r, 0));
+}
+
+beforeEach(() => {
+  FakeSocket.last = undefined;
+});
+
+describe('error codes', () => {
+  it('the client knows every code of the error table, in its order', () => {
+    expect([...SERVER_ERROR_CODES]).toEqual(tableKeys('Error codes'));
+  });
+
+  it('every error a vector shows is one of them', () => {
+    const known = new Set<string>(SERVER_ERROR_CODES);
+    const shown = [
+      ...vectors('client').flatMap((v) => (v.error === undefined ? [] : [v.error])),
+      ...vectors('server').flatMap((v) => {
+        const error = v.frame['error'] as { code?: string } | undefined;
+        const code = v.frame['type'] === 'error' ? v.frame['code'] : error?.code;
+        return typeof code === 'string' ? [code] : [];
+      }),
+    ];
+    expect(shown.length).toBeGreaterThan(5);
+    for (const code of shown) expect(known, code).toContain(code);
+  });
+});
+
+/** How the client produces the frame of each valid client vector. */
+const clientFrames: { [name: string]: (expected: { [key: string]: Json }) => Promise<{ [key: string]: Json }> } = {
+  async join(f) {
+    const { join } = await joinedClient({ name: f['name'] as string, platform: f['platform'] as string, channels: f['channels'] as string[] });
+    return join;
+  },
+  async 'join-ticket'(f) {
+    const { join } = await joinedClient({ ticket: f['ticket'] as string });
+    return join;
+  },
+  async 'join-resume'(f) {
+    const resume = f['resume'] as { token: string; last_seq: number };
+    const client = new PlazaClient('ws://plaza.test/v1/ws', { WebSocket: FakeSocket, reconnect: { initialMs: 1, maxMs: 1 } });
+    const joining = client.join(ROOM, { name: f['name'] as string, platform: f['platform'] as string, channels: f['channels'] as string[] });
+    const first = FakeSocket.last!;
+    first.open();
+    first.deliver({ ...vector('server', 'joined'), resume_token: resume.token, seq: resume.last_seq });
+    await joining;
+    // The connection drops; the client reconnects and resumes.
+    first.readyState = 3;
+    first.onclose?.(undefined as never);
+    await new Promise((r) => setTimeout(r, 20));
+    const second = FakeSocket.last!;
+    expect(second).not.toBe(first);
+    second.open();
+    await Promise.resolve();
+    const frame = second.lastSent();
+    client.close();
+    return frame;
+  },
+  async publish(f) {
+    const { socket, room } = await joinedClient();
+    void room.publish(f['event'] as string, f['data'], {
+      channel: f['channel'] as string,
+      topic: f['topic'] as string,
+      replyTo: f['reply_to'] as number,
+      echo: f['echo'] as boolean,
+    });
+    const sent = socket.lastSent();
+    expect(typeof sent['id']).toBe('string');
+    return { ...sent, id: f['id']! };
+  },
+  async 'publish-minimal'(f) {
+    const { socket, room } = await joinedClient();
+    void room.publish(f['event'] as string, f['data']);
+    return socket.lastSent();
+  },
+  async direct(f) {
+    const { socket, room } = await joinedClient();
+    room.direct(f['to'] as string, f['event'] as string, f['data']);
+    return socket.lastSent();
+  },
+  async leave() {
+    const { socket, room } = await joinedClient();
+    void room.leave();
+    return socket.lastSent();
+  },
+  async ping(f) {
+    const { socket, client } = await joinedClient();
+    client.ping(f['ts'] as number);
+    return socket.lastSent();
+  },
+};
+
+/** Request vectors: the typed call that sends each operation. */
+const requestCalls: { [op: string]: (room: RoomHandle, args: { [key: string]: Json }) => Promise<unknown> } = {
+  'entity.create': (room, a) => room.createEntity(a['kind'] as string, a['data']),
+  'entity.set': (room, a) => room.setEntity(a['id'] as string, a['data']!, { version: a['version'] as number }),
+  'entity.patch': (room, a) =>
+    room.patchEntity(a['id'] as string, a['data'] as { [key: string]: Json }, { version: a['version'] as number }),
+  'entity.delete': (room, a) => room.deleteEntity(a['id'] as string, { version: a['version'] as number }),
+  'lock.acquire': (room, a) => room.acquireLock(a['object'] as string, { ttlMs: a['ttl_ms'] as number }),
+  'lock.renew': (room, a) => room.renewLock(a['object'] as string, { ttlMs: a['ttl_ms'] as number }),
+  'lock.release': (room, a) => room.releaseLock(a['object'] as string),
+  'channel.subscribe': (room, a) => room.subscribe(a['channel'] as string),
+  'channel.unsubscribe': (room, a) => room.unsubscribe(a['channel'] as string),
+};
+
+describe('client frames', () => {
+  for (const v of vectors('client').filter((x) => x.error === undefined)) {
+    it(`${v.name}: the client sends it so`, async () => {
+      if (v.frame['type'] === 'request') {
+        const op = v.frame['op'] as string;
+        const call = requestCalls[op];
+        expect(call, `no typed call for ${op}`).toBeDefined();
+        const { socket, room } = await joinedClient();
+        void call!(room, v.frame['args'] as { [key: string]: Json }).catch(() => undefined);
+        await settled();
+        const sent = socket.lastSent();
+        expect(typeof sent['nonce']).toBe('number');
+        expectLike({ ...sent, nonce: v.frame['nonce']! }, v.frame);
+        return;
+      }
+      const build = clientFrames[v.name];
+      expect(build, `no builder for client/${v.name}.json`).toBeDefined();
+      expectLike(await build!(v.frame), v.frame);
+    });
+  }
+});
+
+/** How each server vector is fed to a joined client, and what it must do there. */
+const serverFrames: { [name: string]: (frame: { [key: string]: Json }) => Promise<void> } = {
+  async joined(f) {
+    const { room } = await joinedClient({ name: 'ann' }, null);
+    expect(room.session).toBe(f['session']);
+    expect(room.lastSeq).toBe(f['seq']);
+    expect(room.members).toEqual(f['members']);
+    expect(room.channels).toEqual(f['channels']);
+    expect(room.state.entities()).toEqual((f['snapshot'] as { entities: Json[] }).entities);
+  },
+  async 'joined-resumed'(f) {
+    const { socket, room } = await joinedClient();
+    const before = room.lastSeq;
+    socket.deliver(f);
+    expect(room.session).toBe(f['session']);
+    // The missed events follow a resumed `joined`: last_seq stays until they come.
+    expect(room.lastSeq).toBe(before);
+    expect(room.live).toBe(true);
+  },
+  async resync(f) {
+    const { socket, room } = await joinedClient();
+    const resynced = new Promise((r) => room.on('resync', r));
+    socket.deliver(f);
+    expect(await resynced).toEqual(f);
+    expect(room.lastSeq).toBe(f['seq']);
+  },
+  async left() {
+    const { socket, room } = await joinedClient();
+    const leaving = room.leave();
+    socket.deliver(vector('server', 'left'));
+    await leaving;
+  },
+  async closed(f) {
+    const { socket, room } = await joinedClient();
+    const closed = new Promise((r) => room.on('closed', r));
+    socket.deliver(f);
+    expect(await closed).toEqual({ reason: f['reason'] });
+    expect(room.live).toBe(false);
+  },
+  async ack(f) {
+    const { socket, room } = await joinedClient();
+    const ack = room.publish('chat', { text: 'hi' });
+    socket.deliver({ ...f, id: socket.lastSent()['id']! });
+    expect(await ack).toEqual({ seq: f['seq'], duplicate: f['duplicate'] === true });
+    expect(room.lastSeq).toBe(f['seq']);
+  },
+  async direct(f) {
+    const { socket, room } = await joinedClient();
+    const got = new Promise((r) => room.on('direct', r));
+    socket.deliver(f);
+    expect(await got).toEqual(f);
+  },
+  async error(f) {
+    // A refused publish: the publish with that id rejects with the code.
+    const { socket, room } = await joinedClient();
+    const publishing = room.publish('chat', null).catch((e: unknown) => e);
+    const ref = f['ref'] as { [key: string]: Json };
+    socket.deliver({ ...f, ref: { ...ref, id: socket.lastSent()['id']! } });
+    const error = await publishing;
+    expect(error).toBeInstanceOf(PlazaError);
+    expect(error).toMatchObject({ code: f['code'], message: f['message'] });
+  },
+  async 'error-rate-limited'(f) {
+    // About no room: the client itself reports it.
+    const { socket, client } = await joinedClient();
+    const got = new Promise((r) => client.on('error', r));
+    socket.deliver(f);
+    expect(await got).toMatchObject({ code: f['code'], message: f['message'] });
+  },
+  async pong(f) {
+    // Answers the client's ping; nothing else happens (no error, no room event).
+    const { socket, client, room } = await joinedClient();
+    const seen: unknown[] = [];
+    client.on('error', (e) => seen.push(e));
+    room.on('event', (e) => seen.push(e));
+    socket.deliver(f);
+    expect(seen).toEqual([]);
+  },
+};
+
+/** Events: applied in seq order, with the effect each kind has on the handle. */
+async function checkEvent(f: { [key: string]: Json }): Promise<void> {
+  const { socket, room } = await joinedClient();
+  const events: unknown[] = [];
+  room.on('event', (e) => events.push(e));
+  // A removal must find its subject first.
+  const kind = f['kind'] as string;
+  if (kind === 'entity.updated' || kind === 'entity.deleted') {
+    const id = kind === 'entity.deleted' ? (f['id'] as string) : (f['entity'] as { id: string }).id;
+    socket.deliver({ ...vector('server', 'event-entity-created'), seq: (f['seq'] as number) - 1, entity: { id, data: null, version: 1 } });
+  }
+  if (kind === 'presence.leave') {
+    socket.deliver({ ...vector('server', 'event-presence-join'), seq: (f['seq'] as number) - 1, member: { session: f['session']!, name: 'x', platform: 'browser' } });
+  }
+  if (kind === 'lock.released') {
+    socket.deliver({
+      ...vector('server', 'event-lock-acquired'),
+      seq: (f['seq'] as number) - 1,
+      lock: { object: f['object']!, owner: f['owner']!, token: f['token']!, expires_at: 1 },
+    });
+  }
+  events.length = 0;
+  socket.deliver(f);
+  expect(events).toEqual([f]);
+  expect(room.lastSeq).toBe(f['seq']);
+  switch (kind) {
+    case 'message':
+      break;
+    case 'presence.join':
+      expect(room.members).toContainEqual(f['member']);
+      break;
+    case 'presence.leave':
+      expect(room.members.map((m) => m.session)).not.toContain(f['session']);
+      break;
+    case 'entity.created':
+    case 'entity.updated': {
+      const entity = f['entity'] as { id: string };
+      expect(room.state.entity(entity.id)).toEqual(entity);
+      break;
+    }
+    case 'entity.deleted':
+      expect(room.state.entity(f['id'] as string)).toBeUndefined();
+      break;
+    case 'lock.acquired': {
+      const lock = f['lock'] as { object: string };
+      expect(room.state.lock(lock.object)).toEqual(lock);
+      break;
+    }
+    case 'lock.released':
+      expect(room.state.lock(f['object'] as string)).toBeUndefined();
+      break;
+    default:
+      throw new Error(`the client has no handling for event kind ${kind}`);
+  }
+}
+
+/** Responses: answered to the typed call of their operation, which resolves with its result. */
+async function checkResponse(name: string, f: { [key: string]: Json }): Promise<void> {
+  const { socket, room } = await joinedClient();
+  if (f['ok'] === false) {
+    const error = await answered(socket, () => room.setEntity('e7', { x: 1 }, { version: 1 }).catch((e: unknown) => e), name);
+    const body = f['error'] as { code: string; message: string };
+    expect(error).toBeInstanceOf(PlazaError);
+    expect(error).toMatchObject(body);
+    return;
+  }
+  const result = f['result'] as { [key: string]: Json };
+  const op = name.replace(/^response-/, '').replace('-', '.');
+  const call = requestCalls[op];
+  expect(call, `no typed call for ${op}`).toBeDefined();
+  const args: { [key: string]: Json } = { id: 'e7', object: 'e7', channel: 'cursors', data: { x: 1 } };
+  const value = await answered(socket, () => call!(room, args), name);
+  if ('entity' in result && op !== 'entity.delete') expect(value).toEqual(result['entity']);
+  if ('lock' in result) expect(value).toEqual(result['lock']);
+  if ('channels' in result) expect(value).toEqual(result['channels']);
+  if (typeof result['seq'] === 'number') expect(room.lastSeq).toBe(result['seq']);
+}
+
+describe('server frames', () => {
+  for (const v of vectors('server')) {
+    it(`${v.name}: the client reads it`, async () => {
+      if (v.frame['type'] === 'event') return checkEvent(v.frame);
+      if (v.frame['type'] === 'response') return checkResponse(v.name, v.frame);
+      const check = serverFrames[v.name] ?? (v.name.startsWith('ack') ? serverFrames['ack'] : undefined);
+      expect(check, `no check for server/${v.name}.json`).toBeDefined();
+      await check!(v.frame);
+    });
+  }
+});
