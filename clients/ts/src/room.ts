@@ -1,6 +1,6 @@
 import { Emitter } from './emitter.js';
 import { PlazaError } from './errors.js';
-import { backoffDelay, type BackoffOptions } from './backoff.js';
+import { backoffDelay } from './backoff.js';
 import type {
   AckFrame,
   ClientFrame,
@@ -21,142 +21,33 @@ import type {
   Snapshot,
 } from './frames.js';
 import { newMessageId } from './ids.js';
+import { UnackedPublishes, type PublishFrame } from './publishes.js';
+import { PendingRequests } from './requests.js';
 import { RoomReplica, type PendingChange } from './replica.js';
+import type {
+  EntityOptions,
+  JoinOptions,
+  LockOptions,
+  PublishAck,
+  PublishOptions,
+  RequestOptions,
+  RoomEvents,
+  RoomTransport,
+  SavedSession,
+} from './room-options.js';
 
-/** How to join a room. */
-export interface JoinOptions {
-  /** Display name, 1–64 bytes. Required without `ticket`. */
-  name?: string;
-  /** e.g. `browser` (the server's default), `xr`. */
-  platform?: string;
-  /** Channels besides `main`. */
-  channels?: string[];
-  /**
-   * A ticket from `POST /v1/rooms/{id}/tickets` (fixes room, name and platform). In a
-   * ticket-only room every (re)join needs a fresh ticket: pass a function that fetches one,
-   * and the client calls it before each join, resumes included.
-   */
-  ticket?: string | (() => string | Promise<string>);
-  /**
-   * A session saved by {@link RoomHandle.saveSession} (e.g. before a page reload): the join
-   * resumes it (same session id), starting from its saved state and `last_seq`.
-   */
-  restore?: SavedSession;
-}
-
-/**
- * What it takes to resume a session in a new client (e.g. after a page reload), as returned
- * by {@link RoomHandle.saveSession}. Plain JSON; keep it secret (it holds the resume token).
- */
-export interface SavedSession {
-  /** Format version of this object. */
-  v: 1;
-  room: string;
-  session: string;
-  token: string;
-  lastSeq: number;
-  members: Member[];
-  channels: string[];
-  snapshot: Snapshot;
-  /**
-   * Publishes not acknowledged yet, as sent. The new client sends them again after the resume
-   * (the server orders each id once), so a message published just before a reload is not
-   * lost. Absent in sessions saved by earlier versions.
-   */
-  publishes?: Extract<ClientFrame, { type: 'publish' }>[];
-}
-
-/** Options of the entity operations: the expected current version (absent: any). */
-export interface EntityOptions {
-  version?: number;
-}
-
-/** Options of {@link RoomHandle.acquireLock} and {@link RoomHandle.renewLock}. */
-export interface LockOptions {
-  /** Lease length in ms (server default 30000). */
-  ttlMs?: number;
-}
-
-/** Options of {@link RoomHandle.publish}. */
-export interface PublishOptions {
-  /** Channel, default `main`. */
-  channel?: string;
-  /** Relayed in the event; no server behaviour depends on it. */
-  topic?: string;
-  /** The `seq` of an earlier event this message answers. */
-  replyTo?: number;
-  /** `true`: the sender receives the event too. */
-  echo?: boolean;
-}
-
-/** The acknowledgement of a publish. */
-export interface PublishAck {
-  /** The message's seq in the room's order. */
-  seq: number;
-  /** `true` when the server had already ordered this message id (a retry). */
-  duplicate: boolean;
-}
-
-/** Options of {@link RoomHandle.request}. */
-export interface RequestOptions {
-  /** Reject with code `timeout` after this many ms (default 10000). */
-  timeoutMs?: number;
-}
-
-/** Why a room handle ended without a `leave`. */
-export interface RoomClosed {
-  /** `room_deleted`, `resumed_elsewhere`, `client_closed`, or the code of a failed rejoin. */
-  reason: string;
-  error?: PlazaError;
-}
-
-/** Events of a {@link RoomHandle}, with their listener arguments. */
-export type RoomEvents = {
-  /** Every sequenced event, once, in seq order. */
-  event: [RoomEvent];
-  message: [MessageEvent];
-  presence: [PresenceEvent];
-  entity: [EntityEvent];
-  lock: [LockEvent];
-  direct: [DirectFrame];
-  /** The member list changed (join, resync, presence): the new list. */
-  members: [readonly Member[]];
-  /** Each `joined` (the first join and every successful resume). */
-  joined: [JoinedFrame];
-  /** A resume could not continue the stream: discard room state, start from this snapshot. */
-  resync: [JoinedFrame];
-  /** The room handle ended (not by `leave`). */
-  closed: [RoomClosed];
-  /** A refused frame for this room that no promise was waiting for (e.g. a `direct`). */
-  error: [PlazaError];
-};
-
-/** What a room needs from its client's connection. */
-export interface RoomTransport {
-  /** Sends a frame if the socket is open; returns whether it was sent. */
-  send(frame: ClientFrame): boolean;
-  /** A nonce unique on this client. */
-  nextNonce(): number;
-  /** Forgets the room (after leave or close). */
-  forget(room: string): void;
-  /** Hands every sequenced event and direct message to the client's `onEvent`. */
-  dispatch(room: string, frame: RoomEvent | DirectFrame): void;
-  /** The client's backoff settings, for joins asked again (default: the defaults). */
-  readonly backoff?: BackoffOptions;
-}
-
-interface PendingPublish {
-  frame: Extract<ClientFrame, { type: 'publish' }>;
-  resolve: (ack: PublishAck) => void;
-  reject: (err: PlazaError) => void;
-}
-
-interface PendingRequest {
-  resolve: (result: { [key: string]: Json }) => void;
-  reject: (err: PlazaError) => void;
-  /** Unset once timed out: the entry then only waits to apply a late answer. */
-  timer: ReturnType<typeof setTimeout> | undefined;
-}
+export type {
+  EntityOptions,
+  JoinOptions,
+  LockOptions,
+  PublishAck,
+  PublishOptions,
+  RequestOptions,
+  RoomClosed,
+  RoomEvents,
+  RoomTransport,
+  SavedSession,
+} from './room-options.js';
 
 /** Join errors after which the same join is tried again on the same connection. */
 const TRANSIENT_JOIN_ERRORS = new Set(['broker_unavailable']);
@@ -196,8 +87,8 @@ export class RoomHandle extends Emitter<RoomEvents> {
   private joinRetry: ReturnType<typeof setTimeout> | undefined;
   /** Bumped by every join sent and every drop: a ticket fetched for an older one is dropped. */
   private joinGeneration = 0;
-  private readonly publishes = new Map<string, PendingPublish>();
-  private readonly requests = new Map<number, PendingRequest>();
+  private readonly publishes = new UnackedPublishes();
+  private readonly requests = new PendingRequests();
   /** Frames (requests, directs) waiting until the room is live again. */
   private readonly outbox: ClientFrame[] = [];
   private joinWaiter: { resolve: (room: RoomHandle) => void; reject: (err: PlazaError) => void } | undefined;
@@ -221,7 +112,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
       // Nobody awaits these any more: they are only delivered.
       const settled = () => undefined;
       for (const frame of saved.publishes ?? []) {
-        if (typeof frame.id === 'string') this.publishes.set(frame.id, { frame, resolve: settled, reject: settled });
+        if (typeof frame.id === 'string') this.publishes.add({ ...frame, id: frame.id }, settled, settled);
       }
     }
   }
@@ -269,7 +160,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
       members: [...this.memberList],
       channels: [...this.channelList],
       snapshot: this.state.toSnapshot(),
-      publishes: [...this.publishes.values()].map((p) => p.frame),
+      publishes: this.publishes.frames(),
     };
   }
 
@@ -285,14 +176,14 @@ export class RoomHandle extends Emitter<RoomEvents> {
    */
   publish(event: string, data?: Json, options: PublishOptions = {}): Promise<PublishAck> {
     if (this.status === 'ended') return Promise.reject(this.endedError());
-    const frame: PendingPublish['frame'] = { type: 'publish', room: this.room, event, id: newMessageId() };
+    const frame: PublishFrame & { id: string } = { type: 'publish', room: this.room, event, id: newMessageId() };
     if (data !== undefined) frame.data = data;
     if (options.channel !== undefined) frame.channel = options.channel;
     if (options.topic !== undefined) frame.topic = options.topic;
     if (options.replyTo !== undefined) frame.reply_to = options.replyTo;
     if (options.echo !== undefined) frame.echo = options.echo;
     return new Promise<PublishAck>((resolve, reject) => {
-      this.publishes.set(frame.id, { frame, resolve, reject });
+      this.publishes.add(frame, resolve, reject);
       if (this.status === 'live') this.transport.send(frame);
     });
   }
@@ -469,15 +360,9 @@ export class RoomHandle extends Emitter<RoomEvents> {
         if (index >= 0) {
           // Never sent: it never will be.
           this.outbox.splice(index, 1);
-          this.requests.delete(nonce);
+          this.requests.forget(nonce);
         } else {
-          // Sent: the answer may still come, and a change the server made must reach the
-          // replica (no event will: the requester is excluded). Until the connection drops.
-          this.requests.set(nonce, {
-            resolve: (result) => hooks.ok?.(result as R),
-            reject: () => undefined,
-            timer: undefined,
-          });
+          this.requests.awaitLateAnswer(nonce, (result) => hooks.ok?.(result as R));
         }
         fail(new PlazaError('timeout', `request ${op} got no response within ${timeoutMs} ms`));
       }, timeoutMs);
@@ -485,7 +370,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
         hooks.ok?.(result as R);
         resolve(result as R);
       };
-      this.requests.set(nonce, { resolve: succeed, reject: fail, timer });
+      this.requests.wait(nonce, succeed, fail, timer);
       this.sendOrQueue({ type: 'request', room: this.room, nonce, op, args });
     });
   }
@@ -591,12 +476,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
     if (this.status === 'live') this.status = 'rejoining';
     clearTimeout(this.joinRetry);
     this.joinGeneration++;
-    for (const [nonce, pending] of this.requests) {
-      if (this.outbox.some((f) => f.type === 'request' && f.nonce === nonce)) continue;
-      if (pending.timer !== undefined) clearTimeout(pending.timer);
-      this.requests.delete(nonce);
-      pending.reject(new PlazaError('disconnected', 'the connection dropped before the response'));
-    }
+    this.requests.dropSent((nonce) => this.outbox.some((f) => f.type === 'request' && f.nonce === nonce));
   }
 
   /** @internal The client was closed. */
@@ -663,7 +543,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
     this.status = 'live';
     // What waited goes first, so that what listeners send below cannot overtake it.
     // Unacknowledged publishes go again, with their ids: the server orders each id once.
-    for (const pending of this.publishes.values()) this.transport.send(pending.frame);
+    for (const frame of this.publishes.frames()) this.transport.send(frame);
     for (const queued of this.outbox.splice(0)) this.transport.send(queued);
     if (frame.type === 'resync') this.emit('resync', frame);
     else this.emit('joined', frame);
@@ -696,22 +576,13 @@ export class RoomHandle extends Emitter<RoomEvents> {
   private onAck(frame: AckFrame): void {
     this.seq = Math.max(this.seq, frame.seq);
     if (frame.id === undefined) return;
-    const pending = this.publishes.get(frame.id);
-    if (!pending) return;
-    this.publishes.delete(frame.id);
-    pending.resolve({ seq: frame.seq, duplicate: frame.duplicate === true });
+    this.publishes.ack(frame.id, { seq: frame.seq, duplicate: frame.duplicate === true });
   }
 
   private onResponse(frame: ResponseFrame): void {
     const resultSeq = frame.result?.['seq'];
     if (typeof resultSeq === 'number') this.seq = Math.max(this.seq, resultSeq);
-    if (typeof frame.nonce !== 'number') return;
-    const pending = this.requests.get(frame.nonce);
-    if (!pending) return;
-    this.requests.delete(frame.nonce);
-    clearTimeout(pending.timer);
-    if (frame.ok) pending.resolve(frame.result ?? {});
-    else pending.reject(new PlazaError(frame.error?.code ?? 'internal', frame.error?.message ?? 'request failed'));
+    this.requests.answer(frame);
   }
 
   private onError(frame: ErrorFrame): void {
@@ -729,14 +600,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
       this.failJoin(error);
       return;
     }
-    if (ref.frame === 'publish' && ref.id !== undefined) {
-      const pending = this.publishes.get(ref.id);
-      if (pending) {
-        this.publishes.delete(ref.id);
-        pending.reject(error);
-        return;
-      }
-    }
+    if (ref.frame === 'publish' && ref.id !== undefined && this.publishes.refuse(ref.id, error)) return;
     if (ref.frame === 'leave') {
       this.leaveWaiter?.();
       return;
@@ -769,13 +633,8 @@ export class RoomHandle extends Emitter<RoomEvents> {
     clearTimeout(this.joinRetry);
     this.joinWaiter?.reject(error);
     this.joinWaiter = undefined;
-    for (const pending of this.publishes.values()) pending.reject(error);
-    this.publishes.clear();
-    for (const pending of this.requests.values()) {
-      clearTimeout(pending.timer);
-      pending.reject(error);
-    }
-    this.requests.clear();
+    this.publishes.rejectAll(error);
+    this.requests.rejectAll(error);
     this.outbox.length = 0;
   }
 
