@@ -2,7 +2,8 @@ import { backoffDelay, type BackoffOptions } from './backoff.js';
 import { Emitter } from './emitter.js';
 import { PlazaError } from './errors.js';
 import type { ClientFrame, DirectFrame, RoomEvent, ServerFrame } from './frames.js';
-import { RoomHandle, type JoinOptions, type RoomTransport } from './room.js';
+import { RoomHandle } from './room.js';
+import type { JoinOptions, RoomTransport } from './room-options.js';
 import { messageText, OPEN, resolveWebSocket, type WebSocketConstructor, type WebSocketLike } from './socket.js';
 
 /** Connection states, in the order a client usually goes through them. */

@@ -3,18 +3,18 @@
  * @packageDocumentation
  */
 export { PlazaClient, type ClientEvents, type ConnectionState, type PlazaClientOptions } from './client.js';
-export {
-  RoomHandle,
-  type EntityOptions,
-  type JoinOptions,
-  type LockOptions,
-  type SavedSession,
-  type PublishAck,
-  type PublishOptions,
-  type RequestOptions,
-  type RoomClosed,
-  type RoomEvents,
-} from './room.js';
+export { RoomHandle } from './room.js';
+export type {
+  EntityOptions,
+  JoinOptions,
+  LockOptions,
+  SavedSession,
+  PublishAck,
+  PublishOptions,
+  RequestOptions,
+  RoomClosed,
+  RoomEvents,
+} from './room-options.js';
 export { RoomReplica, merge, type PendingChange, type ReplicaChange, type ReplicaEvents } from './replica.js';
 export { PlazaError, SERVER_ERROR_CODES, type PlazaErrorCode, type ServerErrorCode } from './errors.js';
 export { backoffDelay, type BackoffOptions } from './backoff.js';

@@ -36,18 +36,6 @@ import type {
   SavedSession,
 } from './room-options.js';
 
-export type {
-  EntityOptions,
-  JoinOptions,
-  LockOptions,
-  PublishAck,
-  PublishOptions,
-  RequestOptions,
-  RoomClosed,
-  RoomEvents,
-  RoomTransport,
-  SavedSession,
-} from './room-options.js';
 
 /** Join errors after which the same join is tried again on the same connection. */
 const TRANSIENT_JOIN_ERRORS = new Set(['broker_unavailable']);

@@ -3,7 +3,7 @@
 // recording transport here; everything else is tested against a real `plaza serve`.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { RoomHandle, type ClientFrame, type JoinedFrame } from '../src/index.js';
-import type { RoomTransport } from '../src/room.js';
+import type { RoomTransport } from '../src/room-options.js';
 
 class RecordingTransport implements RoomTransport {
   readonly sent: ClientFrame[] = [];
