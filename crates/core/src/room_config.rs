@@ -62,3 +62,24 @@ impl Default for RoomConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_is_named_as_in_the_api_and_reads_its_first_name() {
+        assert_eq!(
+            serde_json::to_value(Access::TicketOnly).unwrap(),
+            serde_json::json!("ticket")
+        );
+        assert_eq!(
+            serde_json::to_value(Access::Open).unwrap(),
+            serde_json::json!("open")
+        );
+        // Snapshots written before the rename.
+        let old: Access = serde_json::from_value(serde_json::json!("ticket_only")).unwrap();
+        assert_eq!(old, Access::TicketOnly);
+        assert!(serde_json::from_value::<Access>(serde_json::json!("closed")).is_err());
+    }
+}
