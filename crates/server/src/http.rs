@@ -66,6 +66,13 @@ pub(crate) fn router(node: Arc<Node>) -> Router {
         .route(
             "/v1/trajectory/median",
             crate::trajectory::route(Filter::Median),
+        )
+        // Source document 001's load-test client calls the filters at the
+        // root; it runs against Plaza (or its balancer) unchanged.
+        .route("/trajectory/mean", crate::trajectory::route(Filter::Mean))
+        .route(
+            "/trajectory/median",
+            crate::trajectory::route(Filter::Median),
         );
     // API routes are matched first: a file never shadows one.
     let app = match &node.config().web_dir {

@@ -1,6 +1,7 @@
-//! `POST /v1/trajectory/mean` and `POST /v1/trajectory/median`: smooth a
-//! trajectory (CSV or JSON points) with a sliding-window filter and answer with
-//! GeoJSON. Parsing and filtering are in `plaza-trajectory`; this module reads
+//! `POST /v1/trajectory/mean` and `POST /v1/trajectory/median` (also at
+//! `/trajectory/...`, the paths of source document 001's client): smooth a
+//! trajectory (CSV, JSON, GPX or GeoJSON) with a sliding-window filter and
+//! answer with GeoJSON. Parsing and filtering are in `plaza-trajectory`; this module reads
 //! the request, runs the CPU-bound work on the blocking pool and maps errors to
 //! the API's JSON error body.
 
@@ -14,7 +15,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{post, MethodRouter};
 use plaza_protocol::ErrorCode;
 use plaza_trajectory::{
-    apply, check_interval, parse_csv_bytes, parse_json, to_geojson, Filter, TrajectoryError,
+    apply, check_interval, parse_csv_bytes, parse_geojson, parse_gpx, parse_json, to_geojson,
+    CsvOptions, Filter, Track, TrajectoryError,
 };
 
 use crate::api_error::ApiError;
@@ -35,8 +37,10 @@ pub(crate) fn route(filter: Filter) -> MethodRouter<Arc<Node>> {
 /// How the body is encoded, from its `Content-Type`.
 #[derive(Clone, Copy)]
 enum Format {
-    Csv,
+    Csv(CsvOptions),
     Json,
+    Gpx,
+    GeoJson,
 }
 
 impl From<TrajectoryError> for ApiError {
@@ -58,7 +62,6 @@ async fn handle(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let format = format(&headers)?;
     let Query(params) = query.map_err(|r| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -66,6 +69,7 @@ async fn handle(
             r.body_text(),
         )
     })?;
+    let format = format(&headers, &params)?;
     let query_interval = query_interval(&params)?;
     let body = body.map_err(|r| {
         let status = r.status();
@@ -89,19 +93,44 @@ async fn handle(
     Ok(([(header::CONTENT_TYPE, GEOJSON)], geojson).into_response())
 }
 
-fn format(headers: &HeaderMap) -> Result<Format, ApiError> {
+fn format(headers: &HeaderMap, params: &[(String, String)]) -> Result<Format, ApiError> {
     let essence = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
         .map(|v| v.trim().to_ascii_lowercase());
-    match essence.as_deref() {
-        Some("text/csv" | "text/plain") => Ok(Format::Csv),
-        Some("application/json") => Ok(Format::Json),
-        _ => Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+    let format = match essence.as_deref() {
+        Some("text/csv" | "text/plain") => Format::Csv(CsvOptions {
+            delimiter: query_delimiter(params)?,
+        }),
+        Some("application/json") => Format::Json,
+        Some("application/gpx+xml" | "application/xml" | "text/xml") => Format::Gpx,
+        Some("application/geo+json") => Format::GeoJson,
+        _ => {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                ErrorCode::InvalidRequest,
+                "Content-Type must be text/csv, text/plain, application/json, application/gpx+xml or application/geo+json",
+            ))
+        }
+    };
+    Ok(format)
+}
+
+/// The query's `delimiter` for CSV: `,`, `;`, `tab` (or a tab), `|`; absent: detected.
+fn query_delimiter(params: &[(String, String)]) -> Result<Option<u8>, ApiError> {
+    let Some((_, raw)) = params.iter().find(|(k, _)| k == "delimiter") else {
+        return Ok(None);
+    };
+    match raw.as_str() {
+        "," => Ok(Some(b',')),
+        ";" => Ok(Some(b';')),
+        "tab" | "\t" => Ok(Some(b'\t')),
+        "|" => Ok(Some(b'|')),
+        other => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
             ErrorCode::InvalidRequest,
-            "Content-Type must be text/csv, text/plain or application/json",
+            format!("delimiter must be \",\", \";\", \"tab\" or \"|\", not {other:?}"),
         )),
     }
 }
@@ -132,12 +161,14 @@ fn run(
     query_interval: Option<u64>,
     body: &[u8],
 ) -> Result<Vec<u8>, ApiError> {
-    let (points, body_interval) = match format {
-        Format::Csv => (parse_csv_bytes(body)?, None),
+    let (track, body_interval): (Track, Option<u64>) = match format {
+        Format::Csv(options) => (parse_csv_bytes(body, options)?, None),
         Format::Json => {
             let r = parse_json(body)?;
-            (r.points, r.interval)
+            (r.track, r.interval)
         }
+        Format::Gpx => (parse_gpx(body)?, None),
+        Format::GeoJson => (parse_geojson(body)?, None),
     };
     let interval = match (query_interval, body_interval) {
         (Some(q), Some(b)) if q != b => {
@@ -149,8 +180,8 @@ fn run(
         (Some(i), _) | (None, Some(i)) => i,
         (None, None) => {
             let where_ = match format {
-                Format::Csv => "in the query (?interval=N)",
                 Format::Json => "in the query (?interval=N) or the body (\"interval\": N)",
+                _ => "in the query (?interval=N)",
             };
             return Err(TrajectoryError::InvalidInterval(format!(
                 "interval is missing: give it {where_}"
@@ -159,8 +190,8 @@ fn run(
         }
     };
     let w = check_interval(interval)?;
-    let filtered = apply(filter, &points, w)?;
-    serde_json::to_vec(&to_geojson(&filtered, filter, w)).map_err(|e| {
+    let filtered = apply(filter, &track.points, w)?;
+    serde_json::to_vec(&to_geojson(&filtered, track.timed, filter, w)).map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             ErrorCode::Internal,

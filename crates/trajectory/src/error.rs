@@ -10,13 +10,19 @@ pub enum TrajectoryError {
     InvalidCsv {
         /// The 1-based line number.
         line: usize,
-        /// The field (`timestamp`, `lat` or `lon`), when one field is at fault.
+        /// The field (`timestamp`, `lat` or `lon`, whatever the header called
+        /// it), when one field is at fault.
         field: Option<&'static str>,
         /// What is wrong.
         message: String,
     },
     /// The JSON body is malformed or a point is invalid (code `invalid_json`).
     InvalidJson(String),
+    /// The GPX document is malformed or a track point is invalid (code `invalid_gpx`).
+    InvalidGpx(String),
+    /// The GeoJSON document is malformed, not a single LineString, or a
+    /// position is invalid (code `invalid_geojson`).
+    InvalidGeojson(String),
     /// The interval is missing, not an integer, 0 or too large (code `invalid_interval`).
     InvalidInterval(String),
     /// The trajectory has no points (code `empty_trajectory`).
@@ -34,6 +40,8 @@ impl TrajectoryError {
         match self {
             TrajectoryError::InvalidCsv { .. } => "invalid_csv",
             TrajectoryError::InvalidJson(_) => "invalid_json",
+            TrajectoryError::InvalidGpx(_) => "invalid_gpx",
+            TrajectoryError::InvalidGeojson(_) => "invalid_geojson",
             TrajectoryError::InvalidInterval(_) => "invalid_interval",
             TrajectoryError::EmptyTrajectory => "empty_trajectory",
             TrajectoryError::TooManyPoints { .. } => "too_many_points",
@@ -71,7 +79,10 @@ impl fmt::Display for TrajectoryError {
                 field: None,
                 message,
             } => write!(f, "line {line}: {message}"),
-            TrajectoryError::InvalidJson(m) | TrajectoryError::InvalidInterval(m) => f.write_str(m),
+            TrajectoryError::InvalidJson(m)
+            | TrajectoryError::InvalidGpx(m)
+            | TrajectoryError::InvalidGeojson(m)
+            | TrajectoryError::InvalidInterval(m) => f.write_str(m),
             TrajectoryError::EmptyTrajectory => f.write_str("the trajectory has no points"),
             TrajectoryError::TooManyPoints { max } => {
                 write!(f, "the trajectory has more than {max} points")

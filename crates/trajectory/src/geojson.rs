@@ -13,27 +13,30 @@ const MAX_EXACT_INT: f64 = 9_007_199_254_740_992.0; // 2^53
 /// - `geometry`: a `LineString` of `[lon, lat]` positions (GeoJSON order), one
 ///   per point; a single point is a `Point` geometry instead, since a GeoJSON
 ///   `LineString` needs at least two positions.
-/// - `properties`: `timestamps` (one per position; integral values as JSON
-///   integers), `filter` (`"mean"` or `"median"`), `interval` (`w`) and
-///   `points` (the count).
-pub fn to_geojson(points: &[Point], filter: Filter, interval: usize) -> Value {
+/// - `properties`: `timestamps` (one per position, integral values as JSON
+///   integers; only when the input was `timed`: an untimed track has none),
+///   `filter` (`"mean"` or `"median"`), `interval` (`w`) and `points` (the
+///   count).
+pub fn to_geojson(points: &[Point], timed: bool, filter: Filter, interval: usize) -> Value {
     let positions: Vec<Value> = points.iter().map(|p| json!([p.lon, p.lat])).collect();
-    let timestamps: Vec<Value> = points.iter().map(|p| timestamp(p.t)).collect();
     let geometry = match positions.as_slice() {
         [one] => json!({"type": "Point", "coordinates": one}),
         _ => json!({"type": "LineString", "coordinates": positions}),
     };
+    let mut properties = serde_json::Map::new();
+    if timed {
+        let timestamps: Vec<Value> = points.iter().map(|p| timestamp(p.t)).collect();
+        properties.insert("timestamps".into(), Value::Array(timestamps));
+    }
+    properties.insert("filter".into(), json!(filter.as_str()));
+    properties.insert("interval".into(), json!(interval));
+    properties.insert("points".into(), json!(points.len()));
     json!({
         "type": "FeatureCollection",
         "features": [{
             "type": "Feature",
             "geometry": geometry,
-            "properties": {
-                "timestamps": timestamps,
-                "filter": filter.as_str(),
-                "interval": interval,
-                "points": points.len(),
-            },
+            "properties": properties,
         }],
     })
 }
@@ -65,7 +68,7 @@ mod tests {
             },
         ];
         assert_eq!(
-            to_geojson(&pts, Filter::Median, 3),
+            to_geojson(&pts, true, Filter::Median, 3),
             json!({
                 "type": "FeatureCollection",
                 "features": [{
@@ -90,6 +93,7 @@ mod tests {
                 lat: 1.0,
                 lon: 2.0,
             }],
+            true,
             Filter::Mean,
             1,
         );

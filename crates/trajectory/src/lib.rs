@@ -1,39 +1,58 @@
 //! Trajectory filtering, free of I/O.
 //!
-//! A trajectory is a list of [`Point`]s (timestamp, latitude, longitude) read
-//! from CSV ([`parse_csv`]) or JSON ([`parse_json`]). [`mean`] and [`median`]
-//! smooth latitude and longitude independently over a centered sliding window of
-//! `w` points (see [`window`] for the exact definition) and keep the
-//! timestamps; [`to_geojson`] renders the result as a GeoJSON
-//! `FeatureCollection` with one `LineString`.
+//! A trajectory is a [`Track`]: a list of [`Point`]s (time, latitude,
+//! longitude) read from the formats people's GPS data comes in — CSV with named
+//! columns ([`parse_csv`]), JSON points or CSV text in JSON ([`parse_json`]),
+//! GPX ([`parse_gpx`]) and GeoJSON ([`parse_geojson`]) — timed or not.
+//! [`mean`] and [`median`] smooth latitude and longitude independently over a
+//! centered sliding window of `w` points (see [`window`] for the exact
+//! definition) and keep the times; [`to_geojson`] renders the result as a
+//! GeoJSON `FeatureCollection` with one `LineString`.
 //!
 //! Every failure is a [`TrajectoryError`] with a stable [`code`](TrajectoryError::code)
 //! and a message naming where the input went wrong (line and field for CSV,
-//! point index and field for JSON).
+//! point index and field for JSON, GPX and GeoJSON).
 
+mod csv_input;
 mod error;
 mod filter;
 mod geojson;
-mod parse;
+mod geojson_input;
+mod gpx_input;
+mod json_input;
+mod values;
 
+pub use csv_input::{parse_csv, parse_csv_bytes, parse_csv_with, CsvOptions};
 pub use error::TrajectoryError;
 pub use filter::{apply, mean, median, window};
 pub use geojson::to_geojson;
-pub use parse::{
-    parse_csv, parse_csv_bytes, parse_csv_with_max, parse_json, parse_json_with_max, JsonRequest,
-};
+pub use geojson_input::{parse_geojson, parse_geojson_with_max};
+pub use gpx_input::{parse_gpx, parse_gpx_with_max};
+pub use json_input::{parse_json, parse_json_with_max, JsonRequest};
 
 /// The largest accepted window size (`interval`).
 pub const MAX_INTERVAL: usize = 10_000;
 
-/// The largest number of points [`parse_csv`] and [`parse_json`] accept.
+/// The largest number of points the parsers accept.
 pub const MAX_POINTS: usize = 1_000_000;
+
+/// A trajectory as read: its points, in order, and whether the input gave
+/// their times.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Track {
+    /// The points. In an untimed track, `t` is the point's index.
+    pub points: Vec<Point>,
+    /// Whether the points carry the input's times (the answer then lists
+    /// them); an input without times keeps the points' order.
+    pub timed: bool,
+}
 
 /// One trajectory point.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Point {
-    /// Timestamp, in whatever unit the input used (seconds or milliseconds); kept as given.
+    /// Time: a number as the input gave it (seconds or milliseconds), or Unix
+    /// milliseconds for date-times; the index in an untimed [`Track`].
     pub t: f64,
     /// Latitude in degrees, in [-90, 90].
     pub lat: f64,

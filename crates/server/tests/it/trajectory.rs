@@ -187,8 +187,8 @@ async fn bad_csv_rows_name_the_line_and_field() {
             "line 1, field timestamp: NaN is not a finite number",
         ),
         (
-            "time,latitude,longitude\n1,2,3\n",
-            "line 1: expected the header",
+            "when,north,east\n1,2,3\n",
+            "line 1: expected a header with latitude (lat, latitude) and longitude",
         ),
         (
             "1,2,3\n5,2,3\n4,2,3\n",
@@ -221,7 +221,7 @@ async fn bad_json_bodies() {
         ("  \n", "must be a JSON object"),
         ("{\"points\": [", "invalid JSON body"),
         ("[1, 2]", "must be a JSON object"),
-        ("{\"interval\": 3}", "missing field `points`"),
+        ("{\"interval\": 3}", "the body needs points"),
         ("{\"points\": [], \"extra\": 1}", "unknown field `extra`"),
         (
             "{\"points\": [{\"t\": 1, \"lat\": 0, \"lon\": 0, \"alt\": 5}]}",
@@ -354,7 +354,7 @@ async fn wrong_or_missing_content_type_is_415() {
     let url = "/v1/trajectory/median?interval=3";
     for ct in [
         None,
-        Some("application/xml"),
+        Some("application/pdf"),
         Some("text/html"),
         Some("application/x-www-form-urlencoded"),
     ] {
@@ -435,5 +435,155 @@ async fn protocol_doc_example_is_what_the_server_answers() {
     assert_eq!(
         v, expected,
         "the JSON example's answer differs from the doc"
+    );
+    // Source document 001's request shape, at the root path.
+    let untimed: Value = serde_json::from_str(&block("geojson untimed")).unwrap();
+    let (status, _, v) = s
+        .post_body("/trajectory/mean", JSON, block("json csv_data"))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v, untimed,
+        "the csv_data example's answer differs from the doc: {v}"
+    );
+}
+
+/// Source document 001's load-test client, as it sends: JSON with the CSV of a
+/// recorded track (`lat,long`, no time column) and the interval, to the
+/// filters at the server's root.
+#[tokio::test]
+async fn the_documents_client_request_is_answered_at_the_root() {
+    let s = TestServer::start().await;
+    let csv = "lat,long\n56.2568605075,10.0688809242\n56.2569,10.0690\n56.2570,10.0692\n";
+    let body = json!({"csv_data": csv, "interval": 10}).to_string();
+    for path in [
+        "/trajectory/mean",
+        "/trajectory/median",
+        "/v1/trajectory/mean",
+    ] {
+        let (status, ct, v) = s.post_body(path, JSON, body.clone()).await;
+        assert_eq!(status, 200, "{path}: {v}");
+        assert_eq!(ct, "application/geo+json");
+        let props = &v["features"][0]["properties"];
+        assert_eq!(props["points"], 3);
+        assert_eq!(props["interval"], 10);
+        assert!(
+            props.get("timestamps").is_none(),
+            "an untimed track has none: {v}"
+        );
+        assert_eq!(v["features"][0]["geometry"]["type"], "LineString");
+    }
+    // The same rows as text/csv, and semicolon-separated with the delimiter given.
+    let (status, _, csv_answer) = s.post_body("/trajectory/mean?interval=10", CSV, csv).await;
+    assert_eq!(status, 200, "{csv_answer}");
+    let (_, _, json_answer) = s.post_body("/trajectory/mean", JSON, body).await;
+    assert_eq!(csv_answer, json_answer);
+    let semi = csv.replace(',', ";");
+    let (status, _, semi_answer) = s
+        .post_body("/trajectory/mean?interval=10&delimiter=;", CSV, semi)
+        .await;
+    assert_eq!(status, 200, "{semi_answer}");
+    assert_eq!(semi_answer, csv_answer);
+    assert_error(
+        s.post_body("/trajectory/mean?interval=10&delimiter=x", CSV, csv)
+            .await,
+        400,
+        "invalid_request",
+        "delimiter must be",
+    );
+    // An error in csv_data names its line and field.
+    assert_error(
+        s.post_body(
+            "/trajectory/median",
+            JSON,
+            json!({"csv_data": "lat,long\n1,2\n3,east\n", "interval": 10}).to_string(),
+        )
+        .await,
+        400,
+        "invalid_csv",
+        "line 3, field lon: \"east\" is not a number",
+    );
+}
+
+#[tokio::test]
+async fn gpx_and_geojson_bodies_give_the_csv_answer() {
+    let s = TestServer::start().await;
+    let csv = "time,lat,lon\n2023-11-14T22:13:20Z,56.25,10.5\n2023-11-14T22:13:21Z,56.5,10.75\n2023-11-14T22:13:22Z,56.75,11\n";
+    let (status, _, expected) = s
+        .post_body("/v1/trajectory/median?interval=2", CSV, csv)
+        .await;
+    assert_eq!(status, 200, "{expected}");
+    assert_eq!(
+        expected["features"][0]["properties"]["timestamps"],
+        json!([
+            1_700_000_000_000u64,
+            1_700_000_001_000u64,
+            1_700_000_002_000u64
+        ])
+    );
+    let gpx = r#"<?xml version="1.0" encoding="UTF-8"?>
+<gpx version="1.1" creator="watch" xmlns="http://www.topografix.com/GPX/1/1">
+  <trk><trkseg>
+    <trkpt lat="56.25" lon="10.5"><time>2023-11-14T22:13:20Z</time></trkpt>
+    <trkpt lat="56.5" lon="10.75"><time>2023-11-14T22:13:21Z</time></trkpt>
+  </trkseg><trkseg>
+    <trkpt lat="56.75" lon="11"><time>2023-11-14T22:13:22Z</time></trkpt>
+  </trkseg></trk>
+</gpx>"#;
+    let (status, _, v) = s
+        .post_body(
+            "/v1/trajectory/median?interval=2",
+            Some("application/gpx+xml"),
+            gpx,
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v, expected);
+    // The answer itself reads back as GeoJSON input.
+    let (status, _, v) = s
+        .post_body(
+            "/v1/trajectory/median?interval=1",
+            Some("application/geo+json"),
+            expected.to_string(),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["features"][0]["geometry"],
+        expected["features"][0]["geometry"]
+    );
+    // Errors of each format keep their own code.
+    assert_error(
+        s.post_body(
+            "/v1/trajectory/mean?interval=2",
+            Some("application/gpx+xml"),
+            "<gpx version=\"1.1\" creator=\"x\"><wpt lat=\"1\" lon=\"2\"/></gpx>",
+        )
+        .await,
+        400,
+        "empty_trajectory",
+        "no points",
+    );
+    assert_error(
+        s.post_body(
+            "/v1/trajectory/mean?interval=2",
+            Some("application/gpx+xml"),
+            "<gpx",
+        )
+        .await,
+        400,
+        "invalid_gpx",
+        "invalid GPX",
+    );
+    assert_error(
+        s.post_body(
+            "/v1/trajectory/mean?interval=2",
+            Some("application/geo+json"),
+            r#"{"type": "Point", "coordinates": [1, 2]}"#,
+        )
+        .await,
+        400,
+        "invalid_geojson",
+        "must be a LineString",
     );
 }
