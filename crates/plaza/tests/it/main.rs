@@ -9,3 +9,4 @@ mod binary;
 mod cluster;
 mod cluster_quota;
 mod launch;
+mod trajectory_lb;
