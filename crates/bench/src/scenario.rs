@@ -594,6 +594,9 @@ expect: { latency_mean_ms: 100, error_rate: 0.01 }
         let mut seen = 0;
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "yaml") {
+                continue; // tools/
+            }
             let yaml = std::fs::read_to_string(&path).unwrap();
             let s =
                 Scenario::parse(&yaml, &[]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -679,6 +682,24 @@ expect: { latency_mean_ms: 100, error_rate: 0.01 }
         };
         assert!(!load("trajectory-http.yaml").joins());
         assert!(load("room-broadcast.yaml").joins());
+        // Source document 001's request shape: a 300-point `lat,long` track as csv_data.
+        let doc = load("trajectory-http-document.yaml");
+        assert!(!doc.joins());
+        let mut bodies = 0;
+        for flow in &doc.flows {
+            let Step::Loop { steps, .. } = &flow.steps[0] else {
+                panic!("{}: a loop of calls", flow.name)
+            };
+            let Step::Http { path, body, .. } = &steps[0] else {
+                panic!("{}: an HTTP call", flow.name)
+            };
+            assert_eq!(path, &format!("/trajectory/{}", flow.name));
+            let csv = body.as_ref().unwrap()["csv_data"].as_str().unwrap();
+            assert!(csv.starts_with("lat,long\n"), "{csv:.40}");
+            assert_eq!(csv.lines().count(), 301);
+            bodies += 1;
+        }
+        assert_eq!(bodies, 2);
         assert!(load("explorviz-crossplatform.yaml").joins());
     }
 
