@@ -436,6 +436,26 @@ async fn protocol_doc_example_is_what_the_server_answers() {
         v, expected,
         "the JSON example's answer differs from the doc"
     );
+    // The GPX example: the same positions, times in Unix milliseconds.
+    let (status, _, v) = s
+        .post_body(
+            "/v1/trajectory/median?interval=3",
+            Some("application/gpx+xml"),
+            block("xml gpx"),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["features"][0]["geometry"], expected["features"][0]["geometry"],
+        "the GPX example's positions differ from the CSV example's"
+    );
+    let seconds = expected["features"][0]["properties"]["timestamps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| json!(t.as_u64().unwrap() * 1000))
+        .collect::<Vec<_>>();
+    assert_eq!(v["features"][0]["properties"]["timestamps"], json!(seconds));
     // Source document 001's request shape, at the root path.
     let untimed: Value = serde_json::from_str(&block("geojson untimed")).unwrap();
     let (status, _, v) = s
