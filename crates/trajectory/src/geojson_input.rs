@@ -41,9 +41,11 @@ pub fn parse_geojson_with_max(body: &[u8], max_points: usize) -> Result<Track, T
             let mut features = c.features.into_iter();
             match (features.next(), count) {
                 (Some(f), 1) => (f.geometry, f.properties),
-                _ => return Err(invalid(format!(
+                _ => {
+                    return Err(invalid(format!(
                     "a FeatureCollection must hold exactly one feature (a LineString), not {count}"
-                ))),
+                )))
+                }
             }
         }
     };

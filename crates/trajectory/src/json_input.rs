@@ -102,9 +102,11 @@ fn points_track(raw: Vec<RawPoint>, max_points: usize) -> Result<Track, Trajecto
         let t = match (p.t, timed) {
             (Some(t), true) => t,
             (None, false) => i as f64,
-            (None, true) => return Err(TrajectoryError::InvalidJson(format!(
+            (None, true) => {
+                return Err(TrajectoryError::InvalidJson(format!(
                 "points[{i}].t: missing, but points[0] has one (give t to every point or to none)"
-            ))),
+            )))
+            }
             (Some(_), false) => {
                 return Err(TrajectoryError::InvalidJson(format!(
                     "points[{i}].t: points[0] has none (give t to every point or to none)"
