@@ -19,6 +19,7 @@ mod rate;
 mod room;
 mod room_config;
 mod room_state;
+pub mod spatial;
 mod tickets;
 
 pub use entities::{Entity, EntityStore};

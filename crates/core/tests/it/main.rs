@@ -11,3 +11,4 @@ mod replica;
 mod requests;
 mod resume;
 mod room_ordering;
+mod spatial;

@@ -1,0 +1,272 @@
+//! Spatial rooms against brute force: the grid against a pass over every
+//! point, and the space's proximity and interest decisions against a model
+//! that checks every pair at every evaluation.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use plaza_core::spatial::{Movement, PairState, Space, SpaceConfig, SpaceEvent, SpatialGrid, Vec2};
+use plaza_core::Millis;
+use proptest::prelude::*;
+
+const SESSIONS: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
+
+#[derive(Debug, Clone)]
+enum Op {
+    Join(usize, f64, f64),
+    MoveTo(usize, f64, f64, f64),
+    Jump(usize, f64, f64),
+    Leave(usize),
+    Advance(u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let coord = -200.0f64..2200.0;
+    prop_oneof![
+        (0..SESSIONS.len(), coord.clone(), coord.clone()).prop_map(|(s, x, y)| Op::Join(s, x, y)),
+        (
+            0..SESSIONS.len(),
+            coord.clone(),
+            coord.clone(),
+            5.0f64..800.0
+        )
+            .prop_map(|(s, x, y, v)| Op::MoveTo(s, x, y, v)),
+        (0..SESSIONS.len(), coord.clone(), coord).prop_map(|(s, x, y)| Op::Jump(s, x, y)),
+        (0..SESSIONS.len()).prop_map(Op::Leave),
+        (0u64..3_000).prop_map(Op::Advance),
+        (0u64..300).prop_map(Op::Advance),
+    ]
+}
+
+/// Every pair, every evaluation: the rules without an index.
+struct Model {
+    config: SpaceConfig,
+    movements: BTreeMap<String, Movement>,
+    pairs: BTreeMap<(String, String), PairState>,
+    interest: BTreeSet<(String, String)>,
+    next_pair: u64,
+}
+
+impl Model {
+    fn new(config: SpaceConfig) -> Model {
+        Model {
+            config,
+            movements: BTreeMap::new(),
+            pairs: BTreeMap::new(),
+            interest: BTreeSet::new(),
+            next_pair: 1,
+        }
+    }
+
+    fn evaluate(&mut self, now: Millis) -> Vec<SpaceEvent> {
+        let c = &self.config;
+        let (r, leave_r) = (c.proximity_radius, c.proximity_radius * c.hysteresis);
+        let (aoi, aoi_leave) = (c.aoi_radius, c.aoi_radius * c.hysteresis);
+        let dwell = c.min_dwell_ms;
+        let mut events = Vec::new();
+        let ids: Vec<&String> = self.movements.keys().collect();
+        let mut pairs = Vec::new();
+        for (i, a) in ids.iter().enumerate() {
+            for b in &ids[i + 1..] {
+                let pa = self.movements[*a].position_at(now);
+                let pb = self.movements[*b].position_at(now);
+                pairs.push(((*a).clone(), (*b).clone(), pa.distance(pb)));
+            }
+        }
+        for (a, b, d) in &pairs {
+            let (a, b, d) = (a.clone(), b.clone(), *d);
+            let key = (a.clone(), b.clone());
+            match self.pairs.get(&key).copied() {
+                Some(PairState::In { id, since }) => {
+                    if d > leave_r && now >= since + dwell {
+                        self.pairs.insert(key, PairState::Out { since: now });
+                        events.push(SpaceEvent::ProximityLeave { pair: id, a, b });
+                    }
+                }
+                Some(PairState::Out { since }) if now < since + dwell => {}
+                _ => {
+                    if d <= r {
+                        let id = self.next_pair;
+                        self.next_pair += 1;
+                        self.pairs.insert(key, PairState::In { id, since: now });
+                        events.push(SpaceEvent::ProximityEnter { pair: id, a, b });
+                    }
+                }
+            }
+        }
+        for (a, b, d) in pairs {
+            let key = (a.clone(), b.clone());
+            let in_call = matches!(self.pairs.get(&key), Some(PairState::In { .. }));
+            if self.interest.contains(&key) && d > aoi_leave && !in_call {
+                self.interest.remove(&key);
+                events.push(SpaceEvent::InterestLeave { a, b });
+            } else if !self.interest.contains(&key) && d <= aoi {
+                self.interest.insert(key);
+                events.push(SpaceEvent::InterestEnter { a, b });
+            }
+        }
+        events.sort();
+        events
+    }
+
+    fn leave(&mut self, s: &str) -> Vec<SpaceEvent> {
+        if self.movements.remove(s).is_none() {
+            return Vec::new();
+        }
+        let mut events = Vec::new();
+        let keys: Vec<(String, String)> = self
+            .pairs
+            .keys()
+            .filter(|(a, b)| a == s || b == s)
+            .cloned()
+            .collect();
+        for (a, b) in keys {
+            if let Some(PairState::In { id, .. }) = self.pairs.remove(&(a.clone(), b.clone())) {
+                events.push(SpaceEvent::ProximityLeave { pair: id, a, b });
+            }
+        }
+        let seen: Vec<(String, String)> = self
+            .interest
+            .iter()
+            .filter(|(a, b)| a == s || b == s)
+            .cloned()
+            .collect();
+        for (a, b) in seen {
+            self.interest.remove(&(a.clone(), b.clone()));
+            events.push(SpaceEvent::InterestLeave { a, b });
+        }
+        events.sort();
+        events
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn the_space_decides_what_every_pair_checked_by_hand_decides(ops in prop::collection::vec(op(), 1..80)) {
+        let config = SpaceConfig::default();
+        let mut space = Space::new(config.clone());
+        let mut model = Model::new(config.clone());
+        let mut now: Millis = 1_000_000;
+        // The last change of each pair, to check the dwell.
+        let mut changed: BTreeMap<(String, String), Millis> = BTreeMap::new();
+        for op in ops {
+            let (events, left) = match op {
+                Op::Join(s, x, y) => {
+                    let s = SESSIONS[s];
+                    if space.movements().contains_key(s) {
+                        continue;
+                    }
+                    let joined = space.join(s, Vec2::new(x, y), now);
+                    prop_assert_eq!(joined.clamped, !(0.0..=2000.0).contains(&x) || !(0.0..=2000.0).contains(&y));
+                    model.movements.insert(s.to_owned(), joined.movement);
+                    (joined.events, None)
+                }
+                Op::MoveTo(s, x, y, v) => {
+                    let s = SESSIONS[s];
+                    match space.move_to(s, Vec2::new(x, y), v, now) {
+                        Ok(moved) => {
+                            let m = moved.movement;
+                            prop_assert!((0.0..=2000.0).contains(&m.to.x) && (0.0..=2000.0).contains(&m.to.y));
+                            prop_assert_eq!(m.from, model.movements[s].position_at(now));
+                            model.movements.insert(s.to_owned(), m);
+                            (moved.events, None)
+                        }
+                        Err(_) => {
+                            prop_assert!(!model.movements.contains_key(s));
+                            continue;
+                        }
+                    }
+                }
+                Op::Jump(s, x, y) => {
+                    let s = SESSIONS[s];
+                    match space.jump(s, Vec2::new(x, y), now) {
+                        Ok(moved) => {
+                            model.movements.insert(s.to_owned(), moved.movement);
+                            (moved.events, None)
+                        }
+                        Err(_) => continue,
+                    }
+                }
+                Op::Leave(s) => {
+                    let s = SESSIONS[s];
+                    let events = space.leave(s);
+                    prop_assert_eq!(&events, &model.leave(s));
+                    (events, Some(s))
+                }
+                Op::Advance(dt) => {
+                    // Never past a deadline the space asked for: the room wakes it then.
+                    let next = space.next_deadline(now).map_or(now + dt, |d| d.min(now + dt));
+                    now = next.max(now);
+                    (space.tick(now), None)
+                }
+            };
+            if left.is_none() {
+                let expected = model.evaluate(now);
+                prop_assert_eq!(&events, &expected, "at {}", now);
+            }
+            for e in &events {
+                match e {
+                    SpaceEvent::ProximityEnter { a, b, .. } => {
+                        prop_assert!(a < b, "the initiator is the smaller id");
+                        let pa = space.position(a, now).unwrap();
+                        let pb = space.position(b, now).unwrap();
+                        prop_assert!(pa.distance(pb) <= config.proximity_radius);
+                        if let Some(t) = changed.get(&(a.clone(), b.clone())) {
+                            prop_assert!(now >= t + config.min_dwell_ms, "re-entered too soon");
+                        }
+                        changed.insert((a.clone(), b.clone()), now);
+                    }
+                    SpaceEvent::ProximityLeave { a, b, .. } => {
+                        if left.is_none() {
+                            let pa = space.position(a, now).unwrap();
+                            let pb = space.position(b, now).unwrap();
+                            prop_assert!(pa.distance(pb) > config.proximity_radius * config.hysteresis);
+                            let t = changed[&(a.clone(), b.clone())];
+                            prop_assert!(now >= t + config.min_dwell_ms, "left too soon");
+                            changed.insert((a.clone(), b.clone()), now);
+                        } else {
+                            // A member who left takes its pairs along, and they start afresh.
+                            changed.remove(&(a.clone(), b.clone()));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            // A pair in proximity is always in each other's area of interest.
+            for ((a, b), _) in space.pairs_in_proximity() {
+                prop_assert!(space.sees(a, b));
+            }
+        }
+    }
+
+    #[test]
+    fn the_grid_finds_exactly_what_a_pass_over_every_point_finds(
+        points in prop::collection::vec((-500.0f64..3000.0, -500.0f64..3000.0), 0..60),
+        moves in prop::collection::vec((0usize..60, -500.0f64..3000.0, -500.0f64..3000.0), 0..30),
+        queries in prop::collection::vec((-500.0f64..3000.0, -500.0f64..3000.0, 0.0f64..1500.0), 1..20),
+        cell in 50.0f64..800.0,
+    ) {
+        let mut grid = SpatialGrid::new(cell);
+        let mut at: BTreeMap<usize, Vec2> = BTreeMap::new();
+        for (i, (x, y)) in points.iter().enumerate() {
+            grid.place(i, Vec2::new(*x, *y));
+            at.insert(i, Vec2::new(*x, *y));
+        }
+        for (i, x, y) in moves {
+            if i % 7 == 0 {
+                prop_assert_eq!(grid.remove(&i), at.remove(&i).is_some());
+            } else if at.contains_key(&i) {
+                grid.place(i, Vec2::new(x, y));
+                at.insert(i, Vec2::new(x, y));
+            }
+        }
+        prop_assert_eq!(grid.len(), at.len());
+        for (x, y, r) in queries {
+            let p = Vec2::new(x, y);
+            let found: Vec<usize> = grid.within(p, r).into_iter().copied().collect();
+            let brute: Vec<usize> = at.iter().filter(|(_, q)| q.distance_sq(p) <= r * r).map(|(k, _)| *k).collect();
+            prop_assert_eq!(found, brute);
+        }
+    }
+}
