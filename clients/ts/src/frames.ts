@@ -49,6 +49,8 @@ export interface JoinedFrame {
   channels: string[];
   resumed: boolean;
   reason?: 'history_truncated' | 'session_expired' | 'epoch_changed' | (string & {});
+  /** Spatial rooms only. */
+  space?: SpaceSnapshot;
 }
 
 /** Fields common to every sequenced room event. */
@@ -96,8 +98,51 @@ export type LockEvent =
       reason: string;
     });
 
+/** A point of a spatial room's plane, `[x, y]`. */
+export type Point = [number, number];
+
+/**
+ * A member's movement in a spatial room: from `from` at `t0` (Unix ms) towards `to` at `speed`
+ * units per second, then standing at `to`. See {@link positionAt}.
+ */
+export interface Movement {
+  from: Point;
+  to: Point;
+  t0: number;
+  speed: number;
+}
+
+/** Spatial room events (docs/protocol.md, "Spatial rooms"). */
+export type SpaceEvent =
+  | (EventBase & { kind: 'space.moved'; session: string; movement: Movement })
+  | (EventBase & { kind: 'interest.enter'; a: string; b: string; movements: { [session: string]: Movement } })
+  | (EventBase & { kind: 'interest.leave'; a: string; b: string })
+  | (EventBase & { kind: 'proximity.enter'; pair: number; a: string; b: string; initiator: string })
+  | (EventBase & { kind: 'proximity.leave'; pair: number; a: string; b: string });
+
+/** A pair in proximity, as `joined` lists it. */
+export interface ProximityPair {
+  pair: number;
+  a: string;
+  b: string;
+  initiator: string;
+}
+
+/** The `space` of a spatial room's `joined`: settings, movements, this member's pairs. */
+export interface SpaceSnapshot {
+  width: number;
+  height: number;
+  proximity_radius: number;
+  hysteresis: number;
+  min_dwell_ms: number;
+  aoi_radius: number;
+  tick_ms: number;
+  movements: { [session: string]: Movement };
+  pairs: ProximityPair[];
+}
+
 /** Any sequenced room event. */
-export type RoomEvent = MessageEvent | PresenceEvent | EntityEvent | LockEvent;
+export type RoomEvent = MessageEvent | PresenceEvent | EntityEvent | LockEvent | SpaceEvent;
 
 /** A direct message from one session. Not sequenced. */
 export interface DirectFrame {

@@ -15,6 +15,7 @@ export type {
   RoomClosed,
   RoomEvents,
 } from './room-options.js';
+export { positionAt } from './space.js';
 export { RoomReplica, merge, type PendingChange, type ReplicaChange, type ReplicaEvents } from './replica.js';
 export { PlazaError, SERVER_ERROR_CODES, type PlazaErrorCode, type ServerErrorCode } from './errors.js';
 export { backoffDelay, type BackoffOptions } from './backoff.js';

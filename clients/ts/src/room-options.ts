@@ -12,6 +12,7 @@ import type {
   PresenceEvent,
   RoomEvent,
   Snapshot,
+  SpaceEvent,
 } from './frames.js';
 
 /** How to join a room. */
@@ -109,6 +110,9 @@ export type RoomEvents = {
   presence: [PresenceEvent];
   entity: [EntityEvent];
   lock: [LockEvent];
+  /** Spatial rooms: `space.moved`, `interest.*` and `proximity.*` events (already applied to
+   * {@link RoomHandle.positionOf} and {@link RoomHandle.proximityPairs}). */
+  space: [SpaceEvent];
   direct: [DirectFrame];
   /** The member list changed (join, resync, presence): the new list. */
   members: [readonly Member[]];

@@ -14,16 +14,21 @@ import type {
   LockEvent,
   Member,
   MessageEvent,
+  Movement,
+  Point,
   PresenceEvent,
+  ProximityPair,
   ResponseFrame,
   RoomEvent,
   ServerFrame,
   Snapshot,
+  SpaceEvent,
 } from './frames.js';
 import { newMessageId } from './ids.js';
 import { UnackedPublishes, type PublishFrame } from './publishes.js';
 import { PendingRequests } from './requests.js';
 import { RoomReplica, type PendingChange } from './replica.js';
+import { positionAt, SpaceView } from './space.js';
 import type {
   EntityOptions,
   JoinOptions,
@@ -68,6 +73,8 @@ export class RoomHandle extends Emitter<RoomEvents> {
   private lastSnapshot: Snapshot | undefined;
   /** The local replica of the room's state. */
   readonly state = new RoomReplica();
+  /** Spatial rooms: the movements and pairs this member knows. */
+  private readonly spaceView = new SpaceView();
   /** Optimistically created entities (temporary id) → their server id, once known. */
   private readonly createdIds = new Map<string, Promise<string>>();
   private tempCounter = 0;
@@ -277,6 +284,48 @@ export class RoomHandle extends Emitter<RoomEvents> {
   /** Unsubscribes this session from a channel (`main` too); resolves with its channels afterwards. */
   unsubscribe(channel: string, options: RequestOptions = {}): Promise<readonly string[]> {
     return this.channelRequest('channel.unsubscribe', channel, options);
+  }
+
+  /**
+   * Spatial rooms: walks towards `to` at `speed` units per second. Resolves with the movement the
+   * server stored (its target clamped into the plane); others see it as a `space.moved` event.
+   */
+  async moveTo(to: Point, speed: number, options: RequestOptions = {}): Promise<Movement> {
+    const r = await this.requestWith<{ movement: Movement }>('space.move', { to, speed }, options, {
+      ok: (result) => this.ownMovement(result.movement),
+    });
+    return r.movement;
+  }
+
+  /** Spatial rooms: be at `to` at once (a teleport). Resolves with the stored movement. */
+  async jumpTo(to: Point, options: RequestOptions = {}): Promise<Movement> {
+    const r = await this.requestWith<{ movement: Movement }>('space.jump', { to }, options, {
+      ok: (result) => this.ownMovement(result.movement),
+    });
+    return r.movement;
+  }
+
+  /**
+   * Spatial rooms: where `session` is at `t` (Unix ms, default now), interpolated from its last
+   * movement; undefined for a member this one does not see.
+   */
+  positionOf(session: string, t: number = Date.now()): Point | undefined {
+    const m = this.spaceView.movements.get(session);
+    return m && positionAt(m, t);
+  }
+
+  /** Spatial rooms: the movements this member knows (its own and those of members it sees). */
+  get movements(): ReadonlyMap<string, Movement> {
+    return this.spaceView.movements;
+  }
+
+  /** Spatial rooms: the pairs in proximity this member is in, by pair id. */
+  get proximityPairs(): ReadonlyMap<number, ProximityPair> {
+    return this.spaceView.pairs;
+  }
+
+  private ownMovement(m: Movement): void {
+    if (this.sessionId !== undefined) this.spaceView.movements.set(this.sessionId, m);
   }
 
   private channelRequest(op: string, channel: string, options: RequestOptions): Promise<readonly string[]> {
@@ -528,6 +577,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
       this.lastSnapshot = frame.snapshot;
       this.state._reset(frame.snapshot);
     }
+    if (frame.space) this.spaceView.reset(frame.space);
     this.status = 'live';
     // What waited goes first, so that what listeners send below cannot overtake it.
     // Unacknowledged publishes go again, with their ids: the server orders each id once.
@@ -552,6 +602,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
       this.memberList = this.memberList.filter((m) => m.session !== frame.session);
     }
     this.state._applyEvent(frame);
+    if (isSpaceEvent(frame)) this.spaceView.apply(frame, this.sessionId);
     if (frame.kind === 'presence.join' || frame.kind === 'presence.leave') this.emit('members', this.memberList);
     this.transport.dispatch(this.room, frame);
     this.emit('event', frame);
@@ -559,6 +610,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
     else if (frame.kind.startsWith('presence.')) this.emit('presence', frame as PresenceEvent);
     else if (frame.kind.startsWith('entity.')) this.emit('entity', frame as EntityEvent);
     else if (frame.kind.startsWith('lock.')) this.emit('lock', frame as LockEvent);
+    else if (isSpaceEvent(frame)) this.emit('space', frame);
   }
 
   private onAck(frame: AckFrame): void {
@@ -629,4 +681,8 @@ export class RoomHandle extends Emitter<RoomEvents> {
   private endedError(): PlazaError {
     return new PlazaError('closed', `room ${this.room} is no longer joined`);
   }
+}
+
+function isSpaceEvent(e: RoomEvent): e is SpaceEvent {
+  return e.kind === 'space.moved' || e.kind.startsWith('interest.') || e.kind.startsWith('proximity.');
 }

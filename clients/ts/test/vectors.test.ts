@@ -14,6 +14,8 @@ import {
   SERVER_ERROR_CODES,
   type ClientFrame,
   type Json,
+  type Movement,
+  type Point,
   type RoomHandle,
   type WebSocketLike,
 } from '../src/index.js';
@@ -240,6 +242,8 @@ const requestCalls: { [op: string]: (room: RoomHandle, args: { [key: string]: Js
   'lock.release': (room, a) => room.releaseLock(a['object'] as string),
   'channel.subscribe': (room, a) => room.subscribe(a['channel'] as string),
   'channel.unsubscribe': (room, a) => room.unsubscribe(a['channel'] as string),
+  'space.move': (room, a) => room.moveTo(a['to'] as Point, a['speed'] as number),
+  'space.jump': (room, a) => room.jumpTo(a['to'] as Point),
 };
 
 describe('client frames', () => {
@@ -358,6 +362,17 @@ async function checkEvent(f: { [key: string]: Json }): Promise<void> {
   if (kind === 'presence.leave') {
     socket.deliver({ ...vector('server', 'event-presence-join'), seq: (f['seq'] as number) - 1, member: { session: f['session']!, name: 'x', platform: 'browser' } });
   }
+  if (kind === 'interest.leave') {
+    const movement = { from: [1, 1], to: [1, 1], t0: 0, speed: 0 };
+    socket.deliver({
+      ...vector('server', 'event-interest-enter'),
+      seq: (f['seq'] as number) - 1,
+      movements: { [f['a'] as string]: movement, [f['b'] as string]: movement },
+    });
+  }
+  if (kind === 'proximity.leave') {
+    socket.deliver({ ...vector('server', 'event-proximity-enter'), seq: (f['seq'] as number) - 1, pair: f['pair']! });
+  }
   if (kind === 'lock.released') {
     socket.deliver({
       ...vector('server', 'event-lock-acquired'),
@@ -395,6 +410,35 @@ async function checkEvent(f: { [key: string]: Json }): Promise<void> {
     case 'lock.released':
       expect(room.state.lock(f['object'] as string)).toBeUndefined();
       break;
+    case 'space.moved': {
+      const m = f['movement'] as unknown as Movement;
+      expect(room.movements.get(f['session'] as string)).toEqual(m);
+      expect(room.positionOf(f['session'] as string, m.t0)).toEqual(m.from);
+      expect(room.positionOf(f['session'] as string, m.t0 + 3_600_000)).toEqual(m.to);
+      break;
+    }
+    case 'interest.enter':
+      for (const [session, m] of Object.entries(f['movements'] as { [s: string]: Json })) {
+        expect(room.movements.get(session)).toEqual(m);
+      }
+      break;
+    case 'interest.leave': {
+      // The joined member is one of the pair: it stops tracking the other.
+      const other = f['a'] === room.session ? (f['b'] as string) : (f['a'] as string);
+      expect(room.movements.has(other)).toBe(false);
+      break;
+    }
+    case 'proximity.enter':
+      expect(room.proximityPairs.get(f['pair'] as number)).toEqual({
+        pair: f['pair'],
+        a: f['a'],
+        b: f['b'],
+        initiator: f['initiator'],
+      });
+      break;
+    case 'proximity.leave':
+      expect(room.proximityPairs.has(f['pair'] as number)).toBe(false);
+      break;
     default:
       throw new Error(`the client has no handling for event kind ${kind}`);
   }
@@ -419,6 +463,10 @@ async function checkResponse(name: string, f: { [key: string]: Json }): Promise<
   if ('entity' in result && op !== 'entity.delete') expect(value).toEqual(result['entity']);
   if ('lock' in result) expect(value).toEqual(result['lock']);
   if ('channels' in result) expect(value).toEqual(result['channels']);
+  if ('movement' in result) {
+    expect(value).toEqual(result['movement']);
+    expect(room.movements.get(room.session!)).toEqual(result['movement']);
+  }
   if (typeof result['seq'] === 'number') expect(room.lastSeq).toBe(result['seq']);
 }
 

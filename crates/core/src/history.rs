@@ -37,9 +37,33 @@ pub struct HistoryEntry {
     /// The seq this message answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<u64>,
+    /// Who among the members gets it: everyone (subject to `channel`), or
+    /// only some (spatial rooms).
+    #[serde(default, skip_serializing_if = "Scope::is_all")]
+    pub scope: Scope,
     /// The `event` frame as sent on the wire.
     #[serde(with = "frame_bytes")]
     pub frame: Bytes,
+}
+
+/// Which members an event is for.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// Every member (subject to the channel).
+    #[default]
+    All,
+    /// The members whose area of interest holds its sender (spatial rooms).
+    Near,
+    /// These sessions only.
+    Only(Vec<String>),
+}
+
+impl Scope {
+    /// Whether it is [`Scope::All`].
+    pub fn is_all(&self) -> bool {
+        *self == Scope::All
+    }
 }
 
 /// Serde for a frame: opaque bytes that must come back identical.
@@ -196,6 +220,7 @@ mod tests {
             replay_to_sender: false,
             topic: None,
             reply_to: None,
+            scope: Scope::All,
             frame: Bytes::new(),
         })
     }

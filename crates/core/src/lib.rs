@@ -24,7 +24,7 @@ mod tickets;
 
 pub use entities::{Entity, EntityStore};
 pub use error::RoomError;
-pub use history::{HistoryEntry, RoomLog};
+pub use history::{HistoryEntry, RoomLog, Scope};
 pub use locks::{LockLease, LockTable};
 pub use rate::TokenBucket;
 pub use room::{

@@ -22,7 +22,7 @@ pub enum Access {
 ///
 /// Serializable as part of a [`RoomState`]: every field is required, since a
 /// replica whose limits silently defaulted would diverge from the others.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoomConfig {
     /// Events kept for resume.
     pub history_size: usize,
@@ -45,6 +45,9 @@ pub struct RoomConfig {
     /// rooms, where every join would otherwise reach every member (O(n²)
     /// events) and every `joined` would list every member.
     pub presence: bool,
+    /// A spatial room: its plane and distances (absent: no space).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space: Option<crate::spatial::SpaceConfig>,
 }
 
 impl Default for RoomConfig {
@@ -59,6 +62,7 @@ impl Default for RoomConfig {
             dedup_window: 256,
             max_channels: 32,
             presence: true,
+            space: None,
         }
     }
 }

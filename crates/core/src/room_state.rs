@@ -50,6 +50,9 @@ pub struct RoomState {
     pub locks: LockTable,
     /// Every session, connected or resumable, ordered by session id.
     pub members: Vec<MemberState>,
+    /// A spatial room's members in its plane (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space: Option<crate::spatial::RoomSpaceState>,
 }
 
 /// One session of a [`RoomState`].
@@ -200,6 +203,11 @@ mod tests {
             replay_to_sender: seq == 3,
             topic: None,
             reply_to: Some(u64::MAX - 1),
+            scope: if seq == 4 {
+                crate::Scope::Only(vec!["s1".into()])
+            } else {
+                crate::Scope::All
+            },
             frame: Bytes::copy_from_slice(frame),
         })
     }
@@ -217,6 +225,7 @@ mod tests {
             entities: EntityStore::default(),
             locks: LockTable::default(),
             members: Vec::new(),
+            space: None,
         }
     }
 

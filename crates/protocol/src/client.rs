@@ -286,6 +286,19 @@ pub enum Op {
         /// Channel name.
         channel: String,
     },
+    /// `space.move {to: [x, y], speed}`: walk towards `to` at `speed` units
+    /// per second (spatial rooms).
+    SpaceMove {
+        /// Target `[x, y]`, clamped into the plane.
+        to: [f64; 2],
+        /// Units per second, positive.
+        speed: f64,
+    },
+    /// `space.jump {to: [x, y]}`: be at `to` at once (a teleport).
+    SpaceJump {
+        /// Where, clamped into the plane.
+        to: [f64; 2],
+    },
 }
 
 /// Every operation name, in documentation order.
@@ -299,6 +312,8 @@ pub const OPS: &[&str] = &[
     "lock.release",
     "channel.subscribe",
     "channel.unsubscribe",
+    "space.move",
+    "space.jump",
 ];
 
 impl Request {
@@ -351,6 +366,17 @@ impl Request {
         #[serde(deny_unknown_fields)]
         struct Channel {
             channel: String,
+        }
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Move {
+            to: [f64; 2],
+            speed: f64,
+        }
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Jump {
+            to: [f64; 2],
         }
         fn args<'a, T: Deserialize<'a>>(
             op: &str,
@@ -429,6 +455,17 @@ impl Request {
             "channel.unsubscribe" => {
                 let c: Channel = args(op, a)?;
                 Op::ChannelUnsubscribe { channel: c.channel }
+            }
+            "space.move" => {
+                let m: Move = args(op, a)?;
+                Op::SpaceMove {
+                    to: m.to,
+                    speed: m.speed,
+                }
+            }
+            "space.jump" => {
+                let j: Jump = args(op, a)?;
+                Op::SpaceJump { to: j.to }
             }
             other => {
                 return Err((ErrorCode::UnknownOp, format!("unknown op {other:?}")));

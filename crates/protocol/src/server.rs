@@ -170,6 +170,55 @@ pub enum EventBody {
         /// Why it ended.
         reason: UnlockReason,
     },
+    /// A member of a spatial room started a movement (told to the members
+    /// whose area of interest holds it).
+    #[serde(rename = "space.moved")]
+    SpaceMoved {
+        /// The member.
+        session: String,
+        /// `{from: [x, y], to: [x, y], t0, speed}`.
+        movement: serde_json::Value,
+    },
+    /// `a` and `b` now see each other (told to both), with both movements.
+    #[serde(rename = "interest.enter")]
+    InterestEnter {
+        /// The member with the smaller session id.
+        a: String,
+        /// The other.
+        b: String,
+        /// Both members' movements, by session id.
+        movements: serde_json::Value,
+    },
+    /// `a` and `b` no longer see each other (told to both).
+    #[serde(rename = "interest.leave")]
+    InterestLeave {
+        /// The member with the smaller session id.
+        a: String,
+        /// The other.
+        b: String,
+    },
+    /// `a` and `b` came into proximity (told to both): `initiator` starts the call.
+    #[serde(rename = "proximity.enter")]
+    ProximityEnter {
+        /// The pair's id, the same for both.
+        pair: u64,
+        /// The member with the smaller session id.
+        a: String,
+        /// The other.
+        b: String,
+        /// Who starts the call: `a`.
+        initiator: String,
+    },
+    /// The pair left proximity, or one of its members left (told to both).
+    #[serde(rename = "proximity.leave")]
+    ProximityLeave {
+        /// The pair's id.
+        pair: u64,
+        /// The member with the smaller session id.
+        a: String,
+        /// The other.
+        b: String,
+    },
 }
 
 /// A room event: sequenced, kept in history, delivered in order.
@@ -214,6 +263,10 @@ pub struct Joined {
     /// Only on `resync`: why the stream could not simply continue.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<ResyncReason>,
+    /// Spatial rooms only: the plane, every member's movement, and the pairs
+    /// in proximity this member is in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub space: Option<serde_json::Value>,
 }
 
 /// Where an error frame points back to.

@@ -158,6 +158,13 @@ fn expected_op(op: &str, args: &Value) -> Op {
         "channel.unsubscribe" => Op::ChannelUnsubscribe {
             channel: req_str(args, "channel"),
         },
+        "space.move" => Op::SpaceMove {
+            to: serde_json::from_value(args["to"].clone()).expect("to: [x, y]"),
+            speed: args["speed"].as_f64().expect("speed"),
+        },
+        "space.jump" => Op::SpaceJump {
+            to: serde_json::from_value(args["to"].clone()).expect("to: [x, y]"),
+        },
         other => panic!("no expectation for op {other:?}"),
     }
 }
@@ -296,6 +303,11 @@ fn member(session: &str, name: &str, platform: &str) -> MemberInfo {
     }
 }
 
+/// The movement of the spatial vectors.
+fn walk() -> Value {
+    json!({"from": [400.0, 300.0], "to": [640.0, 360.0], "t0": 1_732_312_400_000u64, "speed": 120.0})
+}
+
 fn ann() -> MemberInfo {
     member(ANN, "ann", "browser")
 }
@@ -362,6 +374,7 @@ fn joined(seq: u64, snapshot: Option<Snapshot>, resumed: bool) -> Joined {
         channels: vec!["main".into(), "cursors".into()],
         resumed,
         reason: None,
+        space: None,
     }
 }
 
@@ -496,6 +509,62 @@ fn expected_server_frame(name: &str) -> ServerFrame {
             1_732_312_400_300,
             Some(ANN),
             EventBody::LockAcquired { lock: note_lock() },
+        ),
+        "server/response-space-move.json" => ok(
+            json!(10),
+            json!({"movement": walk(), "clamped": false, "seq": 60}),
+        ),
+        "server/event-space-moved.json" => event(
+            60,
+            1_732_312_400_000,
+            Some(BOB),
+            EventBody::SpaceMoved {
+                session: BOB.into(),
+                movement: walk(),
+            },
+        ),
+        "server/event-interest-enter.json" => event(
+            61,
+            1_732_312_401_000,
+            None,
+            EventBody::InterestEnter {
+                a: ANN.into(),
+                b: BOB.into(),
+                movements: json!({
+                    ANN: {"from": [700.0, 400.0], "to": [700.0, 400.0], "t0": 1_732_312_390_000u64, "speed": 0.0},
+                    BOB: walk(),
+                }),
+            },
+        ),
+        "server/event-proximity-enter.json" => event(
+            62,
+            1_732_312_402_000,
+            None,
+            EventBody::ProximityEnter {
+                pair: 7,
+                a: ANN.into(),
+                b: BOB.into(),
+                initiator: ANN.into(),
+            },
+        ),
+        "server/event-proximity-leave.json" => event(
+            63,
+            1_732_312_409_000,
+            None,
+            EventBody::ProximityLeave {
+                pair: 7,
+                a: ANN.into(),
+                b: BOB.into(),
+            },
+        ),
+        "server/event-interest-leave.json" => event(
+            64,
+            1_732_312_412_000,
+            None,
+            EventBody::InterestLeave {
+                a: ANN.into(),
+                b: BOB.into(),
+            },
         ),
         "server/event-lock-released.json" => event(
             49,

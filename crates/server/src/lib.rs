@@ -23,7 +23,7 @@ mod trajectory;
 mod transport;
 
 pub use config::ServerConfig;
-pub use directory::{CreateRoom, InitialEntity, RoomOptions, RoomSummary};
+pub use directory::{CreateRoom, InitialEntity, RoomOptions, RoomSummary, SpaceOptions};
 pub use node::Node;
 pub use status::{ErrorTotals, LatencySummary, Status};
 

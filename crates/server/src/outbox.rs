@@ -315,6 +315,7 @@ mod tests {
             replay_to_sender: false,
             topic: Some("t".into()),
             reply_to: None,
+            scope: plaza_core::Scope::All,
             frame: Bytes::from_static(b"{\"seq\":7}"),
         });
         let at = Instant::now();

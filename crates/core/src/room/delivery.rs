@@ -6,6 +6,11 @@ use super::*;
 /// it would have received live (not messages of a channel from before it
 /// subscribed), and the state changes it asked for itself.
 pub(super) fn replayed<S>(entry: &HistoryEntry, session: &str, m: &Member<S>) -> bool {
+    // Spatial events are not replayed: the resumed `joined` carries the
+    // space as it is now.
+    if !entry.scope.is_all() {
+        return false;
+    }
     if entry.replay_to_sender && entry.from.as_deref() == Some(session) {
         return true;
     }
@@ -56,6 +61,33 @@ impl<S> Room<S> {
 
     /// Calls `deliver` with the sink of every connected member that should get `entry`.
     pub fn for_each_recipient(&self, entry: &HistoryEntry, mut deliver: impl FnMut(&str, &S)) {
+        match &entry.scope {
+            Scope::All => {}
+            Scope::Only(sessions) => {
+                for s in sessions {
+                    if let Some((session, sink)) = self
+                        .members
+                        .get_key_value(s.as_str())
+                        .and_then(|(k, m)| Some((k, m.sink.as_ref()?)))
+                    {
+                        deliver(session, sink);
+                    }
+                }
+                return;
+            }
+            Scope::Near => {
+                // The members whose area of interest holds the sender.
+                let Some(from) = &entry.from else { return };
+                for (session, m) in &self.members {
+                    if session != from && self.space_sees(from, session) {
+                        if let Some(sink) = &m.sink {
+                            deliver(session, sink);
+                        }
+                    }
+                }
+                return;
+            }
+        }
         // The sender is found once and skipped by address: comparing every
         // member's session id with it cost a memcmp per delivery.
         let sender = match (&entry.from, entry.echo) {

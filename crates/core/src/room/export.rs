@@ -46,6 +46,7 @@ impl<S> Room<S> {
             entities: self.entities.clone(),
             locks: self.locks.clone(),
             members,
+            space: self.space.as_ref().map(|s| s.export()),
         }
     }
 
@@ -95,6 +96,11 @@ impl<S> Room<S> {
                 },
             );
         }
+        let space = match (&state.config.space, state.space) {
+            (Some(c), Some(s)) => Some(spatial::RoomSpace::import(c.clone(), s)),
+            (Some(_), None) => config_space(&state.config),
+            (None, _) => None,
+        };
         Room {
             id: state.id,
             name: state.name,
@@ -109,6 +115,7 @@ impl<S> Room<S> {
             tokens,
             connected,
             disconnected,
+            space,
         }
     }
 }

@@ -142,10 +142,11 @@ impl<S> Room<S> {
             },
         );
         self.connected += 1;
-        let events = self
+        let mut events: Vec<Arc<HistoryEntry>> = self
             .announce(&p.session, EventBody::PresenceJoin { member: info }, now)
             .into_iter()
             .collect();
+        events.extend(self.space_enter(&p.session, now));
         Ok(Joined {
             frame: self.joined_frame(&p.session, true, false, now),
             missed: Vec::new(),
@@ -200,7 +201,10 @@ impl<S> Room<S> {
             Vec::new()
         } else {
             let join = EventBody::PresenceJoin { member: info };
-            self.announce(&session, join, now).into_iter().collect()
+            let mut events: Vec<Arc<HistoryEntry>> =
+                self.announce(&session, join, now).into_iter().collect();
+            events.extend(self.space_enter(&session, now));
+            events
         };
         let mut frame = self.joined_frame(&session, reason.is_some(), reason.is_none(), now);
         frame.reason = reason;
@@ -249,6 +253,7 @@ impl<S> Room<S> {
             channels: m.channels.clone(),
             resumed,
             reason: None,
+            space: self.space_snapshot(session),
         }
     }
 
@@ -303,6 +308,7 @@ impl<S> Room<S> {
             // snapshot, only the missed events).
             self.push_requested(session, unlocked(l, UnlockReason::Disconnected), now)
         }));
+        out.extend(self.space_exit(session, reason == LeaveReason::Disconnected, now));
         let body = EventBody::PresenceLeave {
             session: session.to_owned(),
             reason,
@@ -337,11 +343,14 @@ impl<S> Room<S> {
             }
             self.remove_session(&s);
         }
-        self.locks
+        let mut out: Vec<Arc<HistoryEntry>> = self
+            .locks
             .expire(now)
             .into_iter()
             .map(|l| self.push(None, None, unlocked(l, UnlockReason::Expired), now))
-            .collect()
+            .collect();
+        out.extend(self.space_tick(now));
+        out
     }
 
     /// The next time [`Room::tick`] has work.
@@ -363,10 +372,10 @@ impl<S> Room<S> {
             .disconnected
             .first()
             .map(|(t, _)| t.saturating_add(window));
-        match (sessions, self.locks.next_expiry()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [sessions, self.locks.next_expiry(), self.space_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     pub(super) fn evict_oldest_disconnected(&mut self) {
@@ -380,6 +389,7 @@ impl<S> Room<S> {
 
     /// Forgets a session and its resume token, without events.
     pub(super) fn remove_session(&mut self, session: &str) {
+        self.space_forget(session);
         if let Some(m) = self.members.remove(session) {
             self.tokens.remove(&m.resume_token);
             if let Some(t) = m.disconnected_at {

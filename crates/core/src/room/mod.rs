@@ -12,8 +12,9 @@ mod member;
 mod membership;
 mod publish;
 mod requests;
+mod spatial;
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use plaza_protocol::client::Op;
@@ -26,7 +27,7 @@ use serde_json::{json, Value};
 
 use crate::{
     Access, EntityStore, HistoryEntry, LockTable, MemberState, Millis, RoomConfig, RoomError,
-    RoomLog, RoomState,
+    RoomLog, RoomState, Scope,
 };
 
 pub use member::Member;
@@ -74,11 +75,14 @@ pub struct Room<S> {
     /// first is the next resume window to end and the first to evict,
     /// without a pass over the members.
     disconnected: BTreeSet<(Millis, String)>,
+    /// Spatial rooms (`config.space`): the members in the plane.
+    space: Option<spatial::RoomSpace>,
 }
 
 impl<S> Room<S> {
     /// A new, empty room. `epoch` must differ between incarnations of the same id.
     pub fn new(id: String, name: String, config: RoomConfig, epoch: u64, now: Millis) -> Self {
+        let config_of_new = config.clone();
         Room {
             log: RoomLog::new(config.history_size),
             id,
@@ -93,6 +97,7 @@ impl<S> Room<S> {
             tokens: HashMap::new(),
             connected: 0,
             disconnected: BTreeSet::new(),
+            space: config_space(&config_of_new),
         }
     }
 
@@ -202,7 +207,16 @@ impl<S> Room<S> {
         body: EventBody,
         now: Millis,
     ) -> Arc<HistoryEntry> {
-        self.push_full(from, channel, SenderCopy::None, None, None, body, now)
+        self.push_full(
+            from,
+            channel,
+            SenderCopy::None,
+            None,
+            None,
+            Scope::All,
+            body,
+            now,
+        )
     }
 
     /// Records a state change `session` asked for (entities, locks). Its
@@ -215,6 +229,7 @@ impl<S> Room<S> {
             SenderCopy::OnResume,
             None,
             None,
+            Scope::All,
             body,
             now,
         )
@@ -228,6 +243,7 @@ impl<S> Room<S> {
         sender: SenderCopy,
         topic: Option<String>,
         reply_to: Option<u64>,
+        scope: Scope,
         body: EventBody,
         now: Millis,
     ) -> Arc<HistoryEntry> {
@@ -249,11 +265,35 @@ impl<S> Room<S> {
             replay_to_sender: sender == SenderCopy::OnResume,
             topic,
             reply_to,
+            scope,
             frame,
         });
         self.log.push(entry.clone());
         entry
     }
+}
+
+impl<S> Room<S> {
+    /// Records an event for some members only (see [`Scope`]); never
+    /// replayed on resume, since a `joined` carries the space anew.
+    fn push_scoped(
+        &mut self,
+        from: Option<&str>,
+        scope: Scope,
+        body: EventBody,
+        now: Millis,
+    ) -> Arc<HistoryEntry> {
+        self.push_full(from, None, SenderCopy::None, None, None, scope, body, now)
+    }
+}
+
+/// The space of a new room with `config`.
+fn config_space(config: &RoomConfig) -> Option<spatial::RoomSpace> {
+    config.space.as_ref().map(|c| spatial::RoomSpace {
+        space: crate::spatial::Space::new(c.clone()),
+        evaluated_at: 0,
+        parked: BTreeMap::new(),
+    })
 }
 
 /// Who besides the members gets an event from the session that caused it.

@@ -89,6 +89,7 @@ impl<S> Room<S> {
             sender,
             p.topic,
             p.reply_to,
+            Scope::All,
             body,
             now,
         );

@@ -25,6 +25,8 @@ impl<S> Room<S> {
     ) -> Result<RequestOutcome, RoomError> {
         self.connected_member(session)?;
         match op {
+            Op::SpaceMove { to, speed } => self.space_request(session, to, Some(speed), now),
+            Op::SpaceJump { to } => self.space_request(session, to, None, now),
             Op::EntityCreate { kind, data } => {
                 let entity = self.entities.create(kind, data);
                 let e = self.push_requested(

@@ -4,13 +4,27 @@ use serde::{Deserialize, Serialize};
 
 use crate::Millis;
 
-/// A point of the plane (room units, e.g. pixels of a 2D plaza).
+/// A point of the plane (room units, e.g. pixels of a 2D plaza); `[x, y]`
+/// on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(from = "[f64; 2]", into = "[f64; 2]")]
 pub struct Vec2 {
     /// Horizontal coordinate.
     pub x: f64,
     /// Vertical coordinate.
     pub y: f64,
+}
+
+impl From<[f64; 2]> for Vec2 {
+    fn from([x, y]: [f64; 2]) -> Vec2 {
+        Vec2 { x, y }
+    }
+}
+
+impl From<Vec2> for [f64; 2] {
+    fn from(p: Vec2) -> [f64; 2] {
+        [p.x, p.y]
+    }
 }
 
 impl Vec2 {

@@ -17,4 +17,19 @@ pub mod space;
 pub use config::SpaceConfig;
 pub use geometry::{Movement, Vec2};
 pub use grid::SpatialGrid;
-pub use space::{Moved, PairState, Space, SpaceError, SpaceEvent};
+pub use space::{Moved, PairState, Space, SpaceError, SpaceEvent, SpaceState};
+
+use std::collections::BTreeMap;
+
+use crate::Millis;
+
+/// A spatial room's state in a snapshot.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RoomSpaceState {
+    /// The space.
+    pub space: SpaceState,
+    /// When it was last evaluated.
+    pub evaluated_at: Millis,
+    /// Where disconnected members stood.
+    pub parked: BTreeMap<String, Vec2>,
+}

@@ -99,6 +99,20 @@ pub struct Moved {
     pub events: Vec<SpaceEvent>,
 }
 
+/// What a space holds besides its settings, as stored in snapshots (the
+/// grid is rebuilt from the movements).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpaceState {
+    /// Every member's movement.
+    pub movements: BTreeMap<String, Movement>,
+    /// Pairs in proximity or held out by the dwell.
+    pub pairs: Vec<((String, String), PairState)>,
+    /// Pairs that see each other.
+    pub interest: Vec<(String, String)>,
+    /// The next pair id.
+    pub next_pair: u64,
+}
+
 /// The spatial part of a room.
 #[derive(Debug, Clone)]
 pub struct Space {
@@ -134,6 +148,26 @@ impl Space {
             interest: BTreeSet::new(),
             next_pair: 1,
         }
+    }
+
+    /// Everything but the settings, for a snapshot.
+    pub fn export(&self) -> SpaceState {
+        SpaceState {
+            movements: self.movements.clone(),
+            pairs: self.pairs.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            interest: self.interest.iter().cloned().collect(),
+            next_pair: self.next_pair,
+        }
+    }
+
+    /// A space continuing from a snapshot.
+    pub fn import(config: SpaceConfig, state: SpaceState) -> Space {
+        let mut space = Space::new(config);
+        space.movements = state.movements;
+        space.pairs = state.pairs.into_iter().collect();
+        space.interest = state.interest.into_iter().collect();
+        space.next_pair = state.next_pair;
+        space
     }
 
     /// The settings.

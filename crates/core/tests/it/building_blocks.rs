@@ -26,6 +26,7 @@ fn entry(seq: u64) -> Arc<HistoryEntry> {
         replay_to_sender: false,
         topic: None,
         reply_to: None,
+        scope: Default::default(),
         frame: Bytes::from(format!("{{\"seq\":{seq}}}")),
     })
 }

@@ -1191,7 +1191,7 @@ proptest! {
         for seq in start + 1..=start + len {
             let e = Arc::new(HistoryEntry {
                 seq, ts: 0, from: None, channel: None, echo: false, replay_to_sender: false,
-                topic: None, reply_to: None, frame: bytes::Bytes::new(),
+                topic: None, reply_to: None, scope: Default::default(), frame: bytes::Bytes::new(),
             });
             log.push(e);
             all.push(seq);

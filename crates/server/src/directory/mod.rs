@@ -14,7 +14,7 @@ use std::sync::Arc;
 use plaza_broker::Cluster;
 use plaza_core::RoomError;
 
-pub use spec::{CreateRoom, InitialEntity, RoomOptions, RoomSummary};
+pub use spec::{CreateRoom, InitialEntity, RoomOptions, RoomSummary, SpaceOptions};
 
 use crate::metrics::NodeMetrics;
 use crate::room::RoomHandle;

@@ -1,6 +1,7 @@
 //! What the HTTP API says about rooms: a new room's description and a room's
 //! summary, and the checks a new room passes in both modes.
 
+use plaza_core::spatial::SpaceConfig;
 use plaza_core::{Access, Millis, RoomConfig, RoomError};
 
 pub use crate::room::RoomSummary;
@@ -34,6 +35,47 @@ pub struct RoomOptions {
     /// Presence events and member lists (default true; false for large
     /// broadcast rooms).
     pub presence: Option<bool>,
+    /// A spatial room: its plane and distances, each defaulted.
+    pub space: Option<SpaceOptions>,
+}
+
+/// The `space` option of a new room; what is absent takes
+/// [`SpaceConfig::default`]'s value.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpaceOptions {
+    /// Width of the plane.
+    pub width: Option<f64>,
+    /// Height of the plane.
+    pub height: Option<f64>,
+    /// Distance within which a pair is in proximity.
+    pub proximity_radius: Option<f64>,
+    /// Leave distances are the enter distances times this.
+    pub hysteresis: Option<f64>,
+    /// No pair changes state faster than this.
+    pub min_dwell_ms: Option<u64>,
+    /// Distance within which members see each other's moves.
+    pub aoi_radius: Option<f64>,
+    /// How often positions are checked while someone moves.
+    pub tick_ms: Option<u64>,
+}
+
+impl SpaceOptions {
+    fn config(&self) -> Result<SpaceConfig, RoomError> {
+        let d = SpaceConfig::default();
+        let c = SpaceConfig {
+            width: self.width.unwrap_or(d.width),
+            height: self.height.unwrap_or(d.height),
+            proximity_radius: self.proximity_radius.unwrap_or(d.proximity_radius),
+            hysteresis: self.hysteresis.unwrap_or(d.hysteresis),
+            min_dwell_ms: self.min_dwell_ms.unwrap_or(d.min_dwell_ms),
+            aoi_radius: self.aoi_radius.unwrap_or(d.aoi_radius),
+            tick_ms: self.tick_ms.unwrap_or(d.tick_ms),
+        };
+        c.validate()
+            .map_err(|m| RoomError::new(ErrorCode::InvalidRequest, format!("options.{m}")))?;
+        Ok(c)
+    }
 }
 
 /// Body of `POST /v1/rooms`.
@@ -115,6 +157,12 @@ impl NewRoom {
             default_lock_ttl_ms: node.lock_ttl_ms,
             max_lock_ttl_ms: node.max_lock_ttl_ms,
             presence: spec.options.presence.unwrap_or(true),
+            space: spec
+                .options
+                .space
+                .as_ref()
+                .map(SpaceOptions::config)
+                .transpose()?,
             ..RoomConfig::default()
         };
         Ok(NewRoom {

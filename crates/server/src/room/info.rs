@@ -1,11 +1,12 @@
 //! What describes a room: fixed at its creation ([`RoomInfo`]), and as
 //! listed with its member count ([`RoomSummary`]).
 
+use plaza_core::spatial::SpaceConfig;
 use plaza_core::{Access, Millis, RoomConfig};
 use serde::{Deserialize, Serialize};
 
 /// A room as listed by the HTTP API.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RoomSummary {
     /// Room id.
     pub id: String,
@@ -23,12 +24,15 @@ pub struct RoomSummary {
     pub max_members: usize,
     /// Whether members see each other (presence events, member lists).
     pub presence: bool,
+    /// A spatial room's settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space: Option<SpaceConfig>,
 }
 
 /// A room's fixed description: kept by every handle of a room task, and in
 /// cluster mode stored in the shared registry (so that nodes not hosting the
 /// room can list it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct RoomInfo {
     pub(crate) name: String,
     pub(crate) created_at: Millis,
@@ -36,6 +40,8 @@ pub(crate) struct RoomInfo {
     pub(crate) history_size: usize,
     pub(crate) max_members: usize,
     pub(crate) presence: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) space: Option<SpaceConfig>,
 }
 
 impl RoomInfo {
@@ -48,6 +54,7 @@ impl RoomInfo {
             history_size: config.history_size,
             max_members: config.max_members,
             presence: config.presence,
+            space: config.space.clone(),
         }
     }
 
@@ -62,6 +69,7 @@ impl RoomInfo {
             history_size: self.history_size,
             max_members: self.max_members,
             presence: self.presence,
+            space: self.space.clone(),
         }
     }
 

@@ -15,6 +15,7 @@ mod locks;
 mod requests;
 mod resume;
 mod smoke;
+mod spatial;
 mod status;
 mod tickets;
 mod trajectory;

@@ -36,7 +36,17 @@ impl RedisServer {
             port: free_port(),
             dir,
         };
-        server.launch();
+        // The free port may be taken by another test before redis binds it:
+        // then another port is tried.
+        for attempt in 1.. {
+            match server.try_launch() {
+                Ok(()) => break,
+                Err(log) if log.contains("Address already in use") && attempt < 5 => {
+                    server.port = free_port();
+                }
+                Err(log) => panic!("redis-server exited before it was ready:\n{log}"),
+            }
+        }
         server
     }
 
@@ -92,6 +102,13 @@ impl RedisServer {
     }
 
     fn launch(&mut self) {
+        if let Err(log) = self.try_launch() {
+            panic!("redis-server exited before it was ready:\n{log}");
+        }
+    }
+
+    /// Starts redis-server on `self.port`; the log if it exits before it is ready.
+    fn try_launch(&mut self) -> Result<(), String> {
         let binary = binary();
         let mut child = Command::new(&binary)
             .arg("--port")
@@ -119,10 +136,13 @@ impl RedisServer {
             let _ = ready_tx.send(Err(log.join("\n")));
         });
         match ready_rx.recv_timeout(START_TIMEOUT) {
-            Ok(Ok(())) => self.child = Some(child),
+            Ok(Ok(())) => {
+                self.child = Some(child);
+                Ok(())
+            }
             Ok(Err(log)) => {
                 let _ = child.wait();
-                panic!("redis-server exited before it was ready:\n{log}");
+                Err(log)
             }
             Err(_) => {
                 let _ = child.kill();

@@ -1,0 +1,44 @@
+// Spatial rooms against a real `plaza serve`: moves, positions interpolated the server's way,
+// and proximity decided by the server for both members at once.
+import { describe, expect, it } from 'vitest';
+import { positionAt, type SpaceEvent } from '../src/index.js';
+import { createRoom, newClient, next } from './helpers.js';
+
+describe('spatial rooms', () => {
+  it('tell both members of a pair, with one initiator, and track who moves where', async () => {
+    const room = await createRoom({ options: { space: { min_dwell_ms: 0, tick_ms: 10 } } });
+    const a = newClient({ room });
+    const b = newClient({ room });
+    const ann = await a.join(room, { name: 'ann' });
+    expect(ann.movements.get(ann.session!)?.to).toEqual([1000, 1000]);
+    await ann.jumpTo([100, 100]);
+    const bob = await b.join(room, { name: 'bob' });
+    expect(bob.positionOf(ann.session!)).toEqual([100, 100]);
+
+    const enterAtAnn = new Promise<SpaceEvent>((resolve) =>
+      ann.on('space', (e) => {
+        if (e.kind === 'proximity.enter') resolve(e);
+      }),
+    );
+    const enterAtBob = new Promise<SpaceEvent>((resolve) =>
+      bob.on('space', (e) => {
+        if (e.kind === 'proximity.enter') resolve(e);
+      }),
+    );
+    const movement = await ann.moveTo([990, 1000], 5000);
+    expect(movement.from).toEqual([100, 100]);
+    expect(positionAt(movement, movement.t0 + 10_000)).toEqual([990, 1000]);
+    const [x, y] = [await enterAtAnn, await enterAtBob];
+    expect(x).toEqual(y);
+    const initiator = [ann.session!, bob.session!].sort()[0];
+    expect(x).toMatchObject({ kind: 'proximity.enter', initiator });
+    expect([...ann.proximityPairs.values()]).toEqual([...bob.proximityPairs.values()]);
+    // bob sees ann's move (it was in his area of interest once she came near).
+    const moved = next(bob, 'space', (e) => e.kind === 'space.moved');
+    await ann.moveTo([995, 1000], 50);
+    const seen = await moved;
+    expect(seen).toMatchObject({ kind: 'space.moved', session: ann.session });
+    a.close();
+    b.close();
+  });
+});

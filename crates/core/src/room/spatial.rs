@@ -1,0 +1,228 @@
+//! A spatial room's members in its plane: joining places them, moves are
+//! requests, the space's decisions become events for the members concerned.
+
+use super::requests::outcome;
+use super::*;
+use crate::spatial::{RoomSpaceState, Space, SpaceError, SpaceEvent, Vec2};
+use crate::Scope;
+
+/// The spatial part of a room: the space, when it was last evaluated, and
+/// where disconnected members stood (a resume puts them back there).
+#[derive(Debug)]
+pub(super) struct RoomSpace {
+    pub(super) space: Space,
+    pub(super) evaluated_at: Millis,
+    pub(super) parked: BTreeMap<String, Vec2>,
+}
+
+impl RoomSpace {
+    /// A room's space continuing from a snapshot.
+    pub(super) fn import(config: crate::spatial::SpaceConfig, state: RoomSpaceState) -> RoomSpace {
+        RoomSpace {
+            space: Space::import(config, state.space),
+            evaluated_at: state.evaluated_at,
+            parked: state.parked,
+        }
+    }
+
+    pub(super) fn export(&self) -> RoomSpaceState {
+        RoomSpaceState {
+            space: self.space.export(),
+            evaluated_at: self.evaluated_at,
+            parked: self.parked.clone(),
+        }
+    }
+}
+
+impl<S> Room<S> {
+    /// Places a joining or resuming member: where it stood when it dropped,
+    /// else in the middle of the plane.
+    pub(super) fn space_enter(&mut self, session: &str, now: Millis) -> Vec<Arc<HistoryEntry>> {
+        let Some(rs) = &mut self.space else {
+            return Vec::new();
+        };
+        let c = rs.space.config();
+        let at = rs
+            .parked
+            .remove(session)
+            .unwrap_or(Vec2::new(c.width / 2.0, c.height / 2.0));
+        let events = rs.space.join(session, at, now).events;
+        rs.evaluated_at = now;
+        self.space_events(events, now)
+    }
+
+    /// Takes a departing member out of the plane; `park` keeps where it
+    /// stood for a resume.
+    pub(super) fn space_exit(
+        &mut self,
+        session: &str,
+        park: bool,
+        now: Millis,
+    ) -> Vec<Arc<HistoryEntry>> {
+        let Some(rs) = &mut self.space else {
+            return Vec::new();
+        };
+        if park {
+            if let Some(at) = rs.space.position(session, now) {
+                rs.parked.insert(session.to_owned(), at);
+            }
+        } else {
+            rs.parked.remove(session);
+        }
+        let events = rs.space.leave(session);
+        self.space_events(events, now)
+    }
+
+    /// Forgets where an expired session stood.
+    pub(super) fn space_forget(&mut self, session: &str) {
+        if let Some(rs) = &mut self.space {
+            rs.parked.remove(session);
+        }
+    }
+
+    /// `space.move` and `space.jump`.
+    pub(super) fn space_request(
+        &mut self,
+        session: &str,
+        to: [f64; 2],
+        speed: Option<f64>,
+        now: Millis,
+    ) -> Result<RequestOutcome, RoomError> {
+        let Some(rs) = &mut self.space else {
+            return Err(RoomError::new(
+                ErrorCode::InvalidArgs,
+                "this room has no space: space.move and space.jump need a room created with options.space",
+            ));
+        };
+        let to = Vec2::from(to);
+        let moved = match speed {
+            Some(speed) => rs.space.move_to(session, to, speed, now),
+            None => rs.space.jump(session, to, now),
+        }
+        .map_err(|e| match e {
+            SpaceError::InvalidArgs(m) => RoomError::new(ErrorCode::InvalidArgs, m),
+            SpaceError::NotInSpace => {
+                RoomError::new(ErrorCode::NotJoined, "not in the room's space")
+            }
+        })?;
+        rs.evaluated_at = now;
+        let movement = serde_json::to_value(moved.movement).expect("movements serialize");
+        let body = EventBody::SpaceMoved {
+            session: session.to_owned(),
+            movement: movement.clone(),
+        };
+        let e = self.push_scoped(Some(session), Scope::Near, body, now);
+        let mut events = vec![e.clone()];
+        events.extend(self.space_events(moved.events, now));
+        Ok(outcome(
+            json!({"movement": movement, "clamped": moved.clamped, "seq": e.seq}),
+            events,
+        ))
+    }
+
+    /// Evaluates the space on the room's tick, when it is due.
+    pub(super) fn space_tick(&mut self, now: Millis) -> Vec<Arc<HistoryEntry>> {
+        let Some(rs) = &mut self.space else {
+            return Vec::new();
+        };
+        if rs
+            .space
+            .next_deadline(rs.evaluated_at)
+            .is_none_or(|d| d > now)
+        {
+            return Vec::new();
+        }
+        let events = rs.space.tick(now);
+        rs.evaluated_at = now;
+        self.space_events(events, now)
+    }
+
+    /// When the space must be evaluated next.
+    pub(super) fn space_deadline(&self) -> Option<Millis> {
+        let rs = self.space.as_ref()?;
+        rs.space.next_deadline(rs.evaluated_at)
+    }
+
+    /// The `space` of a `joined` frame: the plane, every member's movement,
+    /// and the pairs in proximity `session` is in.
+    pub(super) fn space_snapshot(&self, session: &str) -> Option<Value> {
+        let rs = self.space.as_ref()?;
+        let c = rs.space.config();
+        let pairs: Vec<Value> = rs
+            .space
+            .pairs_in_proximity()
+            .filter(|((a, b), _)| a == session || b == session)
+            .map(|((a, b), id)| json!({"pair": id, "a": a, "b": b, "initiator": a}))
+            .collect();
+        Some(json!({
+            "width": c.width,
+            "height": c.height,
+            "proximity_radius": c.proximity_radius,
+            "hysteresis": c.hysteresis,
+            "min_dwell_ms": c.min_dwell_ms,
+            "aoi_radius": c.aoi_radius,
+            "tick_ms": c.tick_ms,
+            "movements": rs.space.movements(),
+            "pairs": pairs,
+        }))
+    }
+
+    /// Whether `viewer` sees `subject` (members of rooms without a space see everyone).
+    pub(super) fn space_sees(&self, subject: &str, viewer: &str) -> bool {
+        self.space
+            .as_ref()
+            .is_none_or(|rs| rs.space.sees(subject, viewer))
+    }
+
+    /// The space's decisions as events for the two members of each pair.
+    fn space_events(&mut self, events: Vec<SpaceEvent>, now: Millis) -> Vec<Arc<HistoryEntry>> {
+        let mut out = Vec::with_capacity(events.len());
+        for e in events {
+            let (a, b, body) = match e {
+                SpaceEvent::ProximityEnter { pair, a, b } => {
+                    let body = EventBody::ProximityEnter {
+                        pair,
+                        a: a.clone(),
+                        b: b.clone(),
+                        initiator: a.clone(),
+                    };
+                    (a, b, body)
+                }
+                SpaceEvent::ProximityLeave { pair, a, b } => {
+                    let body = EventBody::ProximityLeave {
+                        pair,
+                        a: a.clone(),
+                        b: b.clone(),
+                    };
+                    (a, b, body)
+                }
+                SpaceEvent::InterestEnter { a, b } => {
+                    let space = &self
+                        .space
+                        .as_ref()
+                        .expect("spatial events need a space")
+                        .space;
+                    let movements: BTreeMap<&String, _> = [&a, &b]
+                        .into_iter()
+                        .filter_map(|s| space.movements().get(s).map(|m| (s, m)))
+                        .collect();
+                    let body = EventBody::InterestEnter {
+                        a: a.clone(),
+                        b: b.clone(),
+                        movements: serde_json::to_value(movements).expect("movements serialize"),
+                    };
+                    (a, b, body)
+                }
+                SpaceEvent::InterestLeave { a, b } => {
+                    let body = EventBody::InterestLeave {
+                        a: a.clone(),
+                        b: b.clone(),
+                    };
+                    (a, b, body)
+                }
+            };
+            out.push(self.push_scoped(None, Scope::Only(vec![a, b]), body, now));
+        }
+        out
+    }
+}

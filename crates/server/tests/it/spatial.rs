@@ -1,0 +1,248 @@
+//! Spatial rooms over the wire: moves, areas of interest and proximity
+//! decided by the server (embedded mode, and with every node in cluster mode
+//! under TEST_PLAZA_CLUSTER).
+
+use crate::support::{Client, TestServer};
+use serde_json::{json, Value};
+
+const ROOM: &str = "plaza";
+
+async fn spatial_room(s: &TestServer) {
+    s.create_room(json!({
+        "id": ROOM,
+        "options": {"space": {"min_dwell_ms": 0, "tick_ms": 10}}
+    }))
+    .await;
+}
+
+async fn request(c: &mut Client, nonce: u64, op: &str, args: Value) -> (Value, Vec<Value>) {
+    c.request(ROOM, json!(nonce), op, args).await
+}
+
+/// Waits for the next `kind` event and returns it; the frames before it too.
+async fn event(c: &mut Client, kind: &str) -> (Value, Vec<Value>) {
+    c.recv_event(kind).await
+}
+
+/// The first `kind` event among `frames` (received before a response), or the next one.
+async fn event_in(c: &mut Client, frames: &[Value], kind: &str) -> Value {
+    match frames
+        .iter()
+        .find(|f| f["type"] == "event" && f["kind"] == kind)
+    {
+        Some(f) => f.clone(),
+        None => event(c, kind).await.0,
+    }
+}
+
+fn kinds(frames: &[Value]) -> Vec<String> {
+    frames
+        .iter()
+        .filter(|f| f["type"] == "event")
+        .map(|f| f["kind"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_server_decides_who_sees_whom_and_who_calls() {
+    let s = TestServer::start().await;
+    spatial_room(&s).await;
+    let (mut ann, joined) = s.join(ROOM, "ann").await;
+    let ann_id = joined["session"].as_str().unwrap().to_owned();
+    let space = &joined["space"];
+    assert_eq!(space["proximity_radius"], 150.0);
+    assert_eq!(
+        space["movements"][&ann_id]["to"],
+        json!([1000.0, 1000.0]),
+        "a member starts in the middle: {space}"
+    );
+    // ann goes to a corner, out of sight of the middle.
+    let (r, _) = request(&mut ann, 1, "space.jump", json!({"to": [100, 100]})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["result"]["movement"]["to"], json!([100.0, 100.0]));
+    assert_eq!(r["result"]["clamped"], false);
+
+    let (mut bob, joined_b) = s.join(ROOM, "bob").await;
+    let bob_id = joined_b["session"].as_str().unwrap().to_owned();
+    assert_eq!(
+        joined_b["space"]["movements"][&ann_id]["to"],
+        json!([100.0, 100.0]),
+        "a joiner gets every movement"
+    );
+    let (mut carol, joined_c) = s.join(ROOM, "carol").await;
+    let carol_id = joined_c["space"]["movements"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .find(|k| **k != ann_id && **k != bob_id)
+        .unwrap()
+        .clone();
+    // bob and carol both stand in the middle: one pair, one initiator, told to both.
+    let (at_bob, _) = event(&mut bob, "proximity.enter").await;
+    let (at_carol, _) = event(&mut carol, "proximity.enter").await;
+    assert_eq!(at_bob, at_carol, "the same frame for both");
+    let initiator = bob_id.clone().min(carol_id.clone());
+    assert_eq!(at_bob["initiator"], initiator.as_str());
+    assert_eq!(at_bob["a"], initiator.as_str());
+    let pair = at_bob["pair"].clone();
+
+    // ann walks to the middle: bob and carol do not hear of the move (out of
+    // their area of interest when it starts); the server then sees her come
+    // near and tells each pair.
+    let (r, _) = request(
+        &mut ann,
+        2,
+        "space.move",
+        json!({"to": [990, 1000], "speed": 5000}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    let (enter, before) = event(&mut bob, "proximity.enter").await;
+    assert!(
+        !kinds(&before).contains(&"space.moved".to_owned()),
+        "bob was out of sight when ann started: {before:?}"
+    );
+    assert!(
+        kinds(&before).contains(&"interest.enter".to_owned()),
+        "{before:?}"
+    );
+    let ann_bob = [
+        ann_id.clone().min(bob_id.clone()),
+        ann_id.clone().max(bob_id.clone()),
+    ];
+    assert_eq!(
+        (enter["a"].as_str().unwrap(), enter["b"].as_str().unwrap()),
+        (ann_bob[0].as_str(), ann_bob[1].as_str())
+    );
+
+    // carol jumps to the far corner: both her pairs end, told to each side.
+    let (r, before) = request(&mut carol, 3, "space.jump", json!({"to": [1990, 1990]})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    let mut ended: Vec<Value> = before
+        .iter()
+        .filter(|f| f["type"] == "event" && f["kind"] == "proximity.leave")
+        .map(|f| f["pair"].clone())
+        .collect();
+    while ended.len() < 2 {
+        let (left, _) = event(&mut carol, "proximity.leave").await;
+        ended.push(left["pair"].clone());
+    }
+    assert!(ended.contains(&pair), "{ended:?}");
+    let (left, _) = event(&mut bob, "proximity.leave").await;
+    assert_eq!(left["pair"], pair);
+
+    // bob moves: ann (near) hears of it, carol (far) does not.
+    let (r, _) = request(
+        &mut bob,
+        4,
+        "space.move",
+        json!({"to": [1000, 1010], "speed": 10}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "{r}");
+    let (moved, _) = event(&mut ann, "space.moved").await;
+    assert_eq!(moved["session"], bob_id.as_str());
+    assert_eq!(moved["movement"], r["result"]["movement"]);
+    bob.publish(ROOM, "barrier", json!(1)).await;
+    let (_, before) = carol
+        .recv_until(|v| v["type"] == "event" && v["kind"] == "message")
+        .await;
+    assert!(
+        !kinds(&before).contains(&"space.moved".to_owned()),
+        "carol is out of sight: {before:?}"
+    );
+}
+
+#[tokio::test]
+async fn bad_moves_get_clear_errors_and_targets_are_clamped() {
+    let s = TestServer::start().await;
+    spatial_room(&s).await;
+    s.create_room(json!({"id": "flat"})).await;
+    let (mut ann, _) = s.join(ROOM, "ann").await;
+    for (nonce, args) in [
+        (1, json!({"to": [1, 2], "speed": 0})),
+        (2, json!({"to": [1, 2], "speed": -5})),
+        (3, json!({"to": [1], "speed": 5})),
+        (4, json!({"to": "here", "speed": 5})),
+        (5, json!({"to": [1, 2]})),
+    ] {
+        let (r, _) = request(&mut ann, nonce, "space.move", args.clone()).await;
+        assert_eq!(r["ok"], false, "{args}: {r}");
+        assert_eq!(r["error"]["code"], "invalid_args", "{args}: {r}");
+    }
+    let (r, _) = request(&mut ann, 6, "space.jump", json!({"to": [-5, 99999]})).await;
+    assert_eq!(r["result"]["clamped"], true, "{r}");
+    assert_eq!(r["result"]["movement"]["to"], json!([0.0, 2000.0]));
+    // A room without a space.
+    let (mut bob, _) = s.join("flat", "bob").await;
+    let (r, _) = bob
+        .request(
+            "flat",
+            json!(1),
+            "space.move",
+            json!({"to": [1, 2], "speed": 5}),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], "invalid_args");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("no space"),
+        "{r}"
+    );
+    // Bad space options are refused when the room is created.
+    let (status, body) = s
+        .post(
+            "/v1/rooms",
+            &json!({"id": "bad", "options": {"space": {"hysteresis": 0.5}}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("space.hysteresis"),
+        "{body}"
+    );
+    let (status, body) = s
+        .post(
+            "/v1/rooms",
+            &json!({"id": "bad", "options": {"space": {"radius": 5}}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    // The room summary shows the space.
+    let (_, summary) = s.get(&format!("/v1/rooms/{ROOM}")).await;
+    assert_eq!(summary["space"]["tick_ms"], 10, "{summary}");
+}
+
+#[tokio::test]
+async fn a_member_whose_connection_drops_ends_its_pairs_and_a_resume_puts_it_back() {
+    let s = TestServer::start().await;
+    spatial_room(&s).await;
+    let (mut ann, joined) = s.join(ROOM, "ann").await;
+    let token = joined["resume_token"].as_str().unwrap().to_owned();
+    let seq = joined["seq"].as_u64().unwrap();
+    let (r, _) = request(&mut ann, 1, "space.jump", json!({"to": [500, 500]})).await;
+    assert_eq!(r["ok"], true);
+    let (mut bob, _) = s.join(ROOM, "bob").await;
+    let (r, before) = request(&mut bob, 1, "space.jump", json!({"to": [520, 500]})).await;
+    assert_eq!(r["ok"], true);
+    let enter = event_in(&mut bob, &before, "proximity.enter").await;
+    drop(ann);
+    let (left, _) = event(&mut bob, "proximity.leave").await;
+    assert_eq!(left["pair"], enter["pair"]);
+    // The resume places ann where she stood: the pair starts again.
+    let mut again = s.connect().await;
+    again
+        .send(json!({"type": "join", "room": ROOM, "name": "ann", "resume": {"token": token, "last_seq": seq}}))
+        .await;
+    let joined = again.recv_type("joined").await;
+    let me = joined["session"].as_str().unwrap();
+    assert_eq!(
+        joined["space"]["movements"][me]["to"],
+        json!([500.0, 500.0]),
+        "{joined}"
+    );
+    let (enter_again, _) = event(&mut bob, "proximity.enter").await;
+    assert_ne!(enter_again["pair"], enter["pair"], "a new pair id");
+}
