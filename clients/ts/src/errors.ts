@@ -25,6 +25,7 @@ export const SERVER_ERROR_CODES = [
   'lock_held',
   'lock_not_held',
   'session_not_found',
+  'not_in_proximity',
   'shutting_down',
   'invalid_request',
   'room_exists',

@@ -137,6 +137,7 @@ export interface SpaceSnapshot {
   min_dwell_ms: number;
   aoi_radius: number;
   tick_ms: number;
+  direct_in_proximity_only: boolean;
   movements: { [session: string]: Movement };
   pairs: ProximityPair[];
 }

@@ -47,6 +47,9 @@ pub enum ErrorCode {
     LockNotHeld,
     /// The target session of a `direct` is not a connected member of the room.
     SessionNotFound,
+    /// A `direct` to a member not in proximity, in a spatial room that
+    /// allows direct messages only between pairs in proximity.
+    NotInProximity,
     /// The server is shutting down and takes no new work.
     ShuttingDown,
     /// HTTP: the request body or a parameter is invalid.
@@ -90,6 +93,7 @@ impl ErrorCode {
         ErrorCode::LockHeld,
         ErrorCode::LockNotHeld,
         ErrorCode::SessionNotFound,
+        ErrorCode::NotInProximity,
         ErrorCode::ShuttingDown,
         ErrorCode::InvalidRequest,
         ErrorCode::RoomExists,
@@ -124,6 +128,7 @@ impl ErrorCode {
             ErrorCode::LockHeld => "lock_held",
             ErrorCode::LockNotHeld => "lock_not_held",
             ErrorCode::SessionNotFound => "session_not_found",
+            ErrorCode::NotInProximity => "not_in_proximity",
             ErrorCode::ShuttingDown => "shutting_down",
             ErrorCode::InvalidRequest => "invalid_request",
             ErrorCode::RoomExists => "room_exists",

@@ -48,7 +48,8 @@ impl<S> Room<S> {
                 "not a connected member of this room",
             ));
         }
-        self.members
+        let target = self
+            .members
             .get(to)
             .and_then(|m| m.sink.as_ref())
             .ok_or_else(|| {
@@ -56,7 +57,14 @@ impl<S> Room<S> {
                     ErrorCode::SessionNotFound,
                     format!("no connected session {to:?}"),
                 )
-            })
+            })?;
+        if !self.direct_allowed(from, to) {
+            return Err(RoomError::new(
+                ErrorCode::NotInProximity,
+                format!("{to:?} is not in proximity: this room passes direct messages only within a pair"),
+            ));
+        }
+        Ok(target)
     }
 
     /// Calls `deliver` with the sink of every connected member that should get `entry`.
@@ -65,6 +73,9 @@ impl<S> Room<S> {
             Scope::All => {}
             Scope::Only(sessions) => {
                 for s in sessions {
+                    if !entry.echo && entry.from.as_deref() == Some(s.as_str()) {
+                        continue;
+                    }
                     if let Some((session, sink)) = self
                         .members
                         .get_key_value(s.as_str())

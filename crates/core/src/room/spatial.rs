@@ -48,7 +48,9 @@ impl<S> Room<S> {
             .unwrap_or(Vec2::new(c.width / 2.0, c.height / 2.0));
         let events = rs.space.join(session, at, now).events;
         rs.evaluated_at = now;
-        self.space_events(events, now)
+        // Caused by the joiner, whose `joined` (ordered after them) carries
+        // the space with them: the joiner is not sent them again.
+        self.space_events(events, Some(session), now)
     }
 
     /// Takes a departing member out of the plane; `park` keeps where it
@@ -70,7 +72,7 @@ impl<S> Room<S> {
             rs.parked.remove(session);
         }
         let events = rs.space.leave(session);
-        self.space_events(events, now)
+        self.space_events(events, None, now)
     }
 
     /// Forgets where an expired session stood.
@@ -113,7 +115,7 @@ impl<S> Room<S> {
         };
         let e = self.push_scoped(Some(session), Scope::Near, body, now);
         let mut events = vec![e.clone()];
-        events.extend(self.space_events(moved.events, now));
+        events.extend(self.space_events(moved.events, None, now));
         Ok(outcome(
             json!({"movement": movement, "clamped": moved.clamped, "seq": e.seq}),
             events,
@@ -134,7 +136,7 @@ impl<S> Room<S> {
         }
         let events = rs.space.tick(now);
         rs.evaluated_at = now;
-        self.space_events(events, now)
+        self.space_events(events, None, now)
     }
 
     /// When the space must be evaluated next.
@@ -162,9 +164,18 @@ impl<S> Room<S> {
             "min_dwell_ms": c.min_dwell_ms,
             "aoi_radius": c.aoi_radius,
             "tick_ms": c.tick_ms,
+            "direct_in_proximity_only": c.direct_in_proximity_only,
             "movements": rs.space.movements(),
             "pairs": pairs,
         }))
+    }
+
+    /// Whether a `direct` from `from` to `to` may pass (see
+    /// [`SpaceConfig::direct_in_proximity_only`](crate::spatial::SpaceConfig)).
+    pub(super) fn direct_allowed(&self, from: &str, to: &str) -> bool {
+        self.space.as_ref().is_none_or(|rs| {
+            !rs.space.config().direct_in_proximity_only || rs.space.in_proximity(from, to)
+        })
     }
 
     /// Whether `viewer` sees `subject` (members of rooms without a space see everyone).
@@ -174,8 +185,14 @@ impl<S> Room<S> {
             .is_none_or(|rs| rs.space.sees(subject, viewer))
     }
 
-    /// The space's decisions as events for the two members of each pair.
-    fn space_events(&mut self, events: Vec<SpaceEvent>, now: Millis) -> Vec<Arc<HistoryEntry>> {
+    /// The space's decisions as events for the two members of each pair
+    /// (but `from`, when one of them caused them and knows them already).
+    fn space_events(
+        &mut self,
+        events: Vec<SpaceEvent>,
+        from: Option<&str>,
+        now: Millis,
+    ) -> Vec<Arc<HistoryEntry>> {
         let mut out = Vec::with_capacity(events.len());
         for e in events {
             let (a, b, body) = match e {
@@ -221,7 +238,7 @@ impl<S> Room<S> {
                     (a, b, body)
                 }
             };
-            out.push(self.push_scoped(None, Scope::Only(vec![a, b]), body, now));
+            out.push(self.push_scoped(from, Scope::Only(vec![a, b]), body, now));
         }
         out
     }

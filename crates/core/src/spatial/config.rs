@@ -28,6 +28,10 @@ pub struct SpaceConfig {
     /// How often positions are checked while a member moves (positions change
     /// between messages).
     pub tick_ms: Millis,
+    /// Whether `direct` messages (WebRTC signalling) pass only between members
+    /// in proximity, so that a stranger cannot ring anyone.
+    #[serde(default)]
+    pub direct_in_proximity_only: bool,
 }
 
 impl Default for SpaceConfig {
@@ -40,6 +44,7 @@ impl Default for SpaceConfig {
             min_dwell_ms: 1000,
             aoi_radius: 600.0,
             tick_ms: 100,
+            direct_in_proximity_only: false,
         }
     }
 }

@@ -193,6 +193,11 @@ impl Space {
         })
     }
 
+    /// Whether `a` and `b` are a pair in proximity.
+    pub fn in_proximity(&self, a: &str, b: &str) -> bool {
+        matches!(self.pairs.get(&ordered(a, b)), Some(PairState::In { .. }))
+    }
+
     /// Whether `a` and `b` see each other (a member always sees itself).
     pub fn sees(&self, a: &str, b: &str) -> bool {
         a == b || self.interest.contains(&ordered(a, b))

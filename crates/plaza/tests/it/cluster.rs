@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::cluster_support::{assert_exactly_once, next_frame, Member};
 use plaza_launch::{ClusterOptions, LbKind, LocalCluster};
-use serde_json::json;
+use serde_json::{json, Value};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -321,4 +321,69 @@ async fn tickets_and_locks_hold_across_real_nodes() {
     );
     let loser = if ra["ok"] == true { rb } else { ra };
     assert_eq!(loser["error"]["code"], "lock_held", "{loser}");
+}
+
+/// A spatial room with its members on two real nodes over real Redis: every
+/// replica reaches the same decisions, so both members get the one
+/// `proximity.enter` (same pair, same initiator) and the one `proximity.leave`,
+/// both decided on ticks while someone walks (between messages).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spatial_rooms_decide_proximity_once_across_real_nodes() {
+    let (cluster, _dir) = start(2, "spatial");
+    let room = "plaza-space";
+    let (status, body) = post_json(
+        cluster.node(0).addr(),
+        "/v1/rooms",
+        &json!({"id": room, "options": {"space": {"min_dwell_ms": 0, "tick_ms": 20}}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let kind_of = |m: &Member, kind: &str| -> Option<Value> {
+        m.events.iter().find(|e| e["kind"] == kind).cloned()
+    };
+    let mut a = Member::join(&ws_url(&cluster.node(0).url(), room), room, "a").await;
+    // a steps into a corner; b joins in the middle, out of sight.
+    a.send(json!({"type": "request", "room": room, "nonce": 1, "op": "space.jump", "args": {"to": [10, 10]}}))
+        .await;
+    a.pump_until(LIMIT, |m| m.responses.contains_key(&1)).await;
+    let mut b = Member::join(&ws_url(&cluster.node(1).url(), room), room, "b").await;
+    assert_ne!(a.node, b.node, "one member on each node");
+    // b walks to a: the replicas see them come close on a tick.
+    b.send(json!({"type": "request", "room": room, "nonce": 2, "op": "space.move", "args": {"to": [20, 10], "speed": 3000}}))
+        .await;
+    a.pump_until(LIMIT, |m| kind_of(m, "proximity.enter").is_some())
+        .await;
+    b.pump_until(LIMIT, |m| kind_of(m, "proximity.enter").is_some())
+        .await;
+    let (ea, eb) = (
+        kind_of(&a, "proximity.enter").unwrap(),
+        kind_of(&b, "proximity.enter").unwrap(),
+    );
+    assert_eq!(ea, eb, "one frame for both, from two replicas");
+    let initiator = a.session.clone().min(b.session.clone());
+    assert_eq!(ea["initiator"], initiator.as_str());
+    // a walks away: the pair leaves proximity on a tick, once, for both.
+    a.send(json!({"type": "request", "room": room, "nonce": 3, "op": "space.move", "args": {"to": [1990, 1990], "speed": 3000}}))
+        .await;
+    a.pump_until(LIMIT, |m| kind_of(m, "proximity.leave").is_some())
+        .await;
+    b.pump_until(LIMIT, |m| kind_of(m, "proximity.leave").is_some())
+        .await;
+    for (m, nonce) in [(&a, 1u64), (&b, 2), (&a, 3)] {
+        assert_eq!(m.responses[&nonce]["ok"], true, "{}", m.responses[&nonce]);
+    }
+    let (la, lb) = (
+        kind_of(&a, "proximity.leave").unwrap(),
+        kind_of(&b, "proximity.leave").unwrap(),
+    );
+    assert_eq!(la, lb);
+    assert_eq!(la["pair"], ea["pair"]);
+    for m in [&a, &b] {
+        let leaves = m
+            .events
+            .iter()
+            .filter(|e| e["kind"] == "proximity.leave")
+            .count();
+        assert_eq!(leaves, 1, "{}: {:?}", m.name, m.events);
+    }
 }

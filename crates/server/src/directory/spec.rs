@@ -58,6 +58,8 @@ pub struct SpaceOptions {
     pub aoi_radius: Option<f64>,
     /// How often positions are checked while someone moves.
     pub tick_ms: Option<u64>,
+    /// `direct` only between members in proximity.
+    pub direct_in_proximity_only: Option<bool>,
 }
 
 impl SpaceOptions {
@@ -71,6 +73,9 @@ impl SpaceOptions {
             min_dwell_ms: self.min_dwell_ms.unwrap_or(d.min_dwell_ms),
             aoi_radius: self.aoi_radius.unwrap_or(d.aoi_radius),
             tick_ms: self.tick_ms.unwrap_or(d.tick_ms),
+            direct_in_proximity_only: self
+                .direct_in_proximity_only
+                .unwrap_or(d.direct_in_proximity_only),
         };
         c.validate()
             .map_err(|m| RoomError::new(ErrorCode::InvalidRequest, format!("options.{m}")))?;

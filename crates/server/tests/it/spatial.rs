@@ -77,13 +77,19 @@ async fn the_server_decides_who_sees_whom_and_who_calls() {
         .find(|k| **k != ann_id && **k != bob_id)
         .unwrap()
         .clone();
-    // bob and carol both stand in the middle: one pair, one initiator, told to both.
+    // bob and carol both stand in the middle: one pair, one initiator. bob
+    // is told by an event; carol, whose join caused it, by her `joined`.
     let (at_bob, _) = event(&mut bob, "proximity.enter").await;
-    let (at_carol, _) = event(&mut carol, "proximity.enter").await;
-    assert_eq!(at_bob, at_carol, "the same frame for both");
+    let at_carol = &joined_c["space"]["pairs"][0];
+    assert_eq!(at_bob["pair"], at_carol["pair"]);
     let initiator = bob_id.clone().min(carol_id.clone());
     assert_eq!(at_bob["initiator"], initiator.as_str());
+    assert_eq!(at_carol["initiator"], initiator.as_str());
     assert_eq!(at_bob["a"], initiator.as_str());
+    assert!(
+        joined_c["seq"].as_u64() >= at_bob["seq"].as_u64(),
+        "carol's joined comes after the events her join caused"
+    );
     let pair = at_bob["pair"].clone();
 
     // ann walks to the middle: bob and carol do not hear of the move (out of
@@ -245,4 +251,38 @@ async fn a_member_whose_connection_drops_ends_its_pairs_and_a_resume_puts_it_bac
     );
     let (enter_again, _) = event(&mut bob, "proximity.enter").await;
     assert_ne!(enter_again["pair"], enter["pair"], "a new pair id");
+}
+
+#[tokio::test]
+async fn direct_messages_can_be_limited_to_pairs_in_proximity() {
+    let s = TestServer::start().await;
+    s.create_room(json!({
+        "id": ROOM,
+        "options": {"space": {"min_dwell_ms": 0, "direct_in_proximity_only": true}}
+    }))
+    .await;
+    let (mut ann, _) = s.join(ROOM, "ann").await;
+    let (r, _) = request(&mut ann, 1, "space.jump", json!({"to": [100, 100]})).await;
+    assert_eq!(r["ok"], true);
+    let (mut bob, joined) = s.join(ROOM, "bob").await;
+    let bob_id = joined["session"].as_str().unwrap().to_owned();
+    assert_eq!(joined["space"]["direct_in_proximity_only"], true);
+    // A stranger cannot ring.
+    ann.send(json!({"type": "direct", "room": ROOM, "to": bob_id, "event": "rtc.offer", "data": {"sdp": "x"}}))
+        .await;
+    let (e, _) = ann.recv_until(|v| v["type"] == "error").await;
+    assert_eq!(e["code"], "not_in_proximity", "{e}");
+    assert_eq!(e["ref"], json!({"frame": "direct", "room": ROOM}));
+    // In proximity, the offer passes.
+    let (r, before) = request(&mut ann, 2, "space.jump", json!({"to": [1000, 1010]})).await;
+    assert_eq!(r["ok"], true);
+    let enter = event_in(&mut ann, &before, "proximity.enter").await;
+    assert!(
+        enter["a"] == bob_id.as_str() || enter["b"] == bob_id.as_str(),
+        "{enter}"
+    );
+    ann.send(json!({"type": "direct", "room": ROOM, "to": bob_id, "event": "rtc.offer", "data": {"sdp": "x"}}))
+        .await;
+    let (offer, _) = bob.recv_until(|v| v["type"] == "direct").await;
+    assert_eq!(offer["event"], "rtc.offer");
 }
