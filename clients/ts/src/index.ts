@@ -16,6 +16,7 @@ export type {
   RoomEvents,
 } from './room-options.js';
 export { positionAt } from './space.js';
+export { ProximityCalls, type PeerConnection, type ProximityCallsOptions } from './calls.js';
 export { RoomReplica, merge, type PendingChange, type ReplicaChange, type ReplicaEvents } from './replica.js';
 export { PlazaError, SERVER_ERROR_CODES, type PlazaErrorCode, type ServerErrorCode } from './errors.js';
 export { backoffDelay, type BackoffOptions } from './backoff.js';
