@@ -57,7 +57,21 @@ export function initialObjects(): Array<{ kind: string; data: { x: number; y: nu
   ].map((data) => ({ kind: 'object', data }));
 }
 
-/** `POST /v1/rooms`: creates an open room with the three shared objects. */
+/**
+ * The plaza's plane as the server knows it: proximity at 160 units (the size of two avatars'
+ * personal space), everyone seeing everyone on this small plaza, WebRTC signalling only between
+ * members in proximity.
+ */
+export const SPACE = {
+  width: 800,
+  height: 500,
+  proximity_radius: 160,
+  min_dwell_ms: 1000,
+  aoi_radius: 1000,
+  direct_in_proximity_only: true,
+};
+
+/** `POST /v1/rooms`: creates an open spatial room with the three shared objects. */
 export function createRoom(id: string): Promise<RoomInfo> {
-  return call<RoomInfo>('POST', '/v1/rooms', { id, entities: initialObjects() });
+  return call<RoomInfo>('POST', '/v1/rooms', { id, entities: initialObjects(), options: { space: SPACE } });
 }

@@ -6,10 +6,17 @@
  */
 import type { Entity, Json, Member, RoomHandle } from '@plaza/client';
 import { avatarData, type AvatarData } from './entities';
-import { Motion, type Point } from './motion';
+import { Motion, SPEED, type Point } from './motion';
 import { AVATAR_RADIUS, HEIGHT, WIDTH, type AvatarView } from './scene';
 import { clamp, errorCode, now, PALETTE, pick } from './util';
-import type { Peer } from './video';
+
+/** Another member's avatar where it is drawn. */
+export interface Peer {
+  session: string;
+  name: string;
+  x: number;
+  y: number;
+}
 
 /**
  * How long an avatar stays after its member disconnected (not left) before it is removed:
@@ -127,6 +134,9 @@ export class Avatars {
     const existing = this.entityOf(me);
     if (existing) {
       this.avatarId = existing.id;
+      // The server's plane follows the avatar (a resume already stands where it dropped).
+      const d = avatarData(existing);
+      if (d) this.placeInSpace(room, d.tx, d.ty);
       return;
     }
     this.creating = true;
@@ -141,6 +151,7 @@ export class Avatars {
       .createEntity('avatar', { ...data })
       .then((entity) => {
         this.avatarId = entity.id;
+        this.placeInSpace(room, x, y);
         this.sync(entity, now(), false);
         this.host.changed();
       })
@@ -215,6 +226,17 @@ export class Avatars {
       patch['y'] = Math.round(from.y);
     }
     room.patchEntity(id, patch).catch((err: unknown) => console.warn('plaza demo: move refused', err));
+    // In a spatial room the server walks with the avatar, at the same speed, and decides
+    // who is in proximity (calls start and end on its word).
+    if (this.spatial(room)) room.moveTo([tx, ty], SPEED).catch(() => undefined);
+  }
+
+  private spatial(room: RoomHandle): boolean {
+    return room.session !== undefined && room.movements.has(room.session);
+  }
+
+  private placeInSpace(room: RoomHandle, x: number, y: number): void {
+    if (this.spatial(room)) room.jumpTo([x, y]).catch(() => undefined);
   }
 
   /** Where every avatar is at `t`. */

@@ -28,6 +28,10 @@ declare global {
       highlights(): DebugHighlight[];
       /** Client (CSS pixel) coordinates of a plaza point, to click it. */
       toClient(x: number, y: number): { x: number; y: number } | undefined;
+      /** The proximity calls: pair id, peer session, `RTCPeerConnection.connectionState`. */
+      calls(): Array<{ pair: number; peer: string; state: string }>;
+      /** The remote videos shown: whose, how far played, frames decoded. */
+      remoteVideos(): Array<{ peer: string; currentTime: number; frames: number }>;
     };
   }
 }

@@ -66,6 +66,13 @@ window.__plaza = {
   objects: () => view?.objects() ?? [],
   highlights: () => view?.highlightList() ?? [],
   toClient: (x, y) => view?.toClient(x, y),
+  calls: () => view?.calls() ?? [],
+  remoteVideos: () =>
+    [...document.querySelectorAll<HTMLVideoElement>('[data-testid="remote-video"]')].map((v) => ({
+      peer: v.dataset['peer'] ?? '',
+      currentTime: v.currentTime,
+      frames: v.getVideoPlaybackQuality?.().totalVideoFrames ?? 0,
+    })),
 };
 
 route();

@@ -123,6 +123,9 @@ export class RoomView {
 
   /** Joins the room (resuming the session saved before a reload, if any). */
   async start(): Promise<void> {
+    // The camera first: a call's offer may come right after the join, and the calls must be
+    // listening by then (with the media they send).
+    await this.video.prepare();
     let room: RoomHandle;
     try {
       room = await joinResuming(this.client, this.roomId, { name: this.name, channels: [CHAT_CHANNEL] }, () => this.ended);
@@ -138,6 +141,7 @@ export class RoomView {
       return;
     }
     this.room = room;
+    this.video.start(room, (session) => this.members.nameOf(session));
     this.cleanups.push(
       room.state.on('change', (change) => this.onChange(change)),
       room.on('members', (members) => this.members.show(members)),
@@ -166,6 +170,7 @@ export class RoomView {
     cancelAnimationFrame(this.frame);
     clearInterval(this.gcTimer);
     this.drag.stop();
+    this.video.stop();
     for (const cleanup of this.cleanups.splice(0)) cleanup();
     this.client.close();
   }
@@ -186,6 +191,10 @@ export class RoomView {
   }
 
   // ---- test hooks (window.__plaza) ----
+
+  calls(): Array<{ pair: number; peer: string; state: string }> {
+    return this.video.debugCalls();
+  }
 
   session(): string | undefined {
     return this.room?.session;
@@ -320,6 +329,5 @@ export class RoomView {
     this.dirty = false;
     this.members.show(room.members);
     this.scene.draw(frame.views, this.objectViews());
-    this.video.update(frame.self, frame.peers);
   }
 }

@@ -1,4 +1,5 @@
 /** The plaza: one SVG of 800 × 500 logical units, scaled to fit, redrawn every frame. */
+import { PROXIMITY_RADIUS } from './video';
 import { s } from './util';
 
 export const WIDTH = 800;
@@ -197,7 +198,9 @@ export class Scene {
       if (!els) {
         const body = s('circle', { class: 'body', r: AVATAR_RADIUS });
         const label = s('text', { class: 'name', y: AVATAR_RADIUS + 16 });
-        const g = s('g', { class: 'avatar', 'data-avatar-id': a.id, 'data-session': a.session }, body, label);
+        // Proximity range: shown around this member's own avatar only (CSS).
+        const range = s('circle', { class: 'range', r: PROXIMITY_RADIUS });
+        const g = s('g', { class: 'avatar', 'data-avatar-id': a.id, 'data-session': a.session }, range, body, label);
         this.avatarLayer.append(g);
         els = { g, body, label, key: '' };
         this.avatars.set(a.id, els);

@@ -1,52 +1,116 @@
 /**
- * The place for proximity video (a later issue). Today it only shows which members are near
- * this member's avatar: those are the ones a call would connect. The later issue fills in
- * {@link ProximityVideo.update}: open a WebRTC peer connection to each nearby member, signal
- * through `room.direct(session, 'rtc.offer' | 'rtc.answer' | 'rtc.ice', …)` (and the room's
- * `direct` event), and put one <video> per call into `#video .calls`.
+ * Proximity video: a WebRTC call with every member the server says is in proximity
+ * (`proximity.enter`), mesh, started by the initiator it names and closed at `proximity.leave`
+ * ({@link ProximityCalls} of @plaza/client). The camera and microphone are asked for once, when
+ * the room is joined; without them the calls still connect, receiving only.
  */
+import { ProximityCalls, type RoomHandle } from '@plaza/client';
 import { h } from './util';
 
-/** Members closer than this (plaza units) are "nearby". */
+/** Members closer than this (plaza units) are in proximity: the room's `space.proximity_radius`. */
 export const PROXIMITY_RADIUS = 160;
 
-export interface Peer {
-  session: string;
-  name: string;
-  x: number;
-  y: number;
+/** A call as the test hook shows it. */
+export interface DebugCall {
+  pair: number;
+  peer: string;
+  /** `RTCPeerConnection.connectionState`. */
+  state: string;
 }
 
 export class ProximityVideo {
   readonly element: HTMLElement;
-  private readonly nearbyList: HTMLElement;
-  private key = '';
+  private readonly status: HTMLElement;
+  private readonly callsBox: HTMLElement;
+  private readonly preview: HTMLVideoElement;
+  private calls: ProximityCalls | undefined;
+  private stream: MediaStream | undefined;
+  private readonly videos = new Map<number, HTMLVideoElement>();
+  private nameOf: (session: string) => string = (s) => s;
 
   constructor() {
-    this.nearbyList = h('p', { class: 'muted', 'data-testid': 'nearby' }, 'Nobody nearby.');
+    this.status = h('p', { class: 'muted', 'data-testid': 'nearby' }, 'Nobody nearby.');
+    this.preview = h('video', { class: 'preview', 'data-testid': 'local-video', muted: '', playsinline: '' }) as HTMLVideoElement;
+    this.preview.muted = true;
+    this.callsBox = h('div', { class: 'calls', 'data-testid': 'calls' });
     this.element = h(
       'section',
       { id: 'video', class: 'card video', 'data-testid': 'video', 'aria-label': 'Proximity video' },
-      h('h2', {}, 'Proximity video — coming in a later issue'),
-      h(
-        'p',
-        { class: 'muted' },
-        'Walk up to someone on the plaza: when proximity video arrives, a call with everyone nearby opens here.',
-      ),
-      this.nearbyList,
-      h('div', { class: 'calls' }),
+      h('h2', {}, 'Proximity video'),
+      h('p', { class: 'muted' }, 'Walk up to someone on the plaza: a video call opens while you stand together.'),
+      this.status,
+      this.preview,
+      this.callsBox,
     );
   }
 
-  /** Called every frame with this member's avatar position and everyone else's. */
-  update(self: { x: number; y: number } | undefined, others: readonly Peer[]): void {
-    const near = self
-      ? others.filter((p) => Math.hypot(p.x - self.x, p.y - self.y) < PROXIMITY_RADIUS).map((p) => p.name)
-      : [];
-    near.sort();
-    const key = near.join('\n');
-    if (key === this.key) return;
-    this.key = key;
-    this.nearbyList.textContent = near.length === 0 ? 'Nobody nearby.' : `Nearby: ${near.join(', ')}`;
+  /** Asks for the camera and microphone (before joining). */
+  async prepare(): Promise<void> {
+    try {
+      this.stream = await navigator.mediaDevices.getUserMedia({ video: true, audio: true });
+      this.preview.srcObject = this.stream;
+      void this.preview.play().catch(() => undefined);
+    } catch (err) {
+      this.status.textContent = `No camera or microphone (${String(err)}): calls receive only.`;
+    }
+  }
+
+  /**
+   * Starts the calls of `room` (a spatial room; others have no calls), at once after the join:
+   * an offer may follow the `joined` frame right away.
+   */
+  start(room: RoomHandle, nameOf: (session: string) => string): void {
+    this.nameOf = nameOf;
+    const options = {
+      onRemoteStream: (peer: string, stream: MediaStream, pair: number) => this.show(pair, peer, stream),
+      onCallEnded: (_peer: string, pair: number) => this.hide(pair),
+    };
+    this.calls = new ProximityCalls(room, this.stream ? { ...options, localStream: this.stream } : options);
+    room.on('space', () => this.updateStatus(room));
+    this.updateStatus(room);
+  }
+
+  /** Ends every call and releases the camera. */
+  stop(): void {
+    this.calls?.close();
+    this.calls = undefined;
+    for (const track of this.stream?.getTracks() ?? []) track.stop();
+    this.stream = undefined;
+  }
+
+  /** The live calls, for tests. */
+  debugCalls(): DebugCall[] {
+    const calls = this.calls;
+    if (!calls) return [];
+    return [...calls.peers].map(([pair, peer]) => {
+      const pc = calls.connection(pair) as unknown as RTCPeerConnection | undefined;
+      return { pair, peer, state: pc?.connectionState ?? 'closed' };
+    });
+  }
+
+  private show(pair: number, peer: string, stream: MediaStream): void {
+    let video = this.videos.get(pair);
+    if (!video) {
+      video = h('video', { class: 'remote', 'data-testid': 'remote-video', 'data-peer': peer, playsinline: '' }) as HTMLVideoElement;
+      video.muted = true; // autoplay without a gesture; the demo shows the video
+      this.videos.set(pair, video);
+      this.callsBox.append(h('figure', { 'data-pair': String(pair) }, video, h('figcaption', {}, this.nameOf(peer))));
+    }
+    video.srcObject = stream;
+    void video.play().catch(() => undefined);
+  }
+
+  private hide(pair: number): void {
+    const video = this.videos.get(pair);
+    this.videos.delete(pair);
+    video?.closest('figure')?.remove();
+  }
+
+  private updateStatus(room: RoomHandle): void {
+    const self = room.session;
+    const near = [...room.proximityPairs.values()]
+      .map((p) => this.nameOf(p.a === self ? p.b : p.a))
+      .sort();
+    this.status.textContent = near.length === 0 ? 'Nobody nearby.' : `In a call with ${near.join(', ')}`;
   }
 }

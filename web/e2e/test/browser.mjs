@@ -14,7 +14,19 @@ const ARGS = [
   '--disable-sync',
 ];
 
-/** Launches chromium; close it when done. */
-export function launchChromium() {
-  return chromium.launch({ executablePath: CHROMIUM, args: ARGS });
+/**
+ * Real WebRTC between two pages on this machine: fake camera and microphone (a test pattern and
+ * a beep) granted without a prompt, and host candidates as plain addresses rather than mDNS
+ * names (nothing resolves those here).
+ */
+export const MEDIA_ARGS = [
+  '--use-fake-device-for-media-stream',
+  '--use-fake-ui-for-media-stream',
+  '--disable-features=WebRtcHideLocalIpsWithMdns',
+  '--autoplay-policy=no-user-gesture-required',
+];
+
+/** Launches chromium (with `extra` arguments); close it when done. */
+export function launchChromium(extra = []) {
+  return chromium.launch({ executablePath: CHROMIUM, args: [...ARGS, ...extra] });
 }
