@@ -62,12 +62,13 @@ function callsOf(room: RoomHandle, owner: string, ended: string[]): ProximityCal
 describe('proximity calls', () => {
   it('the initiator offers, the other answers, ICE crosses, parting closes both', async () => {
     FakePeer.all = [];
-    const room = await createRoom({ options: { space: { min_dwell_ms: 0, tick_ms: 10 } } });
+    const room = await createRoom({ options: { space: { min_dwell_ms: 0, tick_ms: 10, width: 100000, height: 100000 } } });
     const a = newClient({ room });
     const b = newClient({ room });
     const ann = await a.join(room, { name: 'ann' });
     await ann.jumpTo([100, 100]);
     const bob = await b.join(room, { name: 'bob' });
+    await bob.jumpTo([1000, 1000]);
     const ended: string[] = [];
     const annCalls = callsOf(ann, 'ann', ended);
     const bobCalls = callsOf(bob, 'bob', ended);

@@ -76,6 +76,8 @@ counters! {
     /// HTTP bytes received over the whole run: status line, headers and body
     /// of every response (see `Report::http_bytes_in`).
     http_bytes_in,
+    /// Proximity events (spatial rooms) received while recording.
+    proximity_events,
 }
 
 #[cfg(test)]

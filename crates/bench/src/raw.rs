@@ -168,6 +168,7 @@ mod tests {
                 http_calls_rec: users,
                 http_bytes_out: 1000 * users,
                 http_bytes_in: 2000 * users,
+                proximity_events: 0,
             },
             recorded_us: 1_000_000,
             errors: BTreeMap::from([("x".to_owned(), users)]),

@@ -98,6 +98,9 @@ pub struct Report {
     pub publishes_total: u64,
     /// Acknowledgements received (drivers that acknowledge publishes).
     pub acks: u64,
+    /// Proximity events (spatial rooms) received per second while recording.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proximity_events_per_s: Option<f64>,
     /// Messages received per second while recording.
     pub received_per_s: f64,
     /// Messages sent per second while recording.
@@ -300,6 +303,7 @@ impl Report {
             delivery_ratio,
             publishes_total: c.publishes_total,
             acks: c.acks,
+            proximity_events_per_s: (c.proximity_events > 0).then(|| per_s(c.proximity_events)),
             received_per_s: per_s(c.deliveries),
             sent_per_s: per_s(c.publishes),
             bytes_in_per_s: per_s(c.bytes_in),
@@ -362,6 +366,9 @@ impl Report {
         let _ = writeln!(s, "| joined | {} / {} |", self.joined, self.users);
         let _ = writeln!(s, "| recorded | {:.1} s |", self.recorded_s);
         let _ = writeln!(s, "| publishes/s | {:.0} |", self.sent_per_s);
+        if let Some(p) = self.proximity_events_per_s {
+            let _ = writeln!(s, "| proximity events/s (received) | {p:.1} |");
+        }
         let _ = writeln!(s, "| deliveries/s | {:.0} |", self.received_per_s);
         let _ = writeln!(
             s,

@@ -66,6 +66,8 @@ pub enum Inbound {
     },
     /// The server reported an error.
     Error(String),
+    /// A spatial room's proximity change (`proximity.enter` / `proximity.leave`).
+    Proximity,
     /// Anything else (presence, other events).
     Other,
 }
@@ -133,6 +135,13 @@ pub trait Driver: Send + Sync {
         args: &serde_json::Value,
         out: &mut String,
     ) -> bool;
+    /// When a delivered message was sent, unix µs, for its latency: the
+    /// timestamp a publish carries after its marker (Plaza's `space.moved`
+    /// events carry the server's start of the movement instead).
+    fn sent_at_us(&self, msg: &[u8]) -> Option<u64> {
+        first_timestamp(msg)
+    }
+
     /// Classifies a message received after joining, pushing onto `replies`
     /// anything the protocol requires sending back (e.g. pongs).
     fn classify(&self, msg: &[u8], replies: &mut Vec<String>) -> Inbound;

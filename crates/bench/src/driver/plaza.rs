@@ -104,6 +104,12 @@ impl Driver for PlazaDriver {
 
     fn classify(&self, msg: &[u8], _replies: &mut Vec<String>) -> Inbound {
         if msg.starts_with(br#"{"type":"event""#) {
+            if memchr::memmem::find(msg, br#""kind":"space.moved""#).is_some() {
+                return Inbound::Deliveries(1);
+            }
+            if memchr::memmem::find(msg, br#""kind":"proximity."#).is_some() {
+                return Inbound::Proximity;
+            }
             return Inbound::markers_in(msg);
         }
         if msg.starts_with(br#"{"type":"ack""#) {
@@ -128,6 +134,20 @@ impl Driver for PlazaDriver {
 
     fn acks_publishes(&self) -> bool {
         true
+    }
+
+    fn sent_at_us(&self, msg: &[u8]) -> Option<u64> {
+        // A movement's start (the server's clock, ms): its latency is from the
+        // server's ordering to the receipt.
+        if memchr::memmem::find(msg, br#""kind":"space.moved""#).is_some() {
+            let at = memchr::memmem::find(msg, br#""t0":"#)? + 5;
+            let digits = msg[at..].iter().take_while(|b| b.is_ascii_digit());
+            let ms = digits.fold(0u64, |v, d| {
+                v.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+            });
+            return Some(ms.saturating_mul(1000));
+        }
+        super::first_timestamp(msg)
     }
 }
 

@@ -9,7 +9,7 @@ use super::*;
 /// place in the run's HTTP span are counted whatever the recording flag.
 pub(super) async fn http_call(
     shared: &Arc<Shared>,
-    st: &UserState,
+    st: &mut UserState,
     method: &str,
     path: &str,
     body: Option<&serde_json::Value>,
@@ -32,7 +32,7 @@ pub(super) async fn http_call(
         .header(HOST, shared.opts.addr.to_string())
         .header(ACCEPT, "*/*");
     if let Some(b) = body {
-        let json = expand_json(b.clone(), st.vu, st.room_index, &st.flow);
+        let json = expand_json(b.clone(), st.vu, st.room_index, &st.flow, &mut st.rng);
         let bytes = match serde_json::to_vec(&json) {
             Ok(b) => b,
             Err(e) => {

@@ -2,7 +2,7 @@
 //! routes responses to their waiting requests.
 
 use super::*;
-use crate::driver::{first_timestamp, Inbound};
+use crate::driver::Inbound;
 use crate::wsclient::{Incoming, WsReader, WsWriter};
 
 /// What one receiver counts between two flushes into the shared counters.
@@ -18,6 +18,8 @@ pub(super) struct Tally {
     deliveries: u64,
     acks: u64,
     replies: Vec<String>,
+    /// Proximity events since the last flush.
+    proximity: u64,
     /// Whether the current read held a message (not only pings).
     got_message: bool,
 }
@@ -32,12 +34,13 @@ impl Tally {
                     let (now, recording) = *self
                         .stamp
                         .get_or_insert_with(|| (unix_micros(), shared.recording()));
-                    if let (true, Some(sent)) = (recording, first_timestamp(msg)) {
+                    if let (true, Some(sent)) = (recording, shared.opts.driver.sent_at_us(msg)) {
                         h.push(now.saturating_sub(sent).max(1));
                     }
                 }
             }
             Inbound::Ack => self.acks += 1,
+            Inbound::Proximity => self.proximity += 1,
             Inbound::Response { nonce, ok } => {
                 let waiter = shared
                     .pending
@@ -70,6 +73,13 @@ impl Tally {
                 .deliveries
                 .fetch_add(deliveries, Ordering::Relaxed);
             shared.counts.bytes_in.fetch_add(bytes, Ordering::Relaxed);
+        }
+        let proximity = std::mem::take(&mut self.proximity);
+        if recording && proximity > 0 {
+            shared
+                .counts
+                .proximity_events
+                .fetch_add(proximity, Ordering::Relaxed);
         }
         let acks = std::mem::take(&mut self.acks);
         if acks > 0 {
@@ -116,6 +126,7 @@ pub(super) async fn receive(
         latency: observer.then(Vec::new),
         stamp: None,
         deliveries: 0,
+        proximity: 0,
         acks: 0,
         replies: Vec::new(),
         got_message: false,

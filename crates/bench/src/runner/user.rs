@@ -7,6 +7,9 @@ use std::pin::Pin;
 use super::http::http_call;
 use super::receive::receive;
 use super::ws_ops::{publish, request};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
 use super::*;
 use crate::driver::JoinSpec;
 use crate::scenario::Step;
@@ -92,6 +95,8 @@ pub(super) struct UserState {
     pub(super) conn: Option<(WsReader, WsWriter)>,
     pub(super) joined: Option<Joined>,
     pub(super) out: String,
+    /// Draws for `{rand:LO:HI}` templates, seeded by the user's index: runs repeat.
+    pub(super) rng: StdRng,
 }
 
 pub(super) async fn virtual_user(shared: Arc<Shared>, scenario: Arc<Scenario>, vu: u64) {
@@ -106,6 +111,7 @@ pub(super) async fn virtual_user(shared: Arc<Shared>, scenario: Arc<Scenario>, v
         conn: None,
         joined: None,
         out: String::with_capacity(256),
+        rng: StdRng::seed_from_u64(vu),
     };
     run_steps(&shared, &mut st, &flow.steps).await;
     shared.flows_done.send_modify(|n| *n += 1);
@@ -228,7 +234,8 @@ pub(super) async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &St
             };
             let tasks: Vec<_> = branches
                 .iter()
-                .map(|steps| {
+                .enumerate()
+                .map(|(i, steps)| {
                     let mut branch = UserState {
                         vu: st.vu,
                         room_index: st.room_index,
@@ -237,6 +244,7 @@ pub(super) async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &St
                         conn: None,
                         joined: Some(j.share()),
                         out: String::with_capacity(256),
+                        rng: StdRng::seed_from_u64(st.vu ^ ((i as u64 + 1) << 40)),
                     };
                     let (shared, steps) = (shared.clone(), steps.clone());
                     tokio::spawn(async move { run_steps(&shared, &mut branch, &steps).await })
@@ -358,20 +366,33 @@ pub(super) fn expand_json(
     vu: u64,
     room: u64,
     flow: &str,
+    rng: &mut StdRng,
 ) -> serde_json::Value {
     use serde_json::Value;
     match v {
-        Value::String(s) => Value::String(expand(&s, vu, room, flow)),
+        Value::String(s) => match random_number(&s, rng) {
+            Some(n) => Value::from(n),
+            None => Value::String(expand(&s, vu, room, flow)),
+        },
         Value::Array(a) => Value::Array(
             a.into_iter()
-                .map(|x| expand_json(x, vu, room, flow))
+                .map(|x| expand_json(x, vu, room, flow, rng))
                 .collect(),
         ),
         Value::Object(o) => Value::Object(
             o.into_iter()
-                .map(|(k, x)| (k, expand_json(x, vu, room, flow)))
+                .map(|(k, x)| (k, expand_json(x, vu, room, flow, rng)))
                 .collect(),
         ),
         other => other,
     }
+}
+
+/// A string that is exactly `{rand:LO:HI}` becomes a number drawn uniformly
+/// from LO to HI (integers, both included), e.g. a random target.
+fn random_number(s: &str, rng: &mut StdRng) -> Option<i64> {
+    let inner = s.strip_prefix("{rand:")?.strip_suffix('}')?;
+    let (lo, hi) = inner.split_once(':')?;
+    let (lo, hi): (i64, i64) = (lo.trim().parse().ok()?, hi.trim().parse().ok()?);
+    (lo <= hi).then(|| rng.random_range(lo..=hi))
 }

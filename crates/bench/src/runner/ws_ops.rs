@@ -76,7 +76,7 @@ pub(super) async fn request(
     };
     let nonce = shared.next_nonce.fetch_add(1, Ordering::Relaxed);
     let args = args.cloned().unwrap_or(serde_json::json!({}));
-    let args = expand_json(args, st.vu, st.room_index, &st.flow);
+    let args = expand_json(args, st.vu, st.room_index, &st.flow, &mut st.rng);
     st.out.clear();
     if !shared
         .opts

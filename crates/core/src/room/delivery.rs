@@ -87,13 +87,16 @@ impl<S> Room<S> {
                 return;
             }
             Scope::Near => {
-                // The members whose area of interest holds the sender.
+                // The members whose area of interest holds the sender: its
+                // neighbours, not a pass over the room.
                 let Some(from) = &entry.from else { return };
-                for (session, m) in &self.members {
-                    if session != from && self.space_sees(from, session) {
-                        if let Some(sink) = &m.sink {
-                            deliver(session, sink);
-                        }
+                for viewer in self.space_viewers(from) {
+                    if let Some((session, sink)) = self
+                        .members
+                        .get_key_value(viewer.as_str())
+                        .and_then(|(k, m)| Some((k, m.sink.as_ref()?)))
+                    {
+                        deliver(session, sink);
                     }
                 }
                 return;

@@ -45,7 +45,7 @@ impl<S> Room<S> {
         let at = rs
             .parked
             .remove(session)
-            .unwrap_or(Vec2::new(c.width / 2.0, c.height / 2.0));
+            .unwrap_or_else(|| spawn_point(session, c.width, c.height));
         let events = rs.space.join(session, at, now).events;
         rs.evaluated_at = now;
         // Caused by the joiner, whose `joined` (ordered after them) carries
@@ -153,7 +153,7 @@ impl<S> Room<S> {
         let pairs: Vec<Value> = rs
             .space
             .pairs_in_proximity()
-            .filter(|((a, b), _)| a == session || b == session)
+            .filter(|((a, b), _)| *a == session || *b == session)
             .map(|((a, b), id)| json!({"pair": id, "a": a, "b": b, "initiator": a}))
             .collect();
         Some(json!({
@@ -178,11 +178,15 @@ impl<S> Room<S> {
         })
     }
 
-    /// Whether `viewer` sees `subject` (members of rooms without a space see everyone).
-    pub(super) fn space_sees(&self, subject: &str, viewer: &str) -> bool {
+    /// The members who see `subject` (none in a room without a space).
+    pub(super) fn space_viewers<'a>(
+        &'a self,
+        subject: &'a str,
+    ) -> impl Iterator<Item = &'a String> + 'a {
         self.space
             .as_ref()
-            .is_none_or(|rs| rs.space.sees(subject, viewer))
+            .into_iter()
+            .flat_map(move |rs| rs.space.viewers(subject))
     }
 
     /// The space's decisions as events for the two members of each pair
@@ -242,4 +246,18 @@ impl<S> Room<S> {
         }
         out
     }
+}
+
+/// Where a new member appears: a point of the plane drawn from its session id
+/// (FNV-1a), the same on every replica. Scattered, not all in one spot: a
+/// crowd spawned in the middle would put every pair in proximity at once.
+fn spawn_point(session: &str, width: f64, height: f64) -> Vec2 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in session.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let fx = (h & 0xffff_ffff) as f64 / f64::from(u32::MAX);
+    let fy = (h >> 32) as f64 / f64::from(u32::MAX);
+    Vec2::new((fx * width).round(), (fy * height).round())
 }

@@ -52,6 +52,19 @@ impl<K: Clone + Eq + Hash + Ord> SpatialGrid<K> {
         self.at.insert(key, (cell, p));
     }
 
+    /// Places `key` at `p`, cloning the key only when it is new here or
+    /// changes cell (a tick re-places everyone).
+    pub fn place_ref(&mut self, key: &K, p: Vec2) {
+        let cell = self.cell_of(p);
+        if let Some((old, pos)) = self.at.get_mut(key) {
+            if *old == cell {
+                *pos = p;
+                return;
+            }
+        }
+        self.place(key.clone(), p);
+    }
+
     /// Removes `key`; false if it was not placed.
     pub fn remove(&mut self, key: &K) -> bool {
         let Some((cell, _)) = self.at.remove(key) else {

@@ -12,6 +12,7 @@
 pub mod config;
 pub mod geometry;
 pub mod grid;
+mod pairs;
 pub mod space;
 
 pub use config::SpaceConfig;

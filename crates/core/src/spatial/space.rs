@@ -15,7 +15,9 @@
 //! Deterministic like the room: the same inputs give the same events in the
 //! same order on every replica.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::pairs::{order, Adjacency, PairMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -122,18 +124,16 @@ pub struct Space {
     /// Where each member was at the last evaluation.
     grid: SpatialGrid<String>,
     /// Pairs `(a, b)`, `a < b`, in proximity or held out by the dwell.
-    pairs: BTreeMap<(String, String), PairState>,
+    pairs: PairMap<PairState>,
     /// Pairs `(a, b)`, `a < b`, that see each other.
-    interest: BTreeSet<(String, String)>,
+    interest: Adjacency,
     next_pair: u64,
-}
-
-fn ordered(x: &str, y: &str) -> (String, String) {
-    if x < y {
-        (x.to_owned(), y.to_owned())
-    } else {
-        (y.to_owned(), x.to_owned())
-    }
+    /// When the grid last placed every member.
+    grid_at: Millis,
+    /// Pairs whose change waits for the dwell, and when it falls due.
+    held: PairMap<Millis>,
+    /// When the last movement under way arrives (a tick is due until then).
+    moving_until: Millis,
 }
 
 impl Space {
@@ -144,9 +144,12 @@ impl Space {
             grid: SpatialGrid::new(cell),
             config,
             movements: BTreeMap::new(),
-            pairs: BTreeMap::new(),
-            interest: BTreeSet::new(),
+            pairs: PairMap::default(),
+            interest: Adjacency::default(),
             next_pair: 1,
+            grid_at: 0,
+            held: PairMap::default(),
+            moving_until: 0,
         }
     }
 
@@ -154,8 +157,16 @@ impl Space {
     pub fn export(&self) -> SpaceState {
         SpaceState {
             movements: self.movements.clone(),
-            pairs: self.pairs.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-            interest: self.interest.iter().cloned().collect(),
+            pairs: self
+                .pairs
+                .iter()
+                .map(|(a, b, v)| ((a.clone(), b.clone()), *v))
+                .collect(),
+            interest: self
+                .interest
+                .iter()
+                .map(|(a, b)| (a.clone(), b.clone()))
+                .collect(),
             next_pair: self.next_pair,
         }
     }
@@ -164,9 +175,19 @@ impl Space {
     pub fn import(config: SpaceConfig, state: SpaceState) -> Space {
         let mut space = Space::new(config);
         space.movements = state.movements;
-        space.pairs = state.pairs.into_iter().collect();
-        space.interest = state.interest.into_iter().collect();
+        for ((a, b), v) in state.pairs {
+            space.pairs.insert(&a, &b, v);
+        }
+        for (a, b) in state.interest {
+            space.interest.insert(&a, &b);
+        }
         space.next_pair = state.next_pair;
+        // Placed where they started; the first tick places them anew (until
+        // then a move considers every member).
+        for (s, m) in &space.movements {
+            space.grid.place(s.clone(), m.from);
+            space.moving_until = space.moving_until.max(m.arrives_at());
+        }
         space
     }
 
@@ -185,22 +206,27 @@ impl Space {
         self.movements.get(session).map(|m| m.position_at(t))
     }
 
-    /// The pairs in proximity: `(a, b)` → pair id.
-    pub fn pairs_in_proximity(&self) -> impl Iterator<Item = (&(String, String), u64)> {
-        self.pairs.iter().filter_map(|(k, s)| match s {
-            PairState::In { id, .. } => Some((k, *id)),
+    /// The pairs in proximity: `(a, b)`, `a < b`, and the pair id, in order.
+    pub fn pairs_in_proximity(&self) -> impl Iterator<Item = ((&String, &String), u64)> {
+        self.pairs.iter().filter_map(|(a, b, s)| match s {
+            PairState::In { id, .. } => Some(((a, b), *id)),
             PairState::Out { .. } => None,
         })
     }
 
     /// Whether `a` and `b` are a pair in proximity.
     pub fn in_proximity(&self, a: &str, b: &str) -> bool {
-        matches!(self.pairs.get(&ordered(a, b)), Some(PairState::In { .. }))
+        matches!(self.pairs.get(a, b), Some(PairState::In { .. }))
     }
 
     /// Whether `a` and `b` see each other (a member always sees itself).
     pub fn sees(&self, a: &str, b: &str) -> bool {
-        a == b || self.interest.contains(&ordered(a, b))
+        a == b || self.interest.contains(a, b)
+    }
+
+    /// The members `session` sees (and who see it), in order.
+    pub fn viewers<'a>(&'a self, session: &'a str) -> impl Iterator<Item = &'a String> + 'a {
+        self.interest.neighbours(session)
     }
 
     /// Places a new member standing at `at` (clamped into the plane).
@@ -208,10 +234,11 @@ impl Space {
         let (at, clamped) = self.config.clamp(at);
         let movement = Movement::standing(at, now);
         self.movements.insert(session.to_owned(), movement);
+        self.moving_until = self.moving_until.max(movement.arrives_at());
         Moved {
             movement,
             clamped,
-            events: self.evaluate(now),
+            events: self.evaluate_for(now, Some(session)),
         }
     }
 
@@ -243,10 +270,11 @@ impl Space {
             speed,
         };
         self.movements.insert(session.to_owned(), movement);
+        self.moving_until = self.moving_until.max(movement.arrives_at());
         Ok(Moved {
             movement,
             clamped,
-            events: self.evaluate(now),
+            events: self.evaluate_for(now, Some(session)),
         })
     }
 
@@ -271,22 +299,17 @@ impl Space {
         }
         self.grid.remove(&session.to_owned());
         let mut events = Vec::new();
-        let gone = |(a, b): &(String, String)| a == session || b == session;
-        let pairs: Vec<(String, String)> = self.pairs.keys().filter(|k| gone(k)).cloned().collect();
-        for key in pairs {
-            if let Some(PairState::In { id, .. }) = self.pairs.remove(&key) {
-                events.push(SpaceEvent::ProximityLeave {
-                    pair: id,
-                    a: key.0,
-                    b: key.1,
-                });
+        for (a, b) in self.pairs.pairs_of(session) {
+            if let Some(PairState::In { id, .. }) = self.pairs.remove(&a, &b) {
+                events.push(SpaceEvent::ProximityLeave { pair: id, a, b });
             }
         }
-        let seen: Vec<(String, String)> =
-            self.interest.iter().filter(|k| gone(k)).cloned().collect();
-        for (a, b) in seen {
-            self.interest.remove(&(a.clone(), b.clone()));
+        for (a, b) in self.interest.pairs_of(session) {
+            self.interest.remove(&a, &b);
             events.push(SpaceEvent::InterestLeave { a, b });
+        }
+        for (a, b) in self.held.pairs_of(session) {
+            self.held.remove(&a, &b);
         }
         events.sort();
         events
@@ -294,128 +317,188 @@ impl Space {
 
     /// Re-evaluates the space at `now` (on the room's tick).
     pub fn tick(&mut self, now: Millis) -> Vec<SpaceEvent> {
-        self.evaluate(now)
+        self.evaluate_for(now, None)
     }
 
     /// The next time the space must be evaluated: a tick from now while a
     /// member moves, and when a change held by the dwell falls due.
     pub fn next_deadline(&self, now: Millis) -> Option<Millis> {
-        let moving = self.movements.values().any(|m| m.is_moving(now));
+        // Both kept up to date by every change: the room asks after every
+        // command, and a pass over the pairs each time cost more than the rest.
+        let moving = now < self.moving_until;
         let mut next = moving.then(|| now.saturating_add(self.config.tick_ms));
-        for (key, state) in &self.pairs {
-            let since = match state {
-                PairState::In { since, .. } | PairState::Out { since } => *since,
-            };
-            let due = since.saturating_add(self.config.min_dwell_ms);
-            if due > now && self.change_waits(key, *state, now) {
-                next = Some(next.map_or(due, |n| n.min(due)));
+        for (_, _, due) in self.held.iter() {
+            if *due > now {
+                next = Some(next.map_or(*due, |n| n.min(*due)));
             }
         }
         next
     }
 
-    /// Whether the pair's state would change now but for the dwell.
-    fn change_waits(&self, (a, b): &(String, String), state: PairState, now: Millis) -> bool {
-        let (Some(pa), Some(pb)) = (self.position(a, now), self.position(b, now)) else {
-            return false;
-        };
-        let d = pa.distance(pb);
-        match state {
-            PairState::In { .. } => d > self.leave_radius(),
-            PairState::Out { .. } => d <= self.config.proximity_radius,
+    /// Re-decides at `now` every pair (`only` = `None`, on the tick) or the
+    /// pairs of one member whose movement just changed (`Some`): a move
+    /// costs its neighbourhood, not the room; the others' pairs follow on the
+    /// next tick, on every replica alike. Strings are cloned only for pairs
+    /// whose state changes.
+    fn evaluate_for(&mut self, now: Millis, only: Option<&str>) -> Vec<SpaceEvent> {
+        let c = &self.config;
+        // Distances are compared squared: no square root per pair.
+        let sq = |x: f64| x * x;
+        let (r, leave_r) = (
+            sq(c.proximity_radius),
+            sq(c.proximity_radius * c.hysteresis),
+        );
+        let (aoi, reach) = (sq(c.aoi_radius), sq(c.aoi_radius * c.hysteresis));
+        let reach_radius = c.aoi_radius * c.hysteresis;
+        let dwell = c.min_dwell_ms;
+        let diagonal = c.width.hypot(c.height);
+        let dwelled = |since: Millis| now >= since.saturating_add(dwell);
+        match only {
+            None => {
+                for (s, m) in &self.movements {
+                    self.grid.place_ref(s, m.position_at(now));
+                }
+                self.grid_at = now;
+            }
+            Some(session) => {
+                let Some(p) = self.movements.get(session).map(|m| m.position_at(now)) else {
+                    return Vec::new();
+                };
+                self.grid.place_ref(&session.to_owned(), p);
+            }
         }
-    }
-
-    fn leave_radius(&self) -> f64 {
-        self.config.proximity_radius * self.config.hysteresis
-    }
-
-    fn dwelled(&self, since: Millis, now: Millis) -> bool {
-        now >= since.saturating_add(self.config.min_dwell_ms)
-    }
-
-    /// Positions at `now`, then every pair near enough to matter, and the
-    /// pairs whose members drifted apart beyond the grid's reach.
-    fn evaluate(&mut self, now: Millis) -> Vec<SpaceEvent> {
-        for (s, m) in &self.movements {
-            self.grid.place(s.clone(), m.position_at(now));
-        }
-        let reach = self.config.aoi_radius * self.config.hysteresis;
-        let mut near: BTreeMap<(String, String), f64> = BTreeMap::new();
-        for (s, m) in &self.movements {
-            let p = m.position_at(now);
-            for other in self.grid.within(p, reach) {
-                if other > s {
-                    let q = self.grid.position(other).expect("placed");
-                    near.insert((s.clone(), other.clone()), p.distance(q));
+        let (movements, grid) = (&self.movements, &self.grid);
+        // Pairs (a < b) within reach, and their squared distance.
+        let mut near: HashMap<(&str, &str), f64> = HashMap::new();
+        match only {
+            None => {
+                for (s, m) in movements {
+                    let p = m.position_at(now);
+                    for other in grid.within(p, reach_radius) {
+                        if other > s {
+                            let q = grid.position(other).expect("placed");
+                            near.insert((s.as_str(), other.as_str()), p.distance_sq(q));
+                        }
+                    }
+                }
+            }
+            Some(session) => {
+                let (session, m) = movements.get_key_value(session).expect("checked above");
+                let p = m.position_at(now);
+                // Others stand where the last tick placed them, or have walked
+                // at most this far since.
+                let fastest = movements.values().map(|m| m.speed).fold(0.0, f64::max);
+                let margin = fastest * now.saturating_sub(self.grid_at) as f64 / 1000.0;
+                let radius = reach_radius + margin;
+                // Before the first tick (or right after an import) the margin can
+                // exceed the plane: then everyone is a candidate.
+                let candidates: Vec<&String> = if radius >= diagonal {
+                    movements.keys().collect()
+                } else {
+                    grid.within(p, radius)
+                };
+                for other in candidates {
+                    if other == session {
+                        continue;
+                    }
+                    let d = p.distance_sq(movements[other].position_at(now));
+                    if d <= reach {
+                        near.insert(order(session, other), d);
+                    }
                 }
             }
         }
+        let involved = |a: &str, b: &str| only.is_none_or(|s| a == s || b == s);
         let mut events = Vec::new();
-        // Proximity, with hysteresis and dwell.
-        let keys: BTreeSet<(String, String)> = self
-            .pairs
-            .keys()
-            .cloned()
-            .chain(
-                near.iter()
-                    .filter(|(_, d)| **d <= self.config.proximity_radius)
-                    .map(|(k, _)| k.clone()),
-            )
+        // Proximity, with hysteresis and dwell: the pairs with a state, then
+        // those that came within the radius, in order (ids are given in it).
+        let mut todo: BTreeSet<(&str, &str)> = near
+            .iter()
+            .filter(|(_, d)| **d <= r)
+            .map(|(k, _)| *k)
             .collect();
-        for key in keys {
-            let d = near.get(&key).copied().unwrap_or(f64::INFINITY);
-            match self.pairs.get(&key).copied() {
+        let held: Vec<(String, String)> = self
+            .pairs
+            .iter()
+            .filter(|(a, b, _)| involved(a, b))
+            .map(|(a, b, _)| (a.clone(), b.clone()))
+            .collect();
+        todo.extend(held.iter().map(|(a, b)| (a.as_str(), b.as_str())));
+        for (a, b) in todo {
+            let d = near.get(&(a, b)).copied().unwrap_or(f64::INFINITY);
+            let state = self.pairs.get(a, b).copied();
+            // A change the dwell holds back: remembered, so that a tick comes when it falls due.
+            let waits = match state {
+                Some(PairState::In { since, .. }) => d > leave_r && !dwelled(since),
+                Some(PairState::Out { since }) => d <= r && !dwelled(since),
+                None => false,
+            };
+            match (waits, state) {
+                (true, Some(PairState::In { since, .. } | PairState::Out { since })) => {
+                    self.held.insert(a, b, since.saturating_add(dwell));
+                }
+                _ => {
+                    self.held.remove(a, b);
+                }
+            }
+            match state {
                 Some(PairState::In { id, since }) => {
-                    if d > self.leave_radius() && self.dwelled(since, now) {
-                        self.pairs
-                            .insert(key.clone(), PairState::Out { since: now });
+                    if d > leave_r && dwelled(since) {
+                        self.pairs.insert(a, b, PairState::Out { since: now });
                         events.push(SpaceEvent::ProximityLeave {
                             pair: id,
-                            a: key.0,
-                            b: key.1,
+                            a: a.to_owned(),
+                            b: b.to_owned(),
                         });
                     }
                 }
-                Some(PairState::Out { since }) if !self.dwelled(since, now) => {}
+                Some(PairState::Out { since }) if !dwelled(since) => {}
                 state => {
-                    if d <= self.config.proximity_radius {
+                    if d <= r {
                         let id = self.next_pair;
                         self.next_pair += 1;
-                        self.pairs
-                            .insert(key.clone(), PairState::In { id, since: now });
+                        self.pairs.insert(a, b, PairState::In { id, since: now });
                         events.push(SpaceEvent::ProximityEnter {
                             pair: id,
-                            a: key.0,
-                            b: key.1,
+                            a: a.to_owned(),
+                            b: b.to_owned(),
                         });
                     } else if state.is_some() {
                         // Out, and the dwell no longer holds it: forget it.
-                        self.pairs.remove(&key);
+                        self.pairs.remove(a, b);
                     }
                 }
             }
         }
-        // Interest, with hysteresis, after proximity (which holds it).
-        let aoi_leave = reach;
-        let stale: Vec<(String, String)> = self
-            .interest
-            .iter()
-            .filter(|k| near.get(*k).is_none_or(|d| *d > aoi_leave))
-            // A member sees whom it is in a call with, however far the dwell
-            // keeps the call going.
-            .filter(|k| !matches!(self.pairs.get(*k), Some(PairState::In { .. })))
-            .cloned()
+        // Interest, with hysteresis, after proximity (which holds it: a
+        // member sees whom it is in a call with, however far the dwell keeps
+        // the call going).
+        let candidates: Vec<(String, String)> = match only {
+            None => self
+                .interest
+                .iter()
+                .map(|(a, b)| (a.clone(), b.clone()))
+                .collect(),
+            Some(s) => self.interest.pairs_of(s),
+        };
+        let stale: Vec<(String, String)> = candidates
+            .into_iter()
+            .filter(|(a, b)| {
+                near.get(&(a.as_str(), b.as_str()))
+                    .is_none_or(|d| *d > reach)
+            })
+            .filter(|(a, b)| !matches!(self.pairs.get(a, b), Some(PairState::In { .. })))
             .collect();
         for (a, b) in stale {
-            self.interest.remove(&(a.clone(), b.clone()));
+            self.interest.remove(&a, &b);
             events.push(SpaceEvent::InterestLeave { a, b });
         }
-        for (key, d) in &near {
-            if *d <= self.config.aoi_radius && self.interest.insert(key.clone()) {
+        for (&(a, b), d) in &near {
+            if *d <= aoi && !self.interest.contains(a, b) {
+                self.interest.insert(a, b);
                 events.push(SpaceEvent::InterestEnter {
-                    a: key.0.clone(),
-                    b: key.1.clone(),
+                    a: a.to_owned(),
+                    b: b.to_owned(),
                 });
             }
         }
@@ -474,7 +557,7 @@ mod tests {
         assert_eq!(s.tick(8_600), vec![enter(1, "ann", "bob")]);
         assert_eq!(
             s.pairs_in_proximity().next(),
-            Some((&("ann".into(), "bob".into()), 1))
+            Some(((&"ann".to_owned(), &"bob".to_owned()), 1))
         );
         assert_eq!(s.tick(10_000), vec![], "arrived: nothing new");
         assert_eq!(s.next_deadline(10_000), None, "nobody moves");

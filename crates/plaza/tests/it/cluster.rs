@@ -334,7 +334,7 @@ async fn spatial_rooms_decide_proximity_once_across_real_nodes() {
     let (status, body) = post_json(
         cluster.node(0).addr(),
         "/v1/rooms",
-        &json!({"id": room, "options": {"space": {"min_dwell_ms": 0, "tick_ms": 20}}}),
+        &json!({"id": room, "options": {"space": {"min_dwell_ms": 0, "tick_ms": 20, "width": 100000, "height": 100000}}}),
     )
     .await;
     assert_eq!(status, 201, "{body}");
@@ -348,8 +348,11 @@ async fn spatial_rooms_decide_proximity_once_across_real_nodes() {
     a.pump_until(LIMIT, |m| m.responses.contains_key(&1)).await;
     let mut b = Member::join(&ws_url(&cluster.node(1).url(), room), room, "b").await;
     assert_ne!(a.node, b.node, "one member on each node");
+    b.send(json!({"type": "request", "room": room, "nonce": 4, "op": "space.jump", "args": {"to": [5000, 5000]}}))
+        .await;
+    b.pump_until(LIMIT, |m| m.responses.contains_key(&4)).await;
     // b walks to a: the replicas see them come close on a tick.
-    b.send(json!({"type": "request", "room": room, "nonce": 2, "op": "space.move", "args": {"to": [20, 10], "speed": 3000}}))
+    b.send(json!({"type": "request", "room": room, "nonce": 2, "op": "space.move", "args": {"to": [20, 10], "speed": 10000}}))
         .await;
     a.pump_until(LIMIT, |m| kind_of(m, "proximity.enter").is_some())
         .await;
@@ -363,13 +366,13 @@ async fn spatial_rooms_decide_proximity_once_across_real_nodes() {
     let initiator = a.session.clone().min(b.session.clone());
     assert_eq!(ea["initiator"], initiator.as_str());
     // a walks away: the pair leaves proximity on a tick, once, for both.
-    a.send(json!({"type": "request", "room": room, "nonce": 3, "op": "space.move", "args": {"to": [1990, 1990], "speed": 3000}}))
+    a.send(json!({"type": "request", "room": room, "nonce": 3, "op": "space.move", "args": {"to": [3000, 3000], "speed": 3000}}))
         .await;
     a.pump_until(LIMIT, |m| kind_of(m, "proximity.leave").is_some())
         .await;
     b.pump_until(LIMIT, |m| kind_of(m, "proximity.leave").is_some())
         .await;
-    for (m, nonce) in [(&a, 1u64), (&b, 2), (&a, 3)] {
+    for (m, nonce) in [(&a, 1u64), (&b, 2), (&a, 3), (&b, 4)] {
         assert_eq!(m.responses[&nonce]["ok"], true, "{}", m.responses[&nonce]);
     }
     let (la, lb) = (
