@@ -15,6 +15,7 @@ mod entities;
 mod error;
 mod history;
 mod locks;
+pub mod policy;
 mod rate;
 mod room;
 mod room_config;
