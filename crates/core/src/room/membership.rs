@@ -282,6 +282,8 @@ impl<S> Room<S> {
             self.disconnected.remove(&(t, session.to_owned()));
         }
         if m.sink.is_none() {
+            // Departed already, when it dropped: only where it stood is left.
+            self.space_forget(session);
             return Vec::new();
         }
         self.connected -= 1;

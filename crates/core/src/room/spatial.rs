@@ -46,8 +46,9 @@ impl<S> Room<S> {
             .parked
             .remove(session)
             .unwrap_or_else(|| spawn_point(session, c.width, c.height));
+        // Only the joiner's pairs are decided here: `evaluated_at` stays the
+        // last full pass, or the others' due changes would be skipped.
         let events = rs.space.join(session, at, now).events;
-        rs.evaluated_at = now;
         // Caused by the joiner, whose `joined` (ordered after them) carries
         // the space with them: the joiner is not sent them again.
         self.space_events(events, Some(session), now)
@@ -107,7 +108,6 @@ impl<S> Room<S> {
                 RoomError::new(ErrorCode::NotJoined, "not in the room's space")
             }
         })?;
-        rs.evaluated_at = now;
         let movement = serde_json::to_value(moved.movement).expect("movements serialize");
         let body = EventBody::SpaceMoved {
             session: session.to_owned(),

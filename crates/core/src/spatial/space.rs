@@ -113,6 +113,14 @@ pub struct SpaceState {
     pub interest: Vec<(String, String)>,
     /// The next pair id.
     pub next_pair: u64,
+    /// Pairs whose change waits for the dwell, and when it falls due (a
+    /// replica that loses them would not tick when the original does).
+    #[serde(default)]
+    pub held: Vec<((String, String), Millis)>,
+    /// When the last movement under way arrives, as the original counts it
+    /// (absent from snapshots written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moving_until: Option<Millis>,
 }
 
 /// The spatial part of a room.
@@ -168,6 +176,12 @@ impl Space {
                 .map(|(a, b)| (a.clone(), b.clone()))
                 .collect(),
             next_pair: self.next_pair,
+            held: self
+                .held
+                .iter()
+                .map(|(a, b, due)| ((a.clone(), b.clone()), *due))
+                .collect(),
+            moving_until: Some(self.moving_until),
         }
     }
 
@@ -182,12 +196,15 @@ impl Space {
             space.interest.insert(&a, &b);
         }
         space.next_pair = state.next_pair;
+        for ((a, b), due) in state.held {
+            space.held.insert(&a, &b, due);
+        }
         // Placed where they started; the first tick places them anew (until
         // then a move considers every member).
         for (s, m) in &space.movements {
             space.grid.place(s.clone(), m.from);
-            space.moving_until = space.moving_until.max(m.arrives_at());
         }
+        space.moving_until = state.moving_until.unwrap_or_else(|| space.latest_arrival());
         space
     }
 
@@ -232,9 +249,9 @@ impl Space {
     /// Places a new member standing at `at` (clamped into the plane).
     pub fn join(&mut self, session: &str, at: Vec2, now: Millis) -> Moved {
         let (at, clamped) = self.config.clamp(at);
+        // Standing: nothing for a tick to follow (its own pairs are decided now).
         let movement = Movement::standing(at, now);
         self.movements.insert(session.to_owned(), movement);
-        self.moving_until = self.moving_until.max(movement.arrives_at());
         Moved {
             movement,
             clamped,
@@ -315,6 +332,15 @@ impl Space {
         events
     }
 
+    /// When the last movement arrives (0 without members).
+    fn latest_arrival(&self) -> Millis {
+        self.movements
+            .values()
+            .map(Movement::arrives_at)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Re-evaluates the space at `now` (on the room's tick).
     pub fn tick(&mut self, now: Millis) -> Vec<SpaceEvent> {
         self.evaluate_for(now, None)
@@ -359,6 +385,9 @@ impl Space {
                     self.grid.place_ref(s, m.position_at(now));
                 }
                 self.grid_at = now;
+                // Only grows between ticks (a walk cut short by a jump or a
+                // departure still counts): the full pass sets it right.
+                self.moving_until = self.latest_arrival();
             }
             Some(session) => {
                 let Some(p) = self.movements.get(session).map(|m| m.position_at(now)) else {

@@ -12,3 +12,4 @@ mod requests;
 mod resume;
 mod room_ordering;
 mod spatial;
+mod spatial_room;

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use crate::common::*;
+use plaza_core::spatial::SpaceConfig;
 use plaza_core::{
     JoinParams, Millis, PublishParams, Resume, Room, RoomConfig, RoomError, RoomState,
 };
@@ -481,6 +482,28 @@ enum Act {
         slot: usize,
     },
     Tick,
+    /// `space.move` (with a speed) or `space.jump` (without), in the small
+    /// plane of [`small_space`].
+    Move {
+        slot: usize,
+        to: [f64; 2],
+        speed: Option<f64>,
+    },
+}
+
+/// A plane where the six slots meet often: calls, dwells and areas of
+/// interest change within a few steps.
+fn small_space() -> SpaceConfig {
+    SpaceConfig {
+        width: 400.0,
+        height: 400.0,
+        proximity_radius: 60.0,
+        hysteresis: 1.2,
+        min_dwell_ms: 300,
+        aoi_radius: 150.0,
+        tick_ms: 50,
+        direct_in_proximity_only: false,
+    }
 }
 
 const CHANNELS: [&str; 3] = ["main", "a", "b"];
@@ -518,8 +541,14 @@ fn act() -> impl Strategy<Value = Act> {
             .prop_map(|(slot, channel)| Act::Unsubscribe { slot, channel }),
         3 => slot.clone().prop_map(|slot| Act::Disconnect { slot }),
         1 => (0..2u32).prop_map(Act::NodeDown),
-        1 => slot.prop_map(|slot| Act::Leave { slot }),
+        1 => slot.clone().prop_map(|slot| Act::Leave { slot }),
         2 => Just(Act::Tick),
+        4 => (
+            slot,
+            (-20.0..420.0f64, -20.0..420.0f64),
+            proptest::option::of(20.0..600.0f64)
+        )
+            .prop_map(|(slot, (x, y), speed)| Act::Move { slot, to: [x, y], speed }),
     ]
 }
 
@@ -537,9 +566,10 @@ fn config() -> impl Strategy<Value = RoomConfig> {
         1..4usize,
         // Long windows too, so that disconnected sessions pile up to evictions.
         prop_oneof![0..3000u64, Just(1_000_000)],
+        any::<bool>(),
     )
         .prop_map(
-            |(history_size, max_members, dedup_window, max_channels, resume_window_ms)| {
+            |(history_size, max_members, dedup_window, max_channels, resume_window_ms, space)| {
                 RoomConfig {
                     history_size,
                     max_members,
@@ -548,6 +578,7 @@ fn config() -> impl Strategy<Value = RoomConfig> {
                     resume_window_ms,
                     default_lock_ttl_ms: 500,
                     max_lock_ttl_ms: 2_000,
+                    space: space.then(small_space),
                     ..RoomConfig::default()
                 }
             },
@@ -661,6 +692,14 @@ impl World {
             Act::NodeDown(parity) => Input::NodeDown(parity),
             Act::Leave { slot } => Input::Leave(self.session(slot)),
             Act::Tick => Input::Tick,
+            Act::Move { slot, to, speed } => req(
+                self,
+                slot,
+                match speed {
+                    Some(speed) => Op::SpaceMove { to, speed },
+                    None => Op::SpaceJump { to },
+                },
+            ),
         }
     }
 }

@@ -16,7 +16,11 @@ enum Op {
     MoveTo(usize, f64, f64, f64),
     Jump(usize, f64, f64),
     Leave(usize),
+    /// The clock moves and the room ticks.
     Advance(u64),
+    /// The clock moves without a tick (never past a deadline): the next
+    /// command lands between ticks.
+    Wait(u64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -34,6 +38,7 @@ fn op() -> impl Strategy<Value = Op> {
         (0..SESSIONS.len()).prop_map(Op::Leave),
         (0u64..3_000).prop_map(Op::Advance),
         (0u64..300).prop_map(Op::Advance),
+        (0u64..300).prop_map(Op::Wait),
     ]
 }
 
@@ -57,7 +62,8 @@ impl Model {
         }
     }
 
-    fn evaluate(&mut self, now: Millis) -> Vec<SpaceEvent> {
+    /// Decides every pair (`only` = `None`) or the pairs of one member.
+    fn evaluate(&mut self, now: Millis, only: Option<&str>) -> Vec<SpaceEvent> {
         let c = &self.config;
         let (r, leave_r) = (c.proximity_radius, c.proximity_radius * c.hysteresis);
         let (aoi, aoi_leave) = (c.aoi_radius, c.aoi_radius * c.hysteresis);
@@ -67,6 +73,9 @@ impl Model {
         let mut pairs = Vec::new();
         for (i, a) in ids.iter().enumerate() {
             for b in &ids[i + 1..] {
+                if only.is_some_and(|s| s != a.as_str() && s != b.as_str()) {
+                    continue;
+                }
                 let pa = self.movements[*a].position_at(now);
                 let pb = self.movements[*b].position_at(now);
                 pairs.push(((*a).clone(), (*b).clone(), pa.distance(pb)));
@@ -148,10 +157,11 @@ proptest! {
         let mut space = Space::new(config.clone());
         let mut model = Model::new(config.clone());
         let mut now: Millis = 1_000_000;
+        let mut ticked_at = now;
         // The last change of each pair, to check the dwell.
         let mut changed: BTreeMap<(String, String), Millis> = BTreeMap::new();
         for op in ops {
-            let (events, left) = match op {
+            let (events, left, only) = match op {
                 Op::Join(s, x, y) => {
                     let s = SESSIONS[s];
                     if space.movements().contains_key(s) {
@@ -160,7 +170,7 @@ proptest! {
                     let joined = space.join(s, Vec2::new(x, y), now);
                     prop_assert_eq!(joined.clamped, !(0.0..=2000.0).contains(&x) || !(0.0..=2000.0).contains(&y));
                     model.movements.insert(s.to_owned(), joined.movement);
-                    (joined.events, None)
+                    (joined.events, None, Some(s))
                 }
                 Op::MoveTo(s, x, y, v) => {
                     let s = SESSIONS[s];
@@ -170,7 +180,7 @@ proptest! {
                             prop_assert!((0.0..=2000.0).contains(&m.to.x) && (0.0..=2000.0).contains(&m.to.y));
                             prop_assert_eq!(m.from, model.movements[s].position_at(now));
                             model.movements.insert(s.to_owned(), m);
-                            (moved.events, None)
+                            (moved.events, None, Some(s))
                         }
                         Err(_) => {
                             prop_assert!(!model.movements.contains_key(s));
@@ -183,7 +193,7 @@ proptest! {
                     match space.jump(s, Vec2::new(x, y), now) {
                         Ok(moved) => {
                             model.movements.insert(s.to_owned(), moved.movement);
-                            (moved.events, None)
+                            (moved.events, None, Some(s))
                         }
                         Err(_) => continue,
                     }
@@ -192,17 +202,23 @@ proptest! {
                     let s = SESSIONS[s];
                     let events = space.leave(s);
                     prop_assert_eq!(&events, &model.leave(s));
-                    (events, Some(s))
+                    (events, Some(s), None)
                 }
                 Op::Advance(dt) => {
                     // Never past a deadline the space asked for: the room wakes it then.
-                    let next = space.next_deadline(now).map_or(now + dt, |d| d.min(now + dt));
+                    let next = space.next_deadline(ticked_at).map_or(now + dt, |d| d.min(now + dt));
                     now = next.max(now);
-                    (space.tick(now), None)
+                    ticked_at = now;
+                    (space.tick(now), None, None)
+                }
+                Op::Wait(dt) => {
+                    let next = space.next_deadline(ticked_at).map_or(now + dt, |d| d.min(now + dt));
+                    now = next.max(now);
+                    continue;
                 }
             };
             if left.is_none() {
-                let expected = model.evaluate(now);
+                let expected = model.evaluate(now, only);
                 prop_assert_eq!(&events, &expected, "at {}", now);
             }
             for e in &events {
