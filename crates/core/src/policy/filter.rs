@@ -47,6 +47,21 @@ pub enum MatchOp {
     Exists,
 }
 
+/// A message's field as found, borrowed.
+enum FieldValue<'a> {
+    Text(&'a str),
+    Json(&'a Value),
+}
+
+impl FieldValue<'_> {
+    fn equals(&self, want: &Value) -> bool {
+        match self {
+            FieldValue::Text(s) => want.as_str() == Some(*s),
+            FieldValue::Json(v) => *v == want,
+        }
+    }
+}
+
 /// One filter of a delivery policy: a message that matches any enabled
 /// filter is delivered at once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -76,18 +91,21 @@ impl Filter {
         if !self.enabled {
             return false;
         }
-        let text = |s: Option<&str>| s.map(|s| Value::String(s.to_owned()));
+        // Runs per recipient once wired in: compared in place, nothing cloned.
         let value = match &self.field {
-            Field::Channel => text(m.channel),
-            Field::Event => text(m.event),
-            Field::Topic => text(m.topic),
-            Field::Sender => text(m.sender),
-            Field::Payload(pointer) => m.payload.and_then(|p| p.pointer(pointer)).cloned(),
+            Field::Channel => m.channel.map(FieldValue::Text),
+            Field::Event => m.event.map(FieldValue::Text),
+            Field::Topic => m.topic.map(FieldValue::Text),
+            Field::Sender => m.sender.map(FieldValue::Text),
+            Field::Payload(pointer) => m
+                .payload
+                .and_then(|p| p.pointer(pointer))
+                .map(FieldValue::Json),
         };
         match (&self.op, value) {
             (MatchOp::Exists, v) => v.is_some(),
-            (MatchOp::Equals(want), Some(v)) => v == *want,
-            (MatchOp::In(wants), Some(v)) => wants.contains(&v),
+            (MatchOp::Equals(want), Some(v)) => v.equals(want),
+            (MatchOp::In(wants), Some(v)) => wants.iter().any(|w| v.equals(w)),
             (_, None) => false,
         }
     }
@@ -158,6 +176,13 @@ mod tests {
         )
         .matches(&m));
         assert!(filter(Field::Payload("/to/0".into()), MatchOp::Exists).matches(&m));
+        assert!(filter(
+            Field::Payload("/to".into()),
+            MatchOp::In(vec![json!("ann"), json!(["ann"])])
+        )
+        .matches(&m));
+        // A text field equals text only.
+        assert!(!filter(Field::Topic, MatchOp::Equals(json!(["xmpp"]))).matches(&m));
         assert!(!filter(Field::Payload("/to/1".into()), MatchOp::Exists).matches(&m));
         assert!(!filter(Field::Topic, MatchOp::Exists).matches(&MessageView::default()));
         let mut off = filter(Field::Sender, MatchOp::Exists);

@@ -69,19 +69,21 @@ impl<S> Room<S> {
 
     /// Calls `deliver` with the sink of every connected member that should get `entry`.
     pub fn for_each_recipient(&self, entry: &HistoryEntry, mut deliver: impl FnMut(&str, &S)) {
+        let mut to = |s: &str| {
+            if let Some((session, sink)) = self
+                .members
+                .get_key_value(s)
+                .and_then(|(k, m)| Some((k, m.sink.as_ref()?)))
+            {
+                deliver(session, sink);
+            }
+        };
         match &entry.scope {
             Scope::All => {}
             Scope::Only(sessions) => {
                 for s in sessions {
-                    if !entry.echo && entry.from.as_deref() == Some(s.as_str()) {
-                        continue;
-                    }
-                    if let Some((session, sink)) = self
-                        .members
-                        .get_key_value(s.as_str())
-                        .and_then(|(k, m)| Some((k, m.sink.as_ref()?)))
-                    {
-                        deliver(session, sink);
+                    if entry.echo || entry.from.as_deref() != Some(s.as_str()) {
+                        to(s);
                     }
                 }
                 return;
@@ -89,15 +91,8 @@ impl<S> Room<S> {
             Scope::Near => {
                 // The members whose area of interest holds the sender: its
                 // neighbours, not a pass over the room.
-                let Some(from) = &entry.from else { return };
-                for viewer in self.space_viewers(from) {
-                    if let Some((session, sink)) = self
-                        .members
-                        .get_key_value(viewer.as_str())
-                        .and_then(|(k, m)| Some((k, m.sink.as_ref()?)))
-                    {
-                        deliver(session, sink);
-                    }
+                if let Some(from) = &entry.from {
+                    self.space_viewers(from).for_each(|viewer| to(viewer));
                 }
                 return;
             }

@@ -82,8 +82,8 @@ pub struct Room<S> {
 impl<S> Room<S> {
     /// A new, empty room. `epoch` must differ between incarnations of the same id.
     pub fn new(id: String, name: String, config: RoomConfig, epoch: u64, now: Millis) -> Self {
-        let config_of_new = config.clone();
         Room {
+            space: config_space(&config),
             log: RoomLog::new(config.history_size),
             id,
             name,
@@ -97,7 +97,6 @@ impl<S> Room<S> {
             tokens: HashMap::new(),
             connected: 0,
             disconnected: BTreeSet::new(),
-            space: config_space(&config_of_new),
         }
     }
 

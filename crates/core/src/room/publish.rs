@@ -39,16 +39,14 @@ impl<S> Room<S> {
         p: PublishParams,
         now: Millis,
     ) -> Result<Published, RoomError> {
-        self.connected_member(session)?;
+        let (seq, window) = (self.seq, self.config.dedup_window);
+        let m = self.connected_member(session)?;
         if p.channel.is_empty() || p.channel.len() > 64 {
             return Err(RoomError::new(
                 ErrorCode::InvalidFrame,
                 format!("channel names have 1 to 64 bytes: {:?}", p.channel),
             ));
         }
-        let seq = self.seq;
-        let window = self.config.dedup_window;
-        let m = self.connected_member(session)?;
         if let Some(id) = &p.id {
             if let Some(&seq) = m.recent.as_ref().and_then(|r| r.seqs.get(id)) {
                 return Ok(Published { seq, entry: None });

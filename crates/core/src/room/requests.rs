@@ -41,26 +41,12 @@ impl<S> Room<S> {
             Op::EntitySet { id, data, version } => {
                 self.check_lock(&id, session, now)?;
                 let entity = self.entities.set(&id, data, version)?;
-                let e = self.push_requested(
-                    session,
-                    EventBody::EntityUpdated {
-                        entity: entity.clone(),
-                    },
-                    now,
-                );
-                Ok(outcome(json!({"entity": entity, "seq": e.seq}), vec![e]))
+                Ok(self.entity_updated(session, entity, now))
             }
             Op::EntityPatch { id, data, version } => {
                 self.check_lock(&id, session, now)?;
                 let entity = self.entities.patch(&id, data, version)?;
-                let e = self.push_requested(
-                    session,
-                    EventBody::EntityUpdated {
-                        entity: entity.clone(),
-                    },
-                    now,
-                );
-                Ok(outcome(json!({"entity": entity, "seq": e.seq}), vec![e]))
+                Ok(self.entity_updated(session, entity, now))
             }
             Op::EntityDelete { id, version } => {
                 self.check_lock(&id, session, now)?;
@@ -149,6 +135,20 @@ impl<S> Room<S> {
             )),
             _ => Ok(()),
         }
+    }
+
+    /// Orders `entity.updated` and answers with the entity and its seq.
+    fn entity_updated(
+        &mut self,
+        session: &str,
+        entity: plaza_protocol::server::EntityInfo,
+        now: Millis,
+    ) -> RequestOutcome {
+        let body = EventBody::EntityUpdated {
+            entity: entity.clone(),
+        };
+        let e = self.push_requested(session, body, now);
+        outcome(json!({"entity": entity, "seq": e.seq}), vec![e])
     }
 
     pub(super) fn lock_ttl(&self, ttl_ms: Option<u64>) -> Result<Millis, RoomError> {

@@ -502,22 +502,27 @@ impl Space {
         // Interest, with hysteresis, after proximity (which holds it: a
         // member sees whom it is in a call with, however far the dwell keeps
         // the call going).
-        let candidates: Vec<(String, String)> = match only {
+        // Only the pairs that go are cloned: a tick looks at every pair.
+        let pairs = &self.pairs;
+        let goes = |a: &str, b: &str| {
+            near.get(&(a, b)).is_none_or(|d| *d > reach)
+                && !matches!(pairs.get(a, b), Some(PairState::In { .. }))
+        };
+        let stale: Vec<(String, String)> = match only {
             None => self
                 .interest
                 .iter()
+                .filter(|(a, b)| goes(a, b))
                 .map(|(a, b)| (a.clone(), b.clone()))
                 .collect(),
-            Some(s) => self.interest.pairs_of(s),
+            Some(s) => self
+                .interest
+                .neighbours(s)
+                .map(|other| order(s, other))
+                .filter(|(a, b)| goes(a, b))
+                .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                .collect(),
         };
-        let stale: Vec<(String, String)> = candidates
-            .into_iter()
-            .filter(|(a, b)| {
-                near.get(&(a.as_str(), b.as_str()))
-                    .is_none_or(|d| *d > reach)
-            })
-            .filter(|(a, b)| !matches!(self.pairs.get(a, b), Some(PairState::In { .. })))
-            .collect();
         for (a, b) in stale {
             self.interest.remove(&a, &b);
             events.push(SpaceEvent::InterestLeave { a, b });
