@@ -30,8 +30,13 @@ export interface ProximityCallsOptions {
   rtcConfig?: RTCConfiguration;
   /** A peer's media arrived. */
   onRemoteStream?: (peer: string, stream: MediaStream, pair: number) => void;
-  /** A call ended (the pair left proximity, or the calls were closed). */
+  /** A call ended (the pair left proximity, the room ended, or the calls were closed). */
   onCallEnded?: (peer: string, pair: number) => void;
+  /**
+   * Signalling of a live call failed (e.g. the peer's SDP was refused); the call stays listed
+   * until its pair leaves proximity. Failures of calls already ended are not reported.
+   */
+  onError?: (error: unknown, peer: string, pair: number) => void;
 }
 
 /** One live call. */
@@ -60,7 +65,12 @@ export class ProximityCalls {
   ) {
     this.offs.push(
       room.on('space', (e) => this.onSpace(e)),
-      room.on('direct', (d) => void this.onDirect(d)),
+      room.on('direct', (d) => {
+        const call = this.callOf(d);
+        if (call) this.guard(call, this.onDirect(call, d));
+      }),
+      // Leave, deletion, a failed rejoin, the client closed: the calls end with the room.
+      room._whenEnded(() => this.close()),
       // A resume (or a first join inside a pair) lists the pairs this member is in.
       room.on('joined', () => this.startListedPairs()),
       room.on('resync', () => this.startListedPairs()),
@@ -103,7 +113,7 @@ export class ProximityCalls {
     if (self === undefined || this.calls.has(p.pair)) return; // a live pair: ignored
     const peer = p.a === self ? p.b : p.a;
     const call = this.open(p.pair, peer);
-    if (p.initiator === self) void this.offer(call);
+    if (p.initiator === self) this.guard(call, this.offer(call));
   }
 
   private open(pair: number, peer: string): Call {
@@ -127,18 +137,29 @@ export class ProximityCalls {
     return call;
   }
 
+  /** Reports a failed step of `call`'s signalling, unless the call ended meanwhile. */
+  private guard(call: Call, step: Promise<void>): void {
+    step.catch((error: unknown) => {
+      if (this.calls.get(call.pair) === call) this.options.onError?.(error, call.peer, call.pair);
+    });
+  }
+
   private async offer(call: Call): Promise<void> {
     const offer = await call.pc.createOffer();
     await call.pc.setLocalDescription(offer);
     if (this.calls.get(call.pair) === call) this.send(call.peer, OFFER, { pair: call.pair, sdp: offer.sdp ?? '' });
   }
 
-  private async onDirect(d: DirectFrame): Promise<void> {
-    const data = d.data as { pair?: number; sdp?: string; candidate?: RTCIceCandidateInit } | undefined;
-    if (typeof data?.pair !== 'number') return;
-    const call = this.calls.get(data.pair);
-    // Signalling for a pair that ended, or from someone else: dropped.
-    if (!call || call.peer !== d.from) return;
+  /** The live call a `direct` signals for; signalling for a pair that ended, or from someone else, has none. */
+  private callOf(d: DirectFrame): Call | undefined {
+    const pair = (d.data as { pair?: unknown } | undefined)?.pair;
+    if (typeof pair !== 'number') return undefined;
+    const call = this.calls.get(pair);
+    return call?.peer === d.from ? call : undefined;
+  }
+
+  private async onDirect(call: Call, d: DirectFrame): Promise<void> {
+    const data = d.data as { sdp?: string; candidate?: RTCIceCandidateInit };
     if (d.event === OFFER && typeof data.sdp === 'string') {
       await call.pc.setRemoteDescription({ type: 'offer', sdp: data.sdp });
       await this.remoteSet(call);

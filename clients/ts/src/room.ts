@@ -88,6 +88,8 @@ export class RoomHandle extends Emitter<RoomEvents> {
   private readonly outbox: ClientFrame[] = [];
   private joinWaiter: { resolve: (room: RoomHandle) => void; reject: (err: PlazaError) => void } | undefined;
   private leaveWaiter: (() => void) | undefined;
+  /** Called once when the handle ends, however it ends (see {@link RoomHandle._whenEnded}). */
+  private readonly endedCallbacks = new Set<() => void>();
 
   /** @internal Created by {@link PlazaClient.join}. */
   constructor(room: string, options: JoinOptions, transport: RoomTransport) {
@@ -602,7 +604,11 @@ export class RoomHandle extends Emitter<RoomEvents> {
       this.memberList = this.memberList.filter((m) => m.session !== frame.session);
     }
     this.state._applyEvent(frame);
-    if (isSpaceEvent(frame)) this.spaceView.apply(frame, this.sessionId);
+    const spatial = isSpaceEvent(frame);
+    if (spatial) this.spaceView.apply(frame, this.sessionId);
+    // `joined` lists every member's movement, but only those in the area of interest send
+    // `interest.leave`: a departure drops the others'.
+    else if (frame.kind === 'presence.leave') this.spaceView.movements.delete(frame.session);
     if (frame.kind === 'presence.join' || frame.kind === 'presence.leave') this.emit('members', this.memberList);
     this.transport.dispatch(this.room, frame);
     this.emit('event', frame);
@@ -610,7 +616,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
     else if (frame.kind.startsWith('presence.')) this.emit('presence', frame as PresenceEvent);
     else if (frame.kind.startsWith('entity.')) this.emit('entity', frame as EntityEvent);
     else if (frame.kind.startsWith('lock.')) this.emit('lock', frame as LockEvent);
-    else if (isSpaceEvent(frame)) this.emit('space', frame);
+    else if (spatial) this.emit('space', frame);
   }
 
   private onAck(frame: AckFrame): void {
@@ -668,7 +674,22 @@ export class RoomHandle extends Emitter<RoomEvents> {
     if (this.status !== 'live' || !this.transport.send(frame)) this.outbox.push(frame);
   }
 
+  /**
+   * @internal Runs `callback` once when this handle ends: a leave, a deletion, a failed rejoin
+   * or the client closed — unlike `closed`, which a `leave` does not emit. Returns its removal.
+   * Runs at once if the handle has already ended.
+   */
+  _whenEnded(callback: () => void): () => void {
+    if (this.status === 'ended') {
+      callback();
+      return () => undefined;
+    }
+    this.endedCallbacks.add(callback);
+    return () => this.endedCallbacks.delete(callback);
+  }
+
   private end(error: PlazaError): void {
+    if (this.status === 'ended') return;
     this.status = 'ended';
     clearTimeout(this.joinRetry);
     this.joinWaiter?.reject(error);
@@ -676,6 +697,9 @@ export class RoomHandle extends Emitter<RoomEvents> {
     this.publishes.rejectAll(error);
     this.requests.rejectAll(error);
     this.outbox.length = 0;
+    const callbacks = [...this.endedCallbacks];
+    this.endedCallbacks.clear();
+    for (const callback of callbacks) callback();
   }
 
   private endedError(): PlazaError {

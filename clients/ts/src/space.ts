@@ -20,12 +20,10 @@ export class SpaceView {
   readonly movements = new Map<string, Movement>();
   /** Pairs in proximity this member is in, by pair id. */
   readonly pairs = new Map<number, ProximityPair>();
-  settings: Omit<SpaceSnapshot, 'movements' | 'pairs'> | undefined;
 
   /** A `joined`/`resync` carried the space as it is now. */
   reset(snapshot: SpaceSnapshot): void {
-    const { movements, pairs, ...settings } = snapshot;
-    this.settings = settings;
+    const { movements, pairs } = snapshot;
     this.movements.clear();
     for (const [session, m] of Object.entries(movements)) this.movements.set(session, m);
     this.pairs.clear();

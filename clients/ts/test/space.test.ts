@@ -18,16 +18,9 @@ describe('spatial rooms', () => {
     expect(bob.positionOf(ann.session!)).toEqual([100, 100]);
     await bob.jumpTo([1000, 1000]);
 
-    const enterAtAnn = new Promise<SpaceEvent>((resolve) =>
-      ann.on('space', (e) => {
-        if (e.kind === 'proximity.enter') resolve(e);
-      }),
-    );
-    const enterAtBob = new Promise<SpaceEvent>((resolve) =>
-      bob.on('space', (e) => {
-        if (e.kind === 'proximity.enter') resolve(e);
-      }),
-    );
+    const entered = (e: SpaceEvent) => e.kind === 'proximity.enter';
+    const enterAtAnn = next(ann, 'space', entered);
+    const enterAtBob = next(bob, 'space', entered);
     const movement = await ann.moveTo([990, 1000], 5000);
     expect(movement.from).toEqual([100, 100]);
     expect(positionAt(movement, movement.t0 + 10_000)).toEqual([990, 1000]);
@@ -41,6 +34,24 @@ describe('spatial rooms', () => {
     await ann.moveTo([995, 1000], 50);
     const seen = await moved;
     expect(seen).toMatchObject({ kind: 'space.moved', session: ann.session });
+    a.close();
+    b.close();
+  });
+
+  it('forget the movement of a member that leaves, seen or not', async () => {
+    const room = await createRoom({ options: { space: { width: 100000, height: 100000 } } });
+    const a = newClient({ room });
+    const b = newClient({ room });
+    const ann = await a.join(room, { name: 'ann' });
+    await ann.jumpTo([100, 100]);
+    const bob = await b.join(room, { name: 'bob' });
+    await bob.jumpTo([90000, 90000]); // far outside ann's area of interest: no interest.leave
+    expect(bob.positionOf(ann.session!)).toEqual([100, 100]);
+    const left = next(bob, 'presence', (e) => e.kind === 'presence.leave');
+    await ann.leave();
+    await left;
+    expect(bob.positionOf(ann.session!)).toBeUndefined();
+    expect(bob.movements.has(ann.session!)).toBe(false);
     a.close();
     b.close();
   });

@@ -61,6 +61,11 @@ function tableKeys(heading: string): string[] {
 /** A socket that records what the client sends and hands it frames as the server would. */
 class FakeSocket implements WebSocketLike {
   static last: FakeSocket | undefined;
+  /** Resolves with the next socket the client opens. */
+  static nextOpened(): Promise<FakeSocket> {
+    return new Promise((resolve) => (FakeSocket.onCreated = resolve));
+  }
+  private static onCreated: ((socket: FakeSocket) => void) | undefined;
   readyState = 0;
   readonly sent: ClientFrame[] = [];
   onopen: ((ev: never) => void) | null = null;
@@ -69,6 +74,8 @@ class FakeSocket implements WebSocketLike {
   onmessage: ((ev: { data: unknown }) => void) | null = null;
   constructor(readonly url: string) {
     FakeSocket.last = this;
+    FakeSocket.onCreated?.(this);
+    FakeSocket.onCreated = undefined;
   }
   send(data: string): void {
     this.sent.push(JSON.parse(data) as ClientFrame);
@@ -185,10 +192,10 @@ const clientFrames: { [name: string]: (expected: { [key: string]: Json }) => Pro
     first.deliver({ ...vector('server', 'joined'), resume_token: resume.token, seq: resume.last_seq });
     await joining;
     // The connection drops; the client reconnects and resumes.
+    const reopened = FakeSocket.nextOpened();
     first.readyState = 3;
     first.onclose?.(undefined as never);
-    await new Promise((r) => setTimeout(r, 20));
-    const second = FakeSocket.last!;
+    const second = await reopened;
     expect(second).not.toBe(first);
     second.open();
     await Promise.resolve();

@@ -10,27 +10,15 @@ import { Motion, SPEED, type Point } from './motion';
 import { AVATAR_RADIUS, HEIGHT, WIDTH, type AvatarView } from './scene';
 import { clamp, errorCode, now, PALETTE, pick } from './util';
 
-/** Another member's avatar where it is drawn. */
-export interface Peer {
-  session: string;
-  name: string;
-  x: number;
-  y: number;
-}
-
 /**
  * How long an avatar stays after its member disconnected (not left) before it is removed:
  * a reload or a network drop resumes the same session well within it.
  */
 const ABSENT_GRACE_MS = 10_000;
 
-/** The avatars at one moment: what the scene draws, and what proximity video needs. */
+/** The avatars at one moment, as the scene draws them. */
 export interface AvatarFrame {
   views: AvatarView[];
-  /** Where this member's avatar is, if it has one. */
-  self: Point | undefined;
-  /** The avatars of the other present members. */
-  peers: Peer[];
   /** Whether any avatar is still walking. */
   moving: boolean;
 }
@@ -241,7 +229,7 @@ export class Avatars {
 
   /** Where every avatar is at `t`. */
   frame(t: number): AvatarFrame {
-    const frame: AvatarFrame = { views: [], self: undefined, peers: [], moving: false };
+    const frame: AvatarFrame = { views: [], moving: false };
     const room = this.host.room();
     if (!room) return frame;
     const me = room.session;
@@ -265,8 +253,6 @@ export class Avatars {
       };
       if (!arrived) view.target = motion.target;
       frame.views.push(view);
-      if (view.self) frame.self = p;
-      else if (!view.absent) frame.peers.push({ session: data.session, name: data.name, x: p.x, y: p.y });
     }
     return frame;
   }

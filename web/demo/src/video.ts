@@ -27,6 +27,9 @@ export class ProximityVideo {
   private stream: MediaStream | undefined;
   private readonly videos = new Map<number, HTMLVideoElement>();
   private nameOf: (session: string) => string = (s) => s;
+  private readonly offs: Array<() => void> = [];
+  /** `stop()` ran: a camera granted afterwards is released at once. */
+  private stopped = false;
 
   constructor() {
     this.status = h('p', { class: 'muted', 'data-testid': 'nearby' }, 'Nobody nearby.');
@@ -47,7 +50,13 @@ export class ProximityVideo {
   /** Asks for the camera and microphone (before joining). */
   async prepare(): Promise<void> {
     try {
-      this.stream = await navigator.mediaDevices.getUserMedia({ video: true, audio: true });
+      const stream = await navigator.mediaDevices.getUserMedia({ video: true, audio: true });
+      if (this.stopped) {
+        // The room was left while the permission prompt was open.
+        for (const track of stream.getTracks()) track.stop();
+        return;
+      }
+      this.stream = stream;
       this.preview.srcObject = this.stream;
       void this.preview.play().catch(() => undefined);
     } catch (err) {
@@ -64,14 +73,19 @@ export class ProximityVideo {
     const options = {
       onRemoteStream: (peer: string, stream: MediaStream, pair: number) => this.show(pair, peer, stream),
       onCallEnded: (_peer: string, pair: number) => this.hide(pair),
+      onError: (error: unknown, peer: string) => console.warn(`call with ${this.nameOf(peer)}:`, error),
     };
     this.calls = new ProximityCalls(room, this.stream ? { ...options, localStream: this.stream } : options);
-    room.on('space', () => this.updateStatus(room));
-    this.updateStatus(room);
+    const update = () => this.updateStatus(room);
+    // A resume in place lists the pairs anew in its joined or resync.
+    this.offs.push(room.on('space', update), room.on('joined', update), room.on('resync', update));
+    update();
   }
 
   /** Ends every call and releases the camera. */
   stop(): void {
+    this.stopped = true;
+    for (const off of this.offs.splice(0)) off();
     this.calls?.close();
     this.calls = undefined;
     for (const track of this.stream?.getTracks() ?? []) track.stop();

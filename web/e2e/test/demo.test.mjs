@@ -8,6 +8,7 @@ import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
 import { launchChromium } from './browser.mjs';
+import { openTab, toClient } from './pages.mjs';
 
 const ARTIFACTS = fileURLToPath(new URL('../artifacts/', import.meta.url));
 const WAIT = { timeout: 10_000 };
@@ -19,13 +20,6 @@ const room = `demo-${Date.now().toString(36)}`;
 
 /** A clear place in the plaza, away from the three initial objects. */
 const SPOT = { x: 660, y: 410 };
-
-/** Client coordinates of a plaza point in `page`. */
-async function toClient(page, x, y) {
-  const p = await page.evaluate(([px, py]) => window.__plaza.toClient(px, py), [x, y]);
-  expect(p, 'the room view is shown').toBeTruthy();
-  return p;
-}
 
 /** The object `id` as `page` draws it: {id, x, y, holder}. */
 function objectIn(page, id) {
@@ -67,13 +61,7 @@ describe('demo app in real browsers', () => {
   let step = 0;
 
   async function newTab(label) {
-    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-    const page = await context.newPage();
-    page.on('pageerror', (e) => pageErrors.push(`${label}: ${e.message}`));
-    // The client reports a throwing event handler of the app with console.error.
-    page.on('console', (m) => {
-      if (m.type() === 'error') pageErrors.push(`${label} console: ${m.text()}`);
-    });
+    const page = await openTab(browser, label, pageErrors);
     tabs.set(label, page);
     return page;
   }

@@ -7,6 +7,7 @@ import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { launchChromium, MEDIA_ARGS } from './browser.mjs';
+import { openTab, toClient } from './pages.mjs';
 
 const ARTIFACTS = fileURLToPath(new URL('../artifacts/', import.meta.url));
 const WAIT = { timeout: 20_000 };
@@ -15,12 +16,6 @@ const addr = inject('demoAddr');
 const missing = inject('demoMissing');
 const base = `http://${addr}`;
 const room = `calls-${Date.now().toString(36)}`;
-
-async function toClient(page, x, y) {
-  const p = await page.evaluate(([px, py]) => window.__plaza.toClient(px, py), [x, y]);
-  expect(p, 'the room view is shown').toBeTruthy();
-  return p;
-}
 
 /** Clicks the plaza of `page` at plaza point (x, y): the avatar walks there. */
 async function walk(page, x, y) {
@@ -61,12 +56,7 @@ describe('proximity video in real browsers', () => {
   let b;
   const errors = [];
 
-  async function tab(label) {
-    const context = await browser.newContext({ viewport: { width: 1280, height: 1100 } });
-    const page = await context.newPage();
-    page.on('pageerror', (e) => errors.push(`${label}: ${e.message}`));
-    return page;
-  }
+  const tab = (label) => openTab(browser, label, errors, { width: 1280, height: 1100 });
 
   beforeAll(async () => {
     if (missing) throw new Error(missing);
@@ -123,8 +113,9 @@ describe('proximity video in real browsers', () => {
     await Promise.all([walk(a, 400, 250), walk(b, 420, 250)]);
     await waitCallPlaying(a);
     await waitCallPlaying(b);
-    const calls = await a.evaluate(() => window.__plaza.calls());
-    expect(calls).toHaveLength(1);
+    // One pair, one call: both pages connected the same one (two offers would make two).
+    const [ca, cb] = [await a.evaluate(() => window.__plaza.calls()), await b.evaluate(() => window.__plaza.calls())];
+    expect(ca.map((c) => c.pair)).toEqual(cb.map((c) => c.pair));
     await a.screenshot({ path: `${ARTIFACTS}proximity-03-both-A.png` });
   });
 
