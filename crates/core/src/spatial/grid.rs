@@ -1,7 +1,8 @@
 //! A uniform grid of points: who is near a point, without a pass over everyone.
 
-use std::collections::HashMap;
 use std::hash::Hash;
+
+use rustc_hash::FxHashMap;
 
 use super::geometry::Vec2;
 
@@ -13,8 +14,10 @@ type Cell = (i64, i64);
 #[derive(Debug, Clone)]
 pub struct SpatialGrid<K> {
     cell: f64,
-    cells: HashMap<Cell, Vec<K>>,
-    at: HashMap<K, (Cell, Vec2)>,
+    // Fx hashing: a tick looks every member up; SipHash's resistance to
+    // chosen keys buys nothing against server-made session ids and cells.
+    cells: FxHashMap<Cell, Vec<K>>,
+    at: FxHashMap<K, (Cell, Vec2)>,
 }
 
 impl<K: Clone + Eq + Hash + Ord> SpatialGrid<K> {
@@ -23,8 +26,8 @@ impl<K: Clone + Eq + Hash + Ord> SpatialGrid<K> {
         assert!(cell.is_finite() && cell > 0.0, "cell size {cell}");
         SpatialGrid {
             cell,
-            cells: HashMap::new(),
-            at: HashMap::new(),
+            cells: FxHashMap::default(),
+            at: FxHashMap::default(),
         }
     }
 
@@ -96,7 +99,8 @@ impl<K: Clone + Eq + Hash + Ord> SpatialGrid<K> {
         self.at.is_empty()
     }
 
-    /// Every key within `radius` of `p` (distance ≤ radius), in key order.
+    /// Every key within `radius` of `p` (distance ≤ radius), in no
+    /// particular order (callers that emit something sort it).
     pub fn within(&self, p: Vec2, radius: f64) -> Vec<&K> {
         let (x0, y0) = self.cell_of(Vec2::new(p.x - radius, p.y - radius));
         let (x1, y1) = self.cell_of(Vec2::new(p.x + radius, p.y + radius));
@@ -115,7 +119,6 @@ impl<K: Clone + Eq + Hash + Ord> SpatialGrid<K> {
                 }
             }
         }
-        out.sort_unstable();
         out
     }
 }
@@ -124,16 +127,27 @@ impl<K: Clone + Eq + Hash + Ord> SpatialGrid<K> {
 mod tests {
     use super::*;
 
+    fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+        v.sort_unstable();
+        v
+    }
+
     #[test]
     fn finds_what_is_within_the_radius_across_cells() {
         let mut g = SpatialGrid::new(100.0);
         g.place("a", Vec2::new(10.0, 10.0));
         g.place("b", Vec2::new(150.0, 10.0));
         g.place("c", Vec2::new(400.0, 400.0));
-        assert_eq!(g.within(Vec2::new(0.0, 0.0), 200.0), vec![&"a", &"b"]);
+        assert_eq!(
+            sorted(g.within(Vec2::new(0.0, 0.0), 200.0)),
+            vec![&"a", &"b"]
+        );
         assert_eq!(g.within(Vec2::new(0.0, 0.0), 100.0), vec![&"a"]);
         g.place("b", Vec2::new(390.0, 400.0));
-        assert_eq!(g.within(Vec2::new(400.0, 400.0), 20.0), vec![&"b", &"c"]);
+        assert_eq!(
+            sorted(g.within(Vec2::new(400.0, 400.0), 20.0)),
+            vec![&"b", &"c"]
+        );
         assert!(g.remove(&"c"));
         assert!(!g.remove(&"c"));
         assert_eq!(g.within(Vec2::new(400.0, 400.0), 20.0), vec![&"b"]);

@@ -2,7 +2,9 @@
 //! space checks thousands of pairs on every tick, and a lookup must not
 //! allocate two strings.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// `(a, b)` with `a < b` → `V`, nested by `a` so that `&str` keys look up.
 #[derive(Debug, Clone)]
@@ -79,9 +81,13 @@ impl<V> PairMap<V> {
 /// A symmetric relation between sessions (who sees whom), with each
 /// session's neighbours at hand: a move is told to its mover's neighbours,
 /// not checked against every member.
+///
+/// Hashed (Fx): a tick tests tens of thousands of pairs, and ordered maps of
+/// strings cost a string comparison per step. Nothing iterates it to decide
+/// or emit something without sorting.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Adjacency {
-    of: BTreeMap<String, BTreeSet<String>>,
+    of: FxHashMap<String, FxHashSet<String>>,
 }
 
 impl Adjacency {
@@ -98,7 +104,9 @@ impl Adjacency {
                     n.insert(q.to_owned());
                 }
                 None => {
-                    self.of.insert(p.to_owned(), BTreeSet::from([q.to_owned()]));
+                    let mut n = FxHashSet::default();
+                    n.insert(q.to_owned());
+                    self.of.insert(p.to_owned(), n);
                 }
             }
         }
@@ -121,22 +129,24 @@ impl Adjacency {
         self.of.get(x).into_iter().flatten()
     }
 
-    /// Every related pair `(a, b)`, `a < b`, in order.
+    /// Every related pair `(a, b)`, `a < b`, in no particular order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &String)> {
-        self.of.iter().flat_map(|(a, n)| {
-            n.range::<String, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))
-                .map(move |b| (a, b))
-        })
+        self.of
+            .iter()
+            .flat_map(|(a, n)| n.iter().filter(move |b| a < *b).map(move |b| (a, b)))
     }
 
-    /// The pairs `(a, b)`, `a < b`, that `x` is in.
+    /// The pairs `(a, b)`, `a < b`, that `x` is in, in order.
     pub(crate) fn pairs_of(&self, x: &str) -> Vec<(String, String)> {
-        self.neighbours(x)
+        let mut v: Vec<(String, String)> = self
+            .neighbours(x)
             .map(|y| {
                 let (a, b) = order(x, y);
                 (a.to_owned(), b.to_owned())
             })
-            .collect()
+            .collect();
+        v.sort_unstable();
+        v
     }
 }
 
@@ -168,8 +178,11 @@ mod tests {
         a.insert("b", "a");
         a.insert("a", "c");
         assert!(a.contains("a", "b") && a.contains("b", "a"));
-        assert_eq!(a.neighbours("a").collect::<Vec<_>>(), vec!["b", "c"]);
-        let all: Vec<_> = a.iter().map(|(x, y)| (x.as_str(), y.as_str())).collect();
+        let mut n: Vec<_> = a.neighbours("a").collect();
+        n.sort_unstable();
+        assert_eq!(n, vec!["b", "c"]);
+        let mut all: Vec<_> = a.iter().map(|(x, y)| (x.as_str(), y.as_str())).collect();
+        all.sort_unstable();
         assert_eq!(all, vec![("a", "b"), ("a", "c")]);
         assert_eq!(a.pairs_of("c"), vec![("a".to_owned(), "c".to_owned())]);
         a.remove("b", "a");

@@ -15,7 +15,9 @@
 //! Deterministic like the room: the same inputs give the same events in the
 //! same order on every replica.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashMap;
 
 use super::pairs::{order, Adjacency, PairMap};
 
@@ -170,11 +172,16 @@ impl Space {
                 .iter()
                 .map(|(a, b, v)| ((a.clone(), b.clone()), *v))
                 .collect(),
-            interest: self
-                .interest
-                .iter()
-                .map(|(a, b)| (a.clone(), b.clone()))
-                .collect(),
+            interest: {
+                let mut v: Vec<(String, String)> = self
+                    .interest
+                    .iter()
+                    .map(|(a, b)| (a.clone(), b.clone()))
+                    .collect();
+                // The adjacency is hashed: sorted, replicas export alike.
+                v.sort_unstable();
+                v
+            },
             next_pair: self.next_pair,
             held: self
                 .held
@@ -398,7 +405,7 @@ impl Space {
         }
         let (movements, grid) = (&self.movements, &self.grid);
         // Pairs (a < b) within reach, and their squared distance.
-        let mut near: HashMap<(&str, &str), f64> = HashMap::new();
+        let mut near: FxHashMap<(&str, &str), f64> = FxHashMap::default();
         match only {
             None => {
                 for (s, m) in movements {

@@ -280,7 +280,8 @@ proptest! {
         prop_assert_eq!(grid.len(), at.len());
         for (x, y, r) in queries {
             let p = Vec2::new(x, y);
-            let found: Vec<usize> = grid.within(p, r).into_iter().copied().collect();
+            let mut found: Vec<usize> = grid.within(p, r).into_iter().copied().collect();
+            found.sort_unstable();
             let brute: Vec<usize> = at.iter().filter(|(_, q)| q.distance_sq(p) <= r * r).map(|(k, _)| *k).collect();
             prop_assert_eq!(found, brute);
         }
