@@ -181,10 +181,52 @@ export interface ErrorFrame {
   ref?: { frame?: string; room?: string; id?: string };
 }
 
+/** Which part of an event a policy filter tests (docs/protocol.md, Delivery policies). */
+export type PolicyField = 'kind' | 'channel' | 'event' | 'topic' | 'sender' | { payload: string };
+
+/** How a policy filter tests its field. */
+export type PolicyMatch = { equals: Json } | { in: Json[] } | 'exists';
+
+/** A filter of a delivery policy: a matching event is delivered at once. */
+export interface PolicyFilter {
+  id: string;
+  enabled?: boolean;
+  field: PolicyField;
+  op: PolicyMatch;
+}
+
+/** A member's delivery policy: filters at once, the rest held by time and/or volume. */
+export interface DeliveryPolicy {
+  filters?: PolicyFilter[];
+  max_delay_ms?: number;
+  max_held?: number;
+  aggregate?: boolean;
+}
+
+/** A change to a delivery policy (`policy.update`): only what it names changes. */
+export interface PolicyUpdate {
+  filters?: PolicyFilter[];
+  add?: PolicyFilter[];
+  remove?: string[];
+  enable?: string[];
+  disable?: string[];
+  max_delay_ms?: number | null;
+  max_held?: number | null;
+  aggregate?: boolean;
+}
+
+/** Events a delivery policy held, flushed together, oldest first. */
+export interface BatchFrame {
+  type: 'batch';
+  room: string;
+  events: RoomEvent[];
+}
+
 /** Any frame the server sends. */
 export type ServerFrame =
   | JoinedFrame
   | RoomEvent
+  | BatchFrame
   | DirectFrame
   | AckFrame
   | ResponseFrame
@@ -203,6 +245,7 @@ export type ClientFrame =
       platform?: string;
       channels?: string[];
       resume?: { token: string; last_seq: number };
+      policy?: DeliveryPolicy;
     }
   | { type: 'leave'; room: string }
   | {

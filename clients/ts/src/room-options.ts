@@ -3,6 +3,7 @@ import type { BackoffOptions } from './backoff.js';
 import type { PlazaError } from './errors.js';
 import type {
   ClientFrame,
+  DeliveryPolicy,
   DirectFrame,
   EntityEvent,
   JoinedFrame,
@@ -23,6 +24,11 @@ export interface JoinOptions {
   platform?: string;
   /** Channels besides `main`. */
   channels?: string[];
+  /**
+   * A delivery policy: which events this member wants at once, and how long or how many the
+   * others may be held (see {@link RoomHandle.updatePolicy}). Sent with every (re)join.
+   */
+  policy?: DeliveryPolicy;
   /**
    * A ticket from `POST /v1/rooms/{id}/tickets` (fixes room, name and platform). In a
    * ticket-only room every (re)join needs a fresh ticket: pass a function that fetches one,
@@ -104,8 +110,10 @@ export interface RoomClosed {
 
 /** Events of a {@link RoomHandle}, with their listener arguments. */
 export type RoomEvents = {
-  /** Every sequenced event, once, in seq order. */
+  /** Every sequenced event, once, in seq order (the events of a `batch` one by one). */
   event: [RoomEvent];
+  /** After the events of a `batch` (held by the delivery policy) were emitted: all of them. */
+  batch: [readonly RoomEvent[]];
   message: [MessageEvent];
   presence: [PresenceEvent];
   entity: [EntityEvent];

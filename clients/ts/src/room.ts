@@ -4,6 +4,7 @@ import { backoffDelay } from './backoff.js';
 import type {
   AckFrame,
   ClientFrame,
+  DeliveryPolicy,
   DirectFrame,
   Entity,
   EntityEvent,
@@ -16,6 +17,7 @@ import type {
   MessageEvent,
   Movement,
   Point,
+  PolicyUpdate,
   PresenceEvent,
   ProximityPair,
   ResponseFrame,
@@ -88,6 +90,8 @@ export class RoomHandle extends Emitter<RoomEvents> {
   private readonly outbox: ClientFrame[] = [];
   private joinWaiter: { resolve: (room: RoomHandle) => void; reject: (err: PlazaError) => void } | undefined;
   private leaveWaiter: (() => void) | undefined;
+  /** The delivery policy sent with each join (changed by {@link RoomHandle.updatePolicy}). */
+  private policy: DeliveryPolicy | undefined;
   /** Called once when the handle ends, however it ends (see {@link RoomHandle._whenEnded}). */
   private readonly endedCallbacks = new Set<() => void>();
 
@@ -96,6 +100,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
     super();
     this.room = room;
     this.options = options;
+    this.policy = options.policy;
     this.transport = transport;
     const saved = options.restore;
     if (saved && saved.v === 1 && saved.room === room) {
@@ -281,6 +286,33 @@ export class RoomHandle extends Emitter<RoomEvents> {
   /** Subscribes this session to a channel; resolves with its channels afterwards. */
   subscribe(channel: string, options: RequestOptions = {}): Promise<readonly string[]> {
     return this.channelRequest('channel.subscribe', channel, options);
+  }
+
+  /**
+   * Changes this member's delivery policy (or sets one): only what `update` names changes.
+   * Resolves with the whole policy afterwards; held events it now wants arrive first.
+   */
+  async updatePolicy(update: PolicyUpdate, options: RequestOptions = {}): Promise<DeliveryPolicy> {
+    const r = await this.requestWith<{ policy: DeliveryPolicy }>('policy.update', update as { [key: string]: Json }, options, {
+      ok: (result) => {
+        this.policy = result.policy;
+      },
+    });
+    return r.policy;
+  }
+
+  /** Back to every event at once; held events arrive first. */
+  async clearPolicy(options: RequestOptions = {}): Promise<void> {
+    await this.requestWith('policy.clear', {}, options, {
+      ok: () => {
+        this.policy = undefined;
+      },
+    });
+  }
+
+  /** The delivery policy in force, as joined with or as the server last confirmed it. */
+  get deliveryPolicy(): DeliveryPolicy | undefined {
+    return this.policy;
   }
 
   /** Unsubscribes this session from a channel (`main` too); resolves with its channels afterwards. */
@@ -503,6 +535,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
     if (platform !== undefined) frame.platform = platform;
     if (channels !== undefined) frame.channels = channels;
     if (this.token !== undefined) frame.resume = { token: this.token, last_seq: this.seq };
+    if (this.policy !== undefined) frame.policy = this.policy;
     return frame;
   }
 
@@ -538,6 +571,11 @@ export class RoomHandle extends Emitter<RoomEvents> {
         break;
       case 'event':
         this.onEvent(frame);
+        break;
+      case 'batch':
+        // Held by the delivery policy: each event as if it had come alone, then the boundary.
+        for (const e of frame.events) this.onEvent(e);
+        this.emit('batch', frame.events);
         break;
       case 'ack':
         this.onAck(frame);

@@ -13,9 +13,12 @@ import {
   PlazaError,
   SERVER_ERROR_CODES,
   type ClientFrame,
+  type DeliveryPolicy,
+  type JoinOptions,
   type Json,
   type Movement,
   type Point,
+  type PolicyUpdate,
   type RoomHandle,
   type WebSocketLike,
 } from '../src/index.js';
@@ -103,7 +106,7 @@ const ROOM = 'lobby';
  * vectors' events and acks come after it (`null`: at the vector's own seq).
  */
 async function joinedClient(
-  options: { name?: string; platform?: string; channels?: string[]; ticket?: string } = { name: 'ann' },
+  options: JoinOptions = { name: 'ann' },
   seq: number | null = 1,
 ) {
   const client = new PlazaClient('ws://plaza.test/v1/ws', { WebSocket: FakeSocket, reconnect: false });
@@ -179,6 +182,11 @@ const clientFrames: { [name: string]: (expected: { [key: string]: Json }) => Pro
     const { join } = await joinedClient({ name: f['name'] as string, platform: f['platform'] as string, channels: f['channels'] as string[] });
     return join;
   },
+  async 'join-policy'(f) {
+    const { join, room } = await joinedClient({ name: f['name'] as string, policy: f['policy'] as DeliveryPolicy });
+    expect(room.deliveryPolicy).toEqual(f['policy']);
+    return join;
+  },
   async 'join-ticket'(f) {
     const { join } = await joinedClient({ ticket: f['ticket'] as string });
     return join;
@@ -251,6 +259,8 @@ const requestCalls: { [op: string]: (room: RoomHandle, args: { [key: string]: Js
   'channel.unsubscribe': (room, a) => room.unsubscribe(a['channel'] as string),
   'space.move': (room, a) => room.moveTo(a['to'] as Point, a['speed'] as number),
   'space.jump': (room, a) => room.jumpTo(a['to'] as Point),
+  'policy.update': (room, a) => room.updatePolicy(a as PolicyUpdate),
+  'policy.clear': (room) => room.clearPolicy(),
 };
 
 describe('client frames', () => {
@@ -343,6 +353,21 @@ const serverFrames: { [name: string]: (frame: { [key: string]: Json }) => Promis
     const got = new Promise((r) => client.on('error', r));
     socket.deliver(f);
     expect(await got).toMatchObject({ code: f['code'], message: f['message'] });
+  },
+  async batch(f) {
+    // Each event as if it had come alone, in order, then the boundary with all of them.
+    const { socket, room } = await joinedClient();
+    const seen: string[] = [];
+    room.on('event', (e) => seen.push(`event ${e.seq}`));
+    room.on('message', (m) => seen.push(`message ${m.seq}`));
+    room.on('batch', (events) => seen.push(`batch ${events.map((e) => e.seq).join(',')}`));
+    socket.deliver(f);
+    const events = f['events'] as { seq: number }[];
+    expect(seen).toEqual([
+      ...events.flatMap((e) => [`event ${e.seq}`, `message ${e.seq}`]),
+      `batch ${events.map((e) => e.seq).join(',')}`,
+    ]);
+    expect(room.lastSeq).toBe(events[events.length - 1]!.seq);
   },
   async pong(f) {
     // Answers the client's ping; nothing else happens (no error, no room event).
@@ -470,6 +495,10 @@ async function checkResponse(name: string, f: { [key: string]: Json }): Promise<
   if ('entity' in result && op !== 'entity.delete') expect(value).toEqual(result['entity']);
   if ('lock' in result) expect(value).toEqual(result['lock']);
   if ('channels' in result) expect(value).toEqual(result['channels']);
+  if ('policy' in result) {
+    expect(room.deliveryPolicy ?? null).toEqual(result['policy']);
+    if (result['policy'] !== null) expect(value).toEqual(result['policy']);
+  }
   if ('movement' in result) {
     expect(value).toEqual(result['movement']);
     expect(room.movements.get(room.session!)).toEqual(result['movement']);

@@ -180,6 +180,13 @@ impl RoomLog {
         Some(self.entries.range(skip.min(self.entries.len())..))
     }
 
+    /// The entry with `seq`, if still held.
+    pub fn get(&self, seq: u64) -> Option<&Arc<HistoryEntry>> {
+        let first = self.entries.front()?.seq;
+        let i = usize::try_from(seq.checked_sub(first)?).ok()?;
+        self.entries.get(i)
+    }
+
     /// The last `n` entries, oldest first.
     pub fn last(&self, n: usize) -> impl Iterator<Item = &Arc<HistoryEntry>> {
         self.entries.range(self.entries.len().saturating_sub(n)..)

@@ -29,7 +29,8 @@ pub use history::{HistoryEntry, RoomLog, Scope};
 pub use locks::{LockLease, LockTable};
 pub use rate::TokenBucket;
 pub use room::{
-    JoinParams, Joined, Member, PublishParams, Published, RequestOutcome, Resume, Room,
+    Delivery, Held, JoinParams, Joined, Member, PublishParams, Published, RequestOutcome, Resume,
+    Room,
 };
 pub use room_config::{Access, RoomConfig};
 pub use room_state::{InvalidRoomState, MemberState, RoomState};

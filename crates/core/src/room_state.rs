@@ -60,7 +60,7 @@ pub struct RoomState {
 /// A big room's snapshot is mostly these (up to twice `max_members`), so the
 /// field names are one letter on the wire (given below) and defaults are left
 /// out.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemberState {
     /// Session id (`s`).
     #[serde(rename = "s")]
@@ -96,6 +96,9 @@ pub struct MemberState {
     /// by channel (`a`): a resume replays their messages only from there on.
     #[serde(rename = "a", default, skip_serializing_if = "Vec::is_empty")]
     pub subscribed_at: Vec<(String, u64)>,
+    /// Its delivery policy (`y`), if it set one.
+    #[serde(rename = "y", default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::policy::DeliveryPolicy>,
 }
 
 fn main_only() -> Vec<String> {
@@ -176,6 +179,9 @@ impl RoomState {
             let mut ids = HashSet::with_capacity(m.recent.len());
             if let Some((id, _)) = m.recent.iter().find(|(id, _)| !ids.insert(id)) {
                 return bad(format!("client id {id:?} of {:?} appears twice", m.session));
+            }
+            if let Some(Err(e)) = m.policy.as_ref().map(|p| p.validate()) {
+                return bad(format!("the policy of {:?}: {e}", m.session));
             }
         }
         if !self.entities.ids_below_counter() {
@@ -271,6 +277,7 @@ mod tests {
             disconnected_at: Some(5),
             recent: Vec::new(),
             subscribed_at: Vec::new(),
+            policy: None,
         };
         let json = serde_json::to_string(&m).unwrap();
         assert_eq!(json, r#"{"s":"s1","n":"n","p":"p","t":"t","d":5}"#);
@@ -281,6 +288,7 @@ mod tests {
             disconnected_at: None,
             recent: vec![("b".into(), 9), ("a".into(), u64::MAX)],
             subscribed_at: vec![("side".into(), 7)],
+            policy: None,
             ..m
         };
         let json = serde_json::to_string(&m).unwrap();
@@ -324,6 +332,7 @@ mod tests {
             disconnected_at: Some(0),
             recent: Vec::new(),
             subscribed_at: Vec::new(),
+            policy: None,
         };
         let mut s = ok.clone();
         s.members = vec![member("a", "t1"), member("b", "t2")];

@@ -50,6 +50,9 @@ pub struct Join {
     /// Resume an earlier session instead of starting a new one.
     #[serde(default)]
     pub resume: Option<Resume>,
+    /// A delivery policy for this member (on a resume: replaces the session's).
+    #[serde(default)]
+    pub policy: Option<crate::policy::DeliveryPolicy>,
 }
 
 /// The session to resume and the last sequence number the client has seen.
@@ -299,6 +302,11 @@ pub enum Op {
         /// Where, clamped into the plane.
         to: [f64; 2],
     },
+    /// `policy.update {...}`: change this member's delivery policy (or set
+    /// one), keeping what the update does not name.
+    PolicyUpdate(crate::policy::PolicyUpdate),
+    /// `policy.clear`: back to receiving everything at once.
+    PolicyClear,
 }
 
 /// Every operation name, in documentation order.
@@ -314,6 +322,8 @@ pub const OPS: &[&str] = &[
     "channel.unsubscribe",
     "space.move",
     "space.jump",
+    "policy.update",
+    "policy.clear",
 ];
 
 impl Request {
@@ -466,6 +476,14 @@ impl Request {
             "space.jump" => {
                 let j: Jump = args(op, a)?;
                 Op::SpaceJump { to: j.to }
+            }
+            "policy.update" => Op::PolicyUpdate(args(op, a)?),
+            "policy.clear" => {
+                #[derive(Deserialize)]
+                #[serde(deny_unknown_fields)]
+                struct Nothing {}
+                let Nothing {} = args(op, a)?;
+                Op::PolicyClear
             }
             other => {
                 return Err((ErrorCode::UnknownOp, format!("unknown op {other:?}")));

@@ -18,6 +18,7 @@
 
 pub mod client;
 mod codes;
+pub mod policy;
 pub mod server;
 
 pub use codes::{CloseCode, ErrorCode};

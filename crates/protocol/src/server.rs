@@ -375,6 +375,14 @@ pub enum ServerFrame {
     },
     /// A sequenced room event.
     Event(Event),
+    /// Events a delivery policy held, flushed together in seq order; each is
+    /// a whole `event` frame with its own seq and ts.
+    Batch {
+        /// Room id.
+        room: String,
+        /// The events, oldest first: each a [`ServerFrame::Event`].
+        events: Vec<ServerFrame>,
+    },
     /// A message from one session to this one.
     Direct {
         /// Room id.
@@ -413,9 +421,52 @@ impl ServerFrame {
     }
 }
 
+/// Encodes a `batch` frame from already encoded `event` frames: the bytes of
+/// [`ServerFrame::Batch`] without decoding or encoding any event again (a
+/// held event is encoded once, when its room orders it).
+pub fn encode_batch<'a>(room: &str, events: impl IntoIterator<Item = &'a [u8]>) -> Bytes {
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(br#"{"type":"batch","room":"#);
+    serde_json::to_writer(&mut out, room).expect("a string always serializes");
+    out.extend_from_slice(br#","events":["#);
+    for (i, e) in events.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(e);
+    }
+    out.extend_from_slice(b"]}");
+    Bytes::from(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_from_encoded_events_equals_the_typed_encoding() {
+        let ev = |seq| Event {
+            room: "r\"1".into(),
+            seq,
+            ts: 10 + seq,
+            from: Some("s".into()),
+            body: EventBody::PresenceLeave {
+                session: "x".into(),
+                reason: LeaveReason::Left,
+            },
+        };
+        let events = vec![ev(3), ev(5)];
+        let frames: Vec<Bytes> = events
+            .iter()
+            .map(|e| ServerFrame::Event(e.clone()).encode())
+            .collect();
+        let typed = ServerFrame::Batch {
+            room: "r\"1".into(),
+            events: events.into_iter().map(ServerFrame::Event).collect(),
+        }
+        .encode();
+        assert_eq!(encode_batch("r\"1", frames.iter().map(|f| &f[..])), typed);
+    }
 
     #[test]
     fn event_is_flat_with_type_and_kind() {

@@ -165,6 +165,8 @@ fn expected_op(op: &str, args: &Value) -> Op {
         "space.jump" => Op::SpaceJump {
             to: serde_json::from_value(args["to"].clone()).expect("to: [x, y]"),
         },
+        "policy.update" => Op::PolicyUpdate(serde_json::from_value(args.clone()).expect("update")),
+        "policy.clear" => Op::PolicyClear,
         other => panic!("no expectation for op {other:?}"),
     }
 }
@@ -191,6 +193,13 @@ fn check_client_fields(name: &str, decoded: &ClientFrame, f: &Value) {
                     assert_eq!(Some(r.last_seq), v["last_seq"].as_u64(), "{name}: last_seq");
                 }
                 (r, v) => panic!("{name}: resume {r:?} vs {v:?}"),
+            }
+            let policy = f
+                .get("policy")
+                .map(|p| serde_json::from_value(p.clone()).unwrap());
+            assert_eq!(j.policy, policy, "{name}: policy");
+            if let Some(p) = &j.policy {
+                p.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
             }
         }
         ClientFrame::Leave(l) => {
@@ -608,6 +617,42 @@ fn expected_server_frame(name: &str) -> ServerFrame {
             message: "too many frames; this one was dropped".into(),
             reference: None,
         },
+        "server/response-policy-update.json" => ok(
+            json!(12),
+            json!({"policy": {
+                "filters": [
+                    {"id": "mine", "enabled": false, "field": "topic", "op": {"equals": "xmpp"}},
+                    {"id": "urgent", "enabled": true, "field": {"payload": "/priority"},
+                     "op": {"in": ["high", "urgent"]}}
+                ],
+                "max_delay_ms": 2000, "max_held": 60, "aggregate": true
+            }}),
+        ),
+        "server/response-policy-clear.json" => ok(json!(13), json!({"policy": null})),
+        "server/batch.json" => {
+            let say = |seq, ts, text: &str| {
+                event(
+                    seq,
+                    ts,
+                    Some(BOB),
+                    EventBody::Message {
+                        channel: "main".into(),
+                        event: "chat".into(),
+                        data: Some(raw(json!({ "text": text }))),
+                        topic: Some("irc".into()),
+                        reply_to: None,
+                        id: None,
+                    },
+                )
+            };
+            ServerFrame::Batch {
+                room: ROOM.into(),
+                events: vec![
+                    say(70, 1_732_312_500_100, "anyone on irc?"),
+                    say(72, 1_732_312_501_850, "never mind"),
+                ],
+            }
+        }
         "server/pong.json" => ServerFrame::Pong {
             ts: Some(1_732_312_345_678u64.into()),
         },

@@ -26,6 +26,7 @@ fn room_with(members: usize) -> (Room<Outbox>, Vec<OutboxReceiver>) {
             platform: "browser".into(),
             channels: Vec::new(),
             ticket: false,
+            policy: None,
             sink: outbox,
         };
         room.join(params, None, 0).expect("join");

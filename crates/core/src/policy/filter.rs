@@ -1,53 +1,75 @@
-//! What a member wants at once: predicates on a message's channel, event,
-//! topic, sender, or on a field of its payload addressed by a JSON pointer.
+//! What a member wants at once: predicates on an event's kind, channel,
+//! event name, topic, sender, or on a field of its payload addressed by a
+//! JSON pointer.
 
-use serde::{Deserialize, Serialize};
+use std::cell::OnceCell;
+
+use serde::Deserialize;
 use serde_json::Value;
 
-/// The parts of a message a filter looks at.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct MessageView<'a> {
-    /// Its channel.
-    pub channel: Option<&'a str>,
-    /// Its application event name.
-    pub event: Option<&'a str>,
-    /// Its topic.
-    pub topic: Option<&'a str>,
-    /// The session that sent it.
-    pub sender: Option<&'a str>,
-    /// Its payload, parsed (only when a filter looks into it).
-    pub payload: Option<&'a Value>,
+use crate::HistoryEntry;
+use plaza_protocol::policy::{Field, Filter, MatchOp};
+
+/// An event as filters see it. What the history entry does not keep apart
+/// (kind, event name, payload) is parsed from its frame on first use, once
+/// per event whatever the number of members that test it.
+#[derive(Debug)]
+pub struct EventView<'a> {
+    entry: &'a HistoryEntry,
+    parsed: OnceCell<Parsed>,
 }
 
-/// Which part of a message a filter tests.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Field {
-    /// The channel.
-    Channel,
-    /// The application event name.
-    Event,
-    /// The topic.
-    Topic,
-    /// The sender's session id.
-    Sender,
-    /// A field of the payload, addressed by a JSON pointer (RFC 6901), e.g. `/priority`.
-    Payload(String),
+#[derive(Debug, Default, Deserialize)]
+struct Parsed {
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    event: Option<String>,
+    #[serde(default)]
+    data: Option<Value>,
 }
 
-/// How a filter tests its field.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MatchOp {
-    /// The field equals this value.
-    Equals(Value),
-    /// The field equals one of these values.
-    In(Vec<Value>),
-    /// The field is present.
-    Exists,
+impl<'a> EventView<'a> {
+    /// A view of `entry`.
+    pub fn new(entry: &'a HistoryEntry) -> Self {
+        EventView {
+            entry,
+            parsed: OnceCell::new(),
+        }
+    }
+
+    /// The entry.
+    pub fn entry(&self) -> &'a HistoryEntry {
+        self.entry
+    }
+
+    fn parsed(&self) -> &Parsed {
+        // A frame the room encoded always parses; a default (no kind, no
+        // payload) would only make filters not match.
+        self.parsed
+            .get_or_init(|| serde_json::from_slice(&self.entry.frame).unwrap_or_default())
+    }
+
+    /// The event kind (`message`, `presence.join`, ...).
+    pub fn kind(&self) -> Option<&str> {
+        if self.entry.channel.is_some() {
+            return Some("message");
+        }
+        self.parsed().kind.as_deref()
+    }
+
+    fn event(&self) -> Option<&str> {
+        self.entry.channel.as_ref()?;
+        self.parsed().event.as_deref()
+    }
+
+    fn payload(&self) -> Option<&Value> {
+        self.entry.channel.as_ref()?;
+        self.parsed().data.as_ref()
+    }
 }
 
-/// A message's field as found, borrowed.
+/// A field of an event as found, borrowed.
 enum FieldValue<'a> {
     Text(&'a str),
     Json(&'a Value),
@@ -62,90 +84,37 @@ impl FieldValue<'_> {
     }
 }
 
-/// One filter of a delivery policy: a message that matches any enabled
-/// filter is delivered at once.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Filter {
-    /// The member's name for it (to switch it off or remove it).
-    pub id: String,
-    /// Whether it is in force.
-    #[serde(default = "enabled")]
-    pub enabled: bool,
-    /// What it tests.
-    pub field: Field,
-    /// How.
-    pub op: MatchOp,
-}
-
-fn enabled() -> bool {
-    true
-}
-
-/// At most this many values in an `in` test.
-pub const MAX_IN_VALUES: usize = 64;
-
-impl Filter {
-    /// Whether `m` matches (a disabled filter matches nothing).
-    pub fn matches(&self, m: &MessageView<'_>) -> bool {
-        if !self.enabled {
-            return false;
-        }
-        // Runs per recipient once wired in: compared in place, nothing cloned.
-        let value = match &self.field {
-            Field::Channel => m.channel.map(FieldValue::Text),
-            Field::Event => m.event.map(FieldValue::Text),
-            Field::Topic => m.topic.map(FieldValue::Text),
-            Field::Sender => m.sender.map(FieldValue::Text),
-            Field::Payload(pointer) => m
-                .payload
-                .and_then(|p| p.pointer(pointer))
-                .map(FieldValue::Json),
-        };
-        match (&self.op, value) {
-            (MatchOp::Exists, v) => v.is_some(),
-            (MatchOp::Equals(want), Some(v)) => v.equals(want),
-            (MatchOp::In(wants), Some(v)) => wants.iter().any(|w| v.equals(w)),
-            (_, None) => false,
-        }
+/// Whether `event` matches `filter` (a disabled filter matches nothing).
+pub fn matches(filter: &Filter, event: &EventView<'_>) -> bool {
+    if !filter.enabled {
+        return false;
     }
-
-    /// Whether it looks into payloads (which must then be parsed).
-    pub fn reads_payload(&self) -> bool {
-        matches!(self.field, Field::Payload(_))
-    }
-
-    /// Checks it; the error names the field at fault.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.id.is_empty() || self.id.len() > 64 {
-            return Err(format!(
-                "filter id must have 1 to 64 bytes, not {:?}",
-                self.id
-            ));
-        }
-        if let Field::Payload(pointer) = &self.field {
-            if !(pointer.is_empty() || pointer.starts_with('/')) || pointer.len() > 256 {
-                return Err(format!(
-                    "filter {:?}: field.payload must be a JSON pointer (\"\" or starting with \"/\", at most 256 bytes), not {pointer:?}",
-                    self.id
-                ));
-            }
-        }
-        if let MatchOp::In(values) = &self.op {
-            if values.is_empty() || values.len() > MAX_IN_VALUES {
-                return Err(format!(
-                    "filter {:?}: op.in must hold 1 to {MAX_IN_VALUES} values",
-                    self.id
-                ));
-            }
-        }
-        Ok(())
+    let e = event.entry;
+    // Runs per recipient: compared in place, nothing cloned.
+    let value = match &filter.field {
+        Field::Kind => event.kind().map(FieldValue::Text),
+        Field::Channel => e.channel.as_deref().map(FieldValue::Text),
+        Field::Event => event.event().map(FieldValue::Text),
+        Field::Topic => e.topic.as_deref().map(FieldValue::Text),
+        Field::Sender => e.from.as_deref().map(FieldValue::Text),
+        Field::Payload(pointer) => event
+            .payload()
+            .and_then(|p| p.pointer(pointer))
+            .map(FieldValue::Json),
+    };
+    match (&filter.op, value) {
+        (MatchOp::Exists, v) => v.is_some(),
+        (MatchOp::Equals(want), Some(v)) => v.equals(want),
+        (MatchOp::In(wants), Some(v)) => wants.iter().any(|w| v.equals(w)),
+        (_, None) => false,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Scope;
+    use plaza_protocol::server::{Event, EventBody, LeaveReason, ServerFrame};
     use serde_json::json;
 
     fn filter(field: Field, op: MatchOp) -> Filter {
@@ -157,66 +126,128 @@ mod tests {
         }
     }
 
-    #[test]
-    fn filters_test_their_field() {
-        let payload = json!({"priority": "high", "to": ["ann"]});
-        let m = MessageView {
-            channel: Some("chat"),
-            event: Some("say"),
-            topic: Some("xmpp"),
-            sender: Some("s1"),
-            payload: Some(&payload),
-        };
-        assert!(filter(Field::Topic, MatchOp::Equals(json!("xmpp"))).matches(&m));
-        assert!(!filter(Field::Topic, MatchOp::Equals(json!("irc"))).matches(&m));
-        assert!(filter(Field::Channel, MatchOp::In(vec![json!("a"), json!("chat")])).matches(&m));
-        assert!(filter(
-            Field::Payload("/priority".into()),
-            MatchOp::Equals(json!("high"))
+    fn entry(channel: Option<&str>, body: EventBody) -> HistoryEntry {
+        let frame = ServerFrame::Event(Event {
+            room: "r".into(),
+            seq: 4,
+            ts: 9,
+            from: Some("s1".into()),
+            body,
+        })
+        .encode();
+        HistoryEntry {
+            seq: 4,
+            ts: 9,
+            from: Some("s1".into()),
+            channel: channel.map(str::to_owned),
+            echo: false,
+            replay_to_sender: false,
+            topic: channel.map(|_| "xmpp".to_owned()),
+            reply_to: None,
+            scope: Scope::All,
+            frame,
+        }
+    }
+
+    fn message() -> HistoryEntry {
+        let data =
+            serde_json::value::to_raw_value(&json!({"priority": "high", "to": ["ann"]})).unwrap();
+        entry(
+            Some("chat"),
+            EventBody::Message {
+                channel: "chat".into(),
+                event: "say".into(),
+                data: Some(data),
+                topic: Some("xmpp".into()),
+                reply_to: None,
+                id: None,
+            },
         )
-        .matches(&m));
-        assert!(filter(Field::Payload("/to/0".into()), MatchOp::Exists).matches(&m));
-        assert!(filter(
-            Field::Payload("/to".into()),
-            MatchOp::In(vec![json!("ann"), json!(["ann"])])
-        )
-        .matches(&m));
-        // A text field equals text only.
-        assert!(!filter(Field::Topic, MatchOp::Equals(json!(["xmpp"]))).matches(&m));
-        assert!(!filter(Field::Payload("/to/1".into()), MatchOp::Exists).matches(&m));
-        assert!(!filter(Field::Topic, MatchOp::Exists).matches(&MessageView::default()));
-        let mut off = filter(Field::Sender, MatchOp::Exists);
-        off.enabled = false;
-        assert!(!off.matches(&m));
     }
 
     #[test]
-    fn bad_filters_name_their_fault() {
-        assert!(filter(Field::Payload("priority".into()), MatchOp::Exists)
-            .validate()
-            .unwrap_err()
-            .contains("JSON pointer"));
-        assert!(filter(Field::Topic, MatchOp::In(vec![]))
-            .validate()
-            .unwrap_err()
-            .contains("op.in"));
-        let mut long = filter(Field::Topic, MatchOp::Exists);
-        long.id = "x".repeat(65);
-        assert!(long.validate().unwrap_err().contains("filter id"));
-        // The wire form.
-        let f: Filter = serde_json::from_value(
-            json!({"id": "xmpp", "field": "topic", "op": {"equals": "xmpp"}}),
-        )
-        .unwrap();
-        assert!(f.enabled);
-        let p: Filter = serde_json::from_value(
-            json!({"id": "p", "field": {"payload": "/priority"}, "op": "exists"}),
-        )
-        .unwrap();
-        assert!(p.reads_payload());
-        assert!(serde_json::from_value::<Filter>(
-            json!({"id": "x", "field": "topic", "op": {"near": 1}})
-        )
-        .is_err());
+    fn filters_test_their_field() {
+        let m = message();
+        let m = EventView::new(&m);
+        assert!(matches(
+            &filter(Field::Topic, MatchOp::Equals(json!("xmpp"))),
+            &m
+        ));
+        assert!(!matches(
+            &filter(Field::Topic, MatchOp::Equals(json!("irc"))),
+            &m
+        ));
+        assert!(matches(
+            &filter(Field::Channel, MatchOp::In(vec![json!("a"), json!("chat")])),
+            &m
+        ));
+        assert!(matches(
+            &filter(Field::Event, MatchOp::Equals(json!("say"))),
+            &m
+        ));
+        assert!(matches(
+            &filter(Field::Kind, MatchOp::Equals(json!("message"))),
+            &m
+        ));
+        assert!(matches(
+            &filter(
+                Field::Payload("/priority".into()),
+                MatchOp::Equals(json!("high"))
+            ),
+            &m
+        ));
+        assert!(matches(
+            &filter(Field::Payload("/to/0".into()), MatchOp::Exists),
+            &m
+        ));
+        assert!(matches(
+            &filter(
+                Field::Payload("/to".into()),
+                MatchOp::In(vec![json!("ann"), json!(["ann"])])
+            ),
+            &m
+        ));
+        // A text field equals text only.
+        assert!(!matches(
+            &filter(Field::Topic, MatchOp::Equals(json!(["xmpp"]))),
+            &m
+        ));
+        assert!(!matches(
+            &filter(Field::Payload("/to/1".into()), MatchOp::Exists),
+            &m
+        ));
+        let mut off = filter(Field::Sender, MatchOp::Exists);
+        assert!(matches(&off, &m));
+        off.enabled = false;
+        assert!(!matches(&off, &m));
+    }
+
+    #[test]
+    fn other_events_have_a_kind_and_a_sender_but_no_message_fields() {
+        let e = entry(
+            None,
+            EventBody::PresenceLeave {
+                session: "s1".into(),
+                reason: LeaveReason::Left,
+            },
+        );
+        let v = EventView::new(&e);
+        assert_eq!(v.kind(), Some("presence.leave"));
+        assert!(matches(
+            &filter(Field::Kind, MatchOp::Equals(json!("presence.leave"))),
+            &v
+        ));
+        assert!(matches(
+            &filter(Field::Sender, MatchOp::Equals(json!("s1"))),
+            &v
+        ));
+        for field in [
+            Field::Topic,
+            Field::Channel,
+            Field::Event,
+            Field::Payload("".into()),
+        ] {
+            assert!(!matches(&filter(field, MatchOp::Exists), &v));
+        }
     }
 }

@@ -1,8 +1,14 @@
 //! Delivery policies: what a member wants at once and what may wait.
 //!
-//! Only the filter half exists so far (issue 16): the held queue, its time
-//! and volume limits and the aggregated flush are still to come.
+//! A member's [`DeliveryPolicy`] (its wire form is in `plaza-protocol`) says
+//! which events it wants at once ([`filter`]) and how long, or how many,
+//! the others may be held ([`held`]). Held events are references into the
+//! room's history, flushed together in seq order. This module is pure: the
+//! clock comes in as a parameter.
 
 pub mod filter;
+pub mod held;
 
-pub use filter::{Field, Filter, MatchOp, MessageView};
+pub use filter::EventView;
+pub use held::{Flushed, HeldMessages};
+pub use plaza_protocol::policy::{DeliveryPolicy, Field, Filter, MatchOp, PolicyUpdate};

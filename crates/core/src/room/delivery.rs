@@ -1,6 +1,25 @@
 //! Who receives an event: live, on resume, and one peer's direct message.
 
 use super::*;
+use crate::policy::{filter, EventView, Flushed, HeldMessages};
+
+/// What goes out to one member.
+#[derive(Debug)]
+pub enum Delivery<'a> {
+    /// The event, alone.
+    Event(&'a Arc<HistoryEntry>),
+    /// What its policy held, in seq order (the event that set the flush off
+    /// last): one `batch` frame if `aggregate` and several, else a frame each.
+    Flush {
+        /// The events, oldest first.
+        events: Vec<Arc<HistoryEntry>>,
+        /// As one frame.
+        aggregate: bool,
+    },
+}
+
+/// Events held under members' delivery policies.
+pub type Held = HeldMessages<Arc<HistoryEntry>>;
 
 /// Whether a session that resumes gets `entry` among its missed events: what
 /// it would have received live (not messages of a channel from before it
@@ -69,13 +88,198 @@ impl<S> Room<S> {
 
     /// Calls `deliver` with the sink of every connected member that should get `entry`.
     pub fn for_each_recipient(&self, entry: &HistoryEntry, mut deliver: impl FnMut(&str, &S)) {
-        let mut to = |s: &str| {
-            if let Some((session, sink)) = self
-                .members
-                .get_key_value(s)
-                .and_then(|(k, m)| Some((k, m.sink.as_ref()?)))
-            {
+        self.for_each_recipient_member(entry, |session, m| {
+            if let Some(sink) = &m.sink {
                 deliver(session, sink);
+            }
+        });
+    }
+
+    /// Whether `session`, whose policy is `policy`, gets `event` at once
+    /// rather than held: spatial events (about its surroundings, now), its
+    /// own message echoed, a reply to a message of its own, or a match of
+    /// one of its filters.
+    pub fn delivers_now(
+        &self,
+        event: &EventView<'_>,
+        session: &str,
+        policy: &DeliveryPolicy,
+    ) -> bool {
+        let e = event.entry();
+        let own = |seq: u64| {
+            self.log
+                .get(seq)
+                .is_some_and(|a| a.from.as_deref() == Some(session))
+        };
+        !e.scope.is_all()
+            || e.from.as_deref() == Some(session)
+            || e.reply_to.is_some_and(own)
+            || policy.filters.iter().any(|f| filter::matches(f, event))
+    }
+
+    /// Routes `entry` to its recipients whose sink is `local` under their
+    /// delivery policies at `now`: without a policy a member gets it at
+    /// once; with one, at once only if the policy wants it now, and then
+    /// after everything it held (its seqs stay increasing, so its last seq
+    /// still means "everything before"); else it joins `held` until the
+    /// policy's time or volume is reached. Call [`Room::route_evicted`]
+    /// after the events of a command.
+    pub fn route<'e>(
+        &self,
+        entry: &'e Arc<HistoryEntry>,
+        held: &mut Held,
+        now: Millis,
+        local: impl Fn(&S) -> bool,
+        mut send: impl FnMut(&str, &S, Delivery<'e>),
+    ) {
+        let view = EventView::new(entry);
+        self.for_each_recipient_member(entry, |session, m| {
+            let Some(sink) = m.sink.as_ref().filter(|s| local(s)) else {
+                return;
+            };
+            let Some(policy) = m.policy.as_deref() else {
+                send(session, sink, Delivery::Event(entry));
+                return;
+            };
+            let events = if self.delivers_now(&view, session, policy) {
+                let mut events = held.take(session);
+                if events.is_empty() {
+                    send(session, sink, Delivery::Event(entry));
+                    return;
+                }
+                events.push(entry.clone());
+                events
+            } else {
+                match held.hold(session, entry.clone(), policy, now) {
+                    Some(events) => events,
+                    None => return,
+                }
+            };
+            let aggregate = policy.aggregate;
+            send(session, sink, Delivery::Flush { events, aggregate });
+        });
+    }
+
+    /// Flushes what `held` holds that the next event would push out of the
+    /// history (or that is out already): a resume must find in the history
+    /// whatever was held.
+    pub fn route_evicted(&self, held: &mut Held, send: impl FnMut(&str, &S, Delivery<'_>)) {
+        if held.is_empty() {
+            return;
+        }
+        if let Some(first) = self.log.first_seq() {
+            let full = self.log.len() >= self.log.capacity();
+            let flushed = held.older_than(first + u64::from(full));
+            self.send_flushed(flushed, send);
+        }
+    }
+
+    /// Flushes what `held` holds whose time is up at `now`.
+    pub fn route_due(
+        &self,
+        held: &mut Held,
+        now: Millis,
+        send: impl FnMut(&str, &S, Delivery<'_>),
+    ) {
+        let flushed = held.due(now);
+        self.send_flushed(flushed, send);
+    }
+
+    /// Flushes what `session` holds: before its ack or response, which carry
+    /// a seq that its client takes as "everything before has arrived".
+    pub fn route_flush(
+        &self,
+        session: &str,
+        held: &mut Held,
+        send: impl FnMut(&str, &S, Delivery<'_>),
+    ) {
+        let events = held.take(session);
+        let flushed = Flushed {
+            session: session.to_owned(),
+            events,
+        };
+        self.send_flushed(vec![flushed], send);
+    }
+
+    /// Flushes everything `held` holds (e.g. before the room is replaced).
+    pub fn route_all(&self, held: &mut Held, send: impl FnMut(&str, &S, Delivery<'_>)) {
+        let flushed = held.take_all();
+        self.send_flushed(flushed, send);
+    }
+
+    /// `session` changed its policy: what it holds goes out if the new
+    /// policy wants any of it now (all of it, in order) or its bounds are
+    /// already reached; otherwise its wait is counted anew.
+    pub fn route_replanned(
+        &self,
+        session: &str,
+        held: &mut Held,
+        now: Millis,
+        send: impl FnMut(&str, &S, Delivery<'_>),
+    ) {
+        let Some(m) = self.members.get(session) else {
+            return;
+        };
+        let events = match m.policy.as_deref() {
+            None => held.take(session),
+            Some(p) => {
+                let wanted = held
+                    .held(session)
+                    .any(|e| self.delivers_now(&EventView::new(e), session, p));
+                if wanted {
+                    held.take(session)
+                } else {
+                    held.replan(session, p, now)
+                }
+            }
+        };
+        let flushed = Flushed {
+            session: session.to_owned(),
+            events,
+        };
+        self.send_flushed(vec![flushed], send);
+    }
+
+    /// Hands flushed events to their members' sinks (dropped for members
+    /// gone meanwhile: a resume replays them from the history).
+    fn send_flushed(
+        &self,
+        flushed: Vec<Flushed<Arc<HistoryEntry>>>,
+        mut send: impl FnMut(&str, &S, Delivery<'_>),
+    ) {
+        for f in flushed {
+            if f.events.is_empty() {
+                continue;
+            }
+            let Some((session, m)) = self.members.get_key_value(&f.session) else {
+                continue;
+            };
+            if let Some(sink) = &m.sink {
+                let aggregate = m.policy.as_deref().is_none_or(|p| p.aggregate);
+                send(
+                    session,
+                    sink,
+                    Delivery::Flush {
+                        events: f.events,
+                        aggregate,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Calls `deliver` with every connected member that should get `entry`
+    /// (see [`Room::for_each_recipient`]).
+    pub fn for_each_recipient_member(
+        &self,
+        entry: &HistoryEntry,
+        mut deliver: impl FnMut(&str, &Member<S>),
+    ) {
+        let mut to = |s: &str| {
+            if let Some((session, m)) = self.members.get_key_value(s) {
+                if m.sink.is_some() {
+                    deliver(session, m);
+                }
             }
         };
         match &entry.scope {
@@ -107,10 +311,8 @@ impl<S> Room<S> {
             if sender.is_some_and(|s| std::ptr::eq(s, session)) {
                 continue;
             }
-            if let Some(sink) = &m.sink {
-                if subscribed(entry, &m.channels) {
-                    deliver(session, sink);
-                }
+            if m.sink.is_some() && subscribed(entry, &m.channels) {
+                deliver(session, m);
             }
         }
     }

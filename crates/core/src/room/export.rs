@@ -30,6 +30,7 @@ impl<S> Room<S> {
                 recent: m.recent.as_deref().map_or_else(Vec::new, |r| {
                     r.order.iter().map(|id| (id.clone(), r.seqs[id])).collect()
                 }),
+                policy: m.policy.as_deref().cloned(),
             })
             .collect();
         // Sorted: the same room exports the same state on every replica.
@@ -93,6 +94,7 @@ impl<S> Room<S> {
                     resume_token: m.resume_token,
                     disconnected_at: m.disconnected_at,
                     recent,
+                    policy: m.policy.map(Box::new),
                 },
             );
         }

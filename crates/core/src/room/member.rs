@@ -19,6 +19,9 @@ pub struct Member<S> {
     /// Client message ids seen lately; boxed and created on the first id, so
     /// members that never send ids (most) pay one pointer.
     pub(super) recent: Option<Box<RecentIds>>,
+    /// What it wants at once and what may wait; `None` (most members):
+    /// everything at once, at no cost.
+    pub policy: Option<Box<DeliveryPolicy>>,
 }
 
 /// The last `dedup_window` client message ids of a member and their seqs.

@@ -20,6 +20,9 @@ pub struct JoinParams<S> {
     pub ticket: bool,
     /// Delivery handle for this member's frames.
     pub sink: S,
+    /// Its delivery policy; on a resume, replaces the session's (`None`
+    /// keeps it).
+    pub policy: Option<DeliveryPolicy>,
 }
 
 /// A resume request: the token from an earlier `joined` and the last seq seen.
@@ -71,12 +74,22 @@ impl<S> Room<S> {
             ));
         }
         self.check_channels(&params.channels)?;
+        if let Some(p) = &params.policy {
+            p.validate().map_err(|e| {
+                RoomError::new(ErrorCode::InvalidFrame, format!("invalid join policy: {e}"))
+            })?;
+        }
         if let Some(r) = resume {
             if let Some(session) = self.tokens.get(&r.token).cloned() {
                 if self.resume_window_ended(&session, now) {
                     // `tick` has not run yet: the session is over all the same.
                     self.remove_session(&session);
                 } else {
+                    if let Some(p) = params.policy {
+                        if let Some(m) = self.members.get_mut(&session) {
+                            m.policy = Some(Box::new(p));
+                        }
+                    }
                     return self.resume(session, r.last_seq, params.sink, now);
                 }
             }
@@ -139,6 +152,7 @@ impl<S> Room<S> {
                 resume_token: p.resume_token,
                 disconnected_at: None,
                 recent: None,
+                policy: p.policy.map(Box::new),
             },
         );
         self.connected += 1;

@@ -25,11 +25,13 @@ use plaza_protocol::server::{
 use plaza_protocol::{ErrorCode, DEFAULT_CHANNEL};
 use serde_json::{json, Value};
 
+use crate::policy::DeliveryPolicy;
 use crate::{
     Access, EntityStore, HistoryEntry, LockTable, MemberState, Millis, RoomConfig, RoomError,
     RoomLog, RoomState, Scope,
 };
 
+pub use delivery::{Delivery, Held};
 pub use member::Member;
 pub use membership::{JoinParams, Joined, Resume};
 pub use publish::{PublishParams, Published};

@@ -119,6 +119,18 @@ impl<S> Room<S> {
                 m.subscribed_at.remove(&channel);
                 Ok(outcome(json!({"channels": m.channels}), Vec::new()))
             }
+            Op::PolicyUpdate(update) => {
+                let m = self.connected_member(session)?;
+                let policy = DeliveryPolicy::updated(m.policy.as_deref(), &update)
+                    .map_err(|e| RoomError::new(ErrorCode::InvalidArgs, e))?;
+                let result = json!({ "policy": policy });
+                m.policy = Some(Box::new(policy));
+                Ok(outcome(result, Vec::new()))
+            }
+            Op::PolicyClear => {
+                self.connected_member(session)?.policy = None;
+                Ok(outcome(json!({ "policy": null }), Vec::new()))
+            }
         }
     }
 

@@ -5,6 +5,7 @@ mod common;
 mod building_blocks;
 mod limits;
 mod locks;
+mod policy;
 mod props;
 mod publish;
 mod replica;

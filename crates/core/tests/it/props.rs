@@ -196,6 +196,7 @@ impl World {
             platform: "prop".into(),
             channels,
             ticket: false,
+            policy: None,
             sink: self.sink,
         }
     }
@@ -600,6 +601,7 @@ fn a_resume(
         platform: "prop".into(),
         channels: Vec::new(),
         ticket: false,
+        policy: None,
         sink,
     };
     let r = Resume {
@@ -657,6 +659,7 @@ fn run_resume(history_size: usize, a_channels: u8, steps: Vec<Step>) -> Result<(
                 platform: "prop".into(),
                 channels,
                 ticket: false,
+                policy: None,
                 sink: 0,
             },
             None,
@@ -753,6 +756,7 @@ fn run_resume(history_size: usize, a_channels: u8, steps: Vec<Step>) -> Result<(
                             platform: "prop".into(),
                             channels: channel_list(channels & 0b1110),
                             ticket: false,
+                            policy: None,
                             sink,
                         };
                         let j = room.join(p, None, now).unwrap();
@@ -770,6 +774,7 @@ fn run_resume(history_size: usize, a_channels: u8, steps: Vec<Step>) -> Result<(
                             platform: "prop".into(),
                             channels: Vec::new(),
                             ticket: false,
+                            policy: None,
                             sink,
                         };
                         let r = Resume {

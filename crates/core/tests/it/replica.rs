@@ -52,6 +52,7 @@ fn join_params(n: u32, channels: Vec<String>) -> JoinParams<u32> {
         platform: "replica".into(),
         channels,
         ticket: false,
+        policy: None,
         sink: n,
     }
 }

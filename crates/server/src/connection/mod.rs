@@ -259,6 +259,7 @@ impl Connection {
             channels: j.channels,
             ticket,
             resume: j.resume.map(|x| (x.token, x.last_seq)),
+            policy: j.policy.map(Box::new),
         };
         let (reply, answer) = oneshot::channel();
         let cmd = RoomCommand::client(intent, self.pending(Waiter::Join(reply)));

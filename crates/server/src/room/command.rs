@@ -32,6 +32,9 @@ pub(crate) enum Intent {
         channels: Vec<String>,
         ticket: bool,
         resume: Option<(String, u64)>,
+        /// Its delivery policy (boxed: most joins have none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        policy: Option<Box<plaza_core::policy::DeliveryPolicy>>,
     },
     /// A member leaves for good.
     Leave { session: String },

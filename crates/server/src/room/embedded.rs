@@ -33,7 +33,13 @@ async fn run(
 ) {
     let me = machine.me().clone();
     loop {
-        let deadline = machine.room().next_deadline().map(|at| {
+        let tick_at = machine.room().next_deadline();
+        // Held events are due by this node's clock too: one timer for both.
+        let wake_at = match (tick_at, machine.next_flush()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let deadline = wake_at.map(|at| {
             let wait = at.saturating_sub(now_ms());
             tokio::time::Instant::now() + Duration::from_millis(wait)
         });
@@ -53,7 +59,14 @@ async fn run(
                     break;
                 }
             },
-            _ = sleep_until(deadline) => (Origin { node: &me, conn: 0 }, Intent::Tick, None),
+            _ = sleep_until(deadline) => {
+                let now = now_ms();
+                machine.flush_due(now);
+                if tick_at.is_none_or(|at| at > now) {
+                    continue;
+                }
+                (Origin { node: &me, conn: 0 }, Intent::Tick, None)
+            }
         };
         let follow_up = machine.apply(origin, intent, pending, now_ms());
         // Only a join without its waiter is orphaned, and every embedded join

@@ -12,12 +12,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use plaza_core::{HistoryEntry, JoinParams, Millis, Resume, Room, RoomError};
+use plaza_core::{Delivery, Held, HistoryEntry, JoinParams, Millis, Resume, Room, RoomError};
+use plaza_protocol::client::Op;
 use plaza_protocol::server::{ClosedReason, ServerFrame};
 use plaza_protocol::CloseCode;
 
 use super::answer::{self, not_joined};
 use super::command::{Intent, Pending, Waiter};
+use super::flush;
 use super::sink::Sink;
 use crate::metrics::ErrorCounter;
 use crate::outbox::Outbox;
@@ -52,6 +54,10 @@ pub(crate) struct RoomMachine {
     me: Arc<str>,
     /// This node's connections with a member in the room.
     locals: HashMap<u64, Outbox>,
+    /// What the delivery policies of this node's members hold: node-local,
+    /// since a member's held events are only what its connection has not
+    /// been sent yet (a resume anywhere finds them in the history).
+    held: Held,
     errors: ErrorCounter,
 }
 
@@ -62,6 +68,7 @@ impl RoomMachine {
             room,
             me,
             locals: HashMap::new(),
+            held: Held::default(),
             errors,
         }
     }
@@ -103,6 +110,14 @@ impl RoomMachine {
         room: Room<Sink>,
         mut keep: impl FnMut(u64, &Outbox) -> bool,
     ) {
+        // Held events go out now, through the connections the old room knew:
+        // early is always allowed, and the new room starts with none held.
+        let id = self.room.id();
+        self.room.route_all(&mut self.held, |_, sink, d| {
+            if let Some(o) = &sink.outbox {
+                flush::send(o, id, d, None);
+            }
+        });
         self.room = room;
         self.locals.retain(|conn, outbox| keep(*conn, outbox));
     }
@@ -125,6 +140,7 @@ impl RoomMachine {
                 channels,
                 ticket,
                 resume,
+                policy,
             } => {
                 let (outbox, reply) = match pending {
                     Some(Pending {
@@ -145,6 +161,7 @@ impl RoomMachine {
                     platform,
                     channels,
                     ticket,
+                    policy: policy.map(|p| *p),
                     sink: Sink {
                         node,
                         conn: origin.conn,
@@ -161,6 +178,8 @@ impl RoomMachine {
                         return FollowUp::None;
                     }
                 };
+                // A resume replays from the client's last seq, what was held included.
+                drop(self.held.take(&joined.frame.session));
                 let id = self.room.id();
                 if let Some(old) = &joined.replaced {
                     if let Some(o) = &old.outbox {
@@ -191,13 +210,14 @@ impl RoomMachine {
                     }
                     _ => {}
                 }
-                self.deliver(&joined.events);
+                self.deliver(&joined.events, now);
                 follow_up
             }
             Intent::Leave { session } => {
                 if self.connected_on(&session, origin) {
+                    drop(self.held.take(&session));
                     let events = self.room.leave(&session, now);
-                    self.deliver(&events);
+                    self.deliver(&events, now);
                 }
                 if *origin.node == *self.me {
                     self.locals.remove(&origin.conn);
@@ -212,8 +232,10 @@ impl RoomMachine {
                     self.locals.remove(&origin.conn);
                 }
                 if self.connected_on(&session, origin) {
+                    // What it held is after its last seq: its resume replays it.
+                    drop(self.held.take(&session));
                     let events = self.room.disconnect(&session, now);
-                    self.deliver(&events);
+                    self.deliver(&events, now);
                 }
                 FollowUp::None
             }
@@ -225,8 +247,9 @@ impl RoomMachine {
                 match self.room.publish(&session, params, now) {
                     Ok(p) => {
                         if let Some(e) = &p.entry {
-                            self.deliver(std::slice::from_ref(e));
+                            self.deliver(std::slice::from_ref(e), now);
                         }
+                        self.flush_held_of(&session);
                         if let Some(w) = pending {
                             let ack = ServerFrame::Ack {
                                 room: self.room.id().to_owned(),
@@ -242,6 +265,7 @@ impl RoomMachine {
                 }
             }
             Intent::Request { session, nonce, op } => {
+                let policy_changed = matches!(op, Op::PolicyUpdate(_) | Op::PolicyClear);
                 let result = if self.connected_on(&session, origin) {
                     self.room.request(&session, op, now)
                 } else {
@@ -249,7 +273,21 @@ impl RoomMachine {
                 };
                 match result {
                     Ok(out) => {
-                        self.deliver(&out.events);
+                        self.deliver(&out.events, now);
+                        if policy_changed {
+                            let id = self.room.id();
+                            self.room.route_replanned(
+                                &session,
+                                &mut self.held,
+                                now,
+                                |_, sink, d| {
+                                    if let Some(o) = &sink.outbox {
+                                        flush::send(o, id, d, None);
+                                    }
+                                },
+                            );
+                        }
+                        self.flush_held_of(&session);
                         if let Some(p) = pending {
                             let frame = answer::response(self.room.id(), nonce, Ok(out.result));
                             p.outbox.send(frame.encode());
@@ -290,7 +328,7 @@ impl RoomMachine {
             }
             Intent::Tick => {
                 let events = self.room.tick(now);
-                self.deliver(&events);
+                self.deliver(&events, now);
                 FollowUp::None
             }
             Intent::NodeDown { node } => {
@@ -319,19 +357,52 @@ impl RoomMachine {
         FollowUp::None
     }
 
-    /// Hands each event's single encoded buffer to every recipient on this node.
-    pub(crate) fn deliver(&self, events: &[Arc<HistoryEntry>]) {
+    /// Hands each event's single encoded buffer to every recipient on this
+    /// node, under the members' delivery policies ([`Room::route`]).
+    pub(crate) fn deliver(&mut self, events: &[Arc<HistoryEntry>], now: Millis) {
         if events.is_empty() {
             return;
         }
         let ordered_at = Some(Instant::now());
+        let (room, held) = (&self.room, &mut self.held);
+        let id = room.id();
+        let to = |_: &str, sink: &Sink, d: Delivery<'_>| {
+            if let Some(o) = &sink.outbox {
+                flush::send(o, id, d, ordered_at);
+            }
+        };
+        let local = |s: &Sink| s.outbox.is_some();
         for e in events {
-            self.room.for_each_recipient(e, |_, sink| {
+            room.route(e, held, now, local, to);
+        }
+        room.route_evicted(held, to);
+    }
+
+    /// When held events are next due, by this node's clock.
+    pub(crate) fn next_flush(&self) -> Option<Millis> {
+        self.held.next_deadline()
+    }
+
+    /// Sends what `session` holds: its ack or response comes next and carries
+    /// a seq its client takes as "everything before has arrived".
+    fn flush_held_of(&mut self, session: &str) {
+        let id = self.room.id();
+        self.room
+            .route_flush(session, &mut self.held, |_, sink, d| {
                 if let Some(o) = &sink.outbox {
-                    o.send_event(e, ordered_at);
+                    flush::send(o, id, d, None);
                 }
             });
-        }
+    }
+
+    /// Sends the held events whose time is up at `now`.
+    pub(crate) fn flush_due(&mut self, now: Millis) {
+        let id = self.room.id();
+        self.room.route_due(&mut self.held, now, |_, sink, d| {
+            if let Some(o) = &sink.outbox {
+                flush::send(o, id, d, None);
+            }
+        });
     }
 
     /// Disconnects every member on a node that stopped renewing its heartbeat,
@@ -342,8 +413,9 @@ impl RoomMachine {
         for s in sessions {
             events.extend(self.room.disconnect(&s, now));
         }
-        self.deliver(&events);
+        self.deliver(&events, now);
         if *dead == *self.me {
+            self.held = Held::default();
             // The others took this node for dead (a long stall): its clients
             // must reconnect and resume.
             for (_, outbox) in self.locals.drain() {
@@ -360,6 +432,7 @@ impl RoomMachine {
         }
         .encode();
         self.room.close();
+        self.held = Held::default();
         for (_, outbox) in self.locals.drain() {
             outbox.send(frame.clone());
         }

@@ -9,6 +9,7 @@
 pub(crate) mod answer;
 pub(crate) mod command;
 pub(crate) mod embedded;
+mod flush;
 pub(crate) mod info;
 pub(crate) mod machine;
 pub(crate) mod sink;

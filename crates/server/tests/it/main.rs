@@ -12,6 +12,7 @@ mod http_api;
 mod lifecycle;
 mod limits;
 mod locks;
+mod policy;
 mod requests;
 mod resume;
 mod smoke;

@@ -124,6 +124,14 @@ async fn the_server_decides_who_sees_whom_and_who_calls() {
         (ann_bob[0].as_str(), ann_bob[1].as_str())
     );
 
+    // carol is in a call with ann too (that pair may start a tick after
+    // ann and bob's: ann passes bob first) before she leaves.
+    let (with_ann, _) = event(&mut carol, "proximity.enter").await;
+    assert!(
+        with_ann["a"] == ann_id.as_str() || with_ann["b"] == ann_id.as_str(),
+        "{with_ann}"
+    );
+
     // carol jumps to the far corner: both her pairs end, told to each side.
     let (r, before) = request(&mut carol, 3, "space.jump", json!({"to": [5000, 5000]})).await;
     assert_eq!(r["ok"], true, "{r}");

@@ -36,6 +36,7 @@ pub fn params(n: u32) -> JoinParams<u32> {
         platform: "test".into(),
         channels: Vec::new(),
         ticket: false,
+        policy: None,
         sink: n,
     }
 }

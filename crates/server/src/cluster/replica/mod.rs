@@ -155,6 +155,15 @@ impl Replica {
         let mut idle_since: Option<tokio::time::Instant> = None;
         loop {
             let deadline = self.tick_deadline();
+            // Held events: this node's own timer (held state is node-local).
+            let flush_at = self
+                .machine
+                .as_ref()
+                .and_then(|m| m.next_flush())
+                .map(|at| {
+                    let wait = at.saturating_sub(crate::clock::now_ms());
+                    tokio::time::Instant::now() + Duration::from_millis(wait)
+                });
             let retry = (self.behind || !self.retry.is_empty())
                 .then(|| tokio::time::Instant::now() + RETRY_AFTER);
             // A node hosts a room while it has members there, and a while
@@ -179,6 +188,11 @@ impl Replica {
                 },
                 _ = self.catch_up.notified() => self.catch_up_or_retry().await,
                 _ = sleep_until(deadline) => self.ask_tick(),
+                _ = sleep_until(flush_at) => {
+                    if let Some(m) = self.machine.as_mut() {
+                        m.flush_due(crate::clock::now_ms());
+                    }
+                }
                 _ = sleep_until(retry) => {
                     self.catch_up_or_retry().await;
                     self.append_retries();

@@ -1,0 +1,40 @@
+//! Sending what a room routed to one of this node's members: an event, or
+//! what its delivery policy held as one `batch` frame or separate frames.
+
+use std::time::Instant;
+
+use plaza_core::Delivery;
+use plaza_protocol::server::encode_batch;
+
+use crate::outbox::Outbox;
+
+/// Queues `delivery` on `outbox`. An event is stamped `ordered_at`, and so
+/// is the last of a flush (it may be the event that set the flush off); the
+/// held ones are not live deliveries.
+pub(super) fn send(
+    outbox: &Outbox,
+    room: &str,
+    delivery: Delivery<'_>,
+    ordered_at: Option<Instant>,
+) {
+    match delivery {
+        Delivery::Event(e) => {
+            outbox.send_event(e, ordered_at);
+        }
+        Delivery::Flush { events, aggregate } => match &events[..] {
+            [] => {}
+            [one] => {
+                outbox.send_event(one, ordered_at);
+            }
+            _ if aggregate => {
+                outbox.send(encode_batch(room, events.iter().map(|e| &e.frame[..])));
+            }
+            [held @ .., last] => {
+                for e in held {
+                    outbox.send_event(e, None);
+                }
+                outbox.send_event(last, ordered_at);
+            }
+        },
+    }
+}
