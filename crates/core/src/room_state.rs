@@ -353,6 +353,14 @@ mod tests {
             .collect();
         s.members = vec![m];
         assert!(s.validate().is_err());
+        // A policy from a snapshot is checked like one from a client.
+        let mut m = member("a", "t1");
+        m.policy = Some(serde_json::from_value(serde_json::json!({"max_held": 0})).unwrap());
+        s.members = vec![m.clone()];
+        assert!(s.validate().unwrap_err().to_string().contains("policy"));
+        m.policy = Some(serde_json::from_value(serde_json::json!({"max_held": 3})).unwrap());
+        s.members = vec![m];
+        assert_eq!(s.validate(), Ok(()));
 
         let mut s = ok.clone();
         s.entities.create(None, serde_json::Value::Null);

@@ -34,6 +34,9 @@ impl HeldEvent for u64 {
 #[derive(Debug)]
 struct Queue<E> {
     events: VecDeque<E>,
+    /// The first seq its client has not been sent: its resume needs the
+    /// history from here on, whatever of it was meant for the member.
+    resume_from: u64,
     /// When the oldest was held.
     since: Millis,
     /// When they must go out by time (`since + max_delay_ms`).
@@ -49,15 +52,29 @@ pub struct Flushed<E> {
     pub events: Vec<E>,
 }
 
+impl<E> Flushed<E> {
+    /// `session`'s `events`.
+    pub fn of(session: &str, events: Vec<E>) -> Self {
+        Flushed {
+            session: session.to_owned(),
+            events,
+        }
+    }
+}
+
 /// The held events of every member of a room.
 #[derive(Debug)]
 pub struct HeldMessages<E> {
     queues: HashMap<String, Queue<E>>,
     /// `(deadline, session)` of every queue with a time bound.
     deadlines: BTreeSet<(Millis, String)>,
-    /// `(oldest held seq, session)` of every queue: whose events fall out of
-    /// the history first.
-    oldest: BTreeSet<(u64, String)>,
+    /// `(resume_from, session)` of every queue: whose resume the history
+    /// would fail first.
+    resume_from: BTreeSet<(u64, String)>,
+    /// The last seq sent to each member with a policy: a queue started now
+    /// must keep the history from the one after it (the events between
+    /// were not for the member, but its resume needs them).
+    sent: HashMap<String, u64>,
 }
 
 impl<E> Default for HeldMessages<E> {
@@ -65,7 +82,8 @@ impl<E> Default for HeldMessages<E> {
         HeldMessages {
             queues: HashMap::new(),
             deadlines: BTreeSet::new(),
-            oldest: BTreeSet::new(),
+            resume_from: BTreeSet::new(),
+            sent: HashMap::new(),
         }
     }
 }
@@ -91,11 +109,13 @@ impl<E: HeldEvent> HeldMessages<E> {
                 if let Some(at) = deadline {
                     self.deadlines.insert((at, session.to_owned()));
                 }
-                self.oldest.insert((seq, session.to_owned()));
+                let resume_from = self.sent.get(session).map_or(seq, |s| s + 1);
+                self.resume_from.insert((resume_from, session.to_owned()));
                 self.queues
                     .entry(session.to_owned())
                     .or_insert_with(|| Queue {
                         events: VecDeque::new(),
+                        resume_from,
                         since: now,
                         deadline,
                     })
@@ -119,10 +139,8 @@ impl<E: HeldEvent> HeldMessages<E> {
         if q.deadline.is_some() {
             self.deadlines.remove(&key);
         }
-        if let Some(first) = q.events.front() {
-            key.0 = first.seq();
-            self.oldest.remove(&key);
-        }
+        key.0 = q.resume_from;
+        self.resume_from.remove(&key);
         q.events.into()
     }
 
@@ -140,12 +158,11 @@ impl<E: HeldEvent> HeldMessages<E> {
         out
     }
 
-    /// Takes the held events of every member holding an event older than
-    /// `first_kept` (the oldest seq the room's history still holds): a
-    /// resume must find in the history whatever was held.
+    /// Takes the held events of every member whose resume would need the
+    /// history from before `first_kept` (the oldest seq it still holds).
     pub fn older_than(&mut self, first_kept: u64) -> Vec<Flushed<E>> {
         let mut out = Vec::new();
-        while let Some((seq, session)) = self.oldest.first().cloned() {
+        while let Some((seq, session)) = self.resume_from.first().cloned() {
             if seq >= first_kept {
                 break;
             }
@@ -158,7 +175,7 @@ impl<E: HeldEvent> HeldMessages<E> {
     /// Takes everything held, member by member (in no particular order).
     pub fn take_all(&mut self) -> Vec<Flushed<E>> {
         self.deadlines.clear();
-        self.oldest.clear();
+        self.resume_from.clear();
         self.queues
             .drain()
             .map(|(session, q)| Flushed {
@@ -189,6 +206,29 @@ impl<E: HeldEvent> HeldMessages<E> {
             self.deadlines.insert((at, session.to_owned()));
         }
         Vec::new()
+    }
+
+    /// Notes that `session` was sent everything meant for it up to `seq`
+    /// (only members with a policy are noted).
+    pub fn sent(&mut self, session: &str, seq: u64) {
+        match self.sent.get_mut(session) {
+            Some(s) => *s = seq,
+            None => {
+                self.sent.insert(session.to_owned(), seq);
+            }
+        }
+    }
+
+    /// Whether `session`'s last seq sent is known.
+    pub fn knows(&self, session: &str) -> bool {
+        self.sent.contains_key(session)
+    }
+
+    /// Forgets `session`: what it holds (its connection is gone: a resume
+    /// replays it) and its last seq sent.
+    pub fn forget(&mut self, session: &str) {
+        drop(self.take(session));
+        self.sent.remove(session);
     }
 
     /// The events held for `session`, oldest first.
@@ -266,6 +306,19 @@ mod tests {
         assert_eq!(h.next_deadline(), Some(220));
         assert_eq!(h.due(220)[0].events, [4]);
         assert!(h.is_empty());
+    }
+
+    #[test]
+    fn a_queue_keeps_the_history_from_the_last_seq_sent() {
+        let mut h = HeldMessages::default();
+        let p = policy(Some(1000), None);
+        h.sent("a", 2);
+        h.hold("a", 5u64, &p, 0);
+        // Seqs 3 and 4 were not for "a", but its resume from 2 needs them.
+        assert!(h.older_than(3).is_empty());
+        assert_eq!(h.older_than(4)[0].events, [5]);
+        h.forget("a");
+        assert!(!h.knows("a"));
     }
 
     #[test]

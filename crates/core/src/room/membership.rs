@@ -46,6 +46,10 @@ pub struct Joined<S> {
     /// The sink of a still-connected older connection of the same session,
     /// which the new connection replaces.
     pub replaced: Option<S>,
+    /// The seq the client is at once it has `frame` and `missed`: its
+    /// `last_seq` if nothing was missed (a resume), else `frame.seq`'s or
+    /// the last missed event's.
+    pub client_seq: u64,
 }
 
 impl<S> Joined<S> {
@@ -85,12 +89,13 @@ impl<S> Room<S> {
                     // `tick` has not run yet: the session is over all the same.
                     self.remove_session(&session);
                 } else {
+                    let joined = self.resume(session, r.last_seq, params.sink, now)?;
                     if let Some(p) = params.policy {
-                        if let Some(m) = self.members.get_mut(&session) {
+                        if let Some(m) = self.members.get_mut(&joined.frame.session) {
                             m.policy = Some(Box::new(p));
                         }
                     }
-                    return self.resume(session, r.last_seq, params.sink, now);
+                    return Ok(joined);
                 }
             }
             let mut joined = self.join_new(params, now)?;
@@ -166,6 +171,7 @@ impl<S> Room<S> {
             missed: Vec::new(),
             events,
             replaced: None,
+            client_seq: self.seq,
         })
     }
 
@@ -221,12 +227,17 @@ impl<S> Room<S> {
             events
         };
         let mut frame = self.joined_frame(&session, reason.is_some(), reason.is_none(), now);
+        let client_seq = match reason {
+            None => missed.last().map_or(last_seq, |e| e.seq),
+            Some(_) => frame.seq,
+        };
         frame.reason = reason;
         Ok(Joined {
             frame,
             missed,
             events,
             replaced,
+            client_seq,
         })
     }
 

@@ -3,6 +3,7 @@
 //! The room is split by concept: [`membership`] (join, resume, leave,
 //! disconnect, expiry), [`publish`] (messages and their idempotency),
 //! [`requests`] (entities, locks, channels), [`delivery`] (who receives what),
+//! [`routing`] (delivery under members' policies),
 //! [`export`] (snapshots). This file holds the room itself and the one place a
 //! seq is assigned ([`Room::push_full`]).
 
@@ -12,6 +13,7 @@ mod member;
 mod membership;
 mod publish;
 mod requests;
+mod routing;
 mod spatial;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -31,11 +33,11 @@ use crate::{
     RoomLog, RoomState, Scope,
 };
 
-pub use delivery::{Delivery, Held};
 pub use member::Member;
 pub use membership::{JoinParams, Joined, Resume};
 pub use publish::{PublishParams, Published};
 pub use requests::RequestOutcome;
+pub use routing::{Delivery, Held};
 
 use delivery::replayed;
 use member::RecentIds;

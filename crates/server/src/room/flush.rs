@@ -6,6 +6,7 @@ use std::time::Instant;
 use plaza_core::Delivery;
 use plaza_protocol::server::encode_batch;
 
+use super::sink::Sink;
 use crate::outbox::Outbox;
 
 /// Queues `delivery` on `outbox`. An event is stamped `ordered_at`, and so
@@ -36,5 +37,18 @@ pub(super) fn send(
                 outbox.send_event(last, ordered_at);
             }
         },
+    }
+}
+
+/// What a room's routing calls for each member: queues the delivery on the
+/// member's outbox when it is connected to this node.
+pub(super) fn to_local(
+    room: &str,
+    ordered_at: Option<Instant>,
+) -> impl Fn(&str, &Sink, Delivery<'_>) + '_ {
+    move |_, sink, d| {
+        if let Some(o) = &sink.outbox {
+            send(o, room, d, ordered_at);
+        }
     }
 }

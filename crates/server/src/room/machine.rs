@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use plaza_core::{Delivery, Held, HistoryEntry, JoinParams, Millis, Resume, Room, RoomError};
+use plaza_core::{Held, HistoryEntry, JoinParams, Millis, Resume, Room, RoomError};
 use plaza_protocol::client::Op;
 use plaza_protocol::server::{ClosedReason, ServerFrame};
 use plaza_protocol::CloseCode;
@@ -113,11 +113,8 @@ impl RoomMachine {
         // Held events go out now, through the connections the old room knew:
         // early is always allowed, and the new room starts with none held.
         let id = self.room.id();
-        self.room.route_all(&mut self.held, |_, sink, d| {
-            if let Some(o) = &sink.outbox {
-                flush::send(o, id, d, None);
-            }
-        });
+        self.room
+            .route_all(&mut self.held, flush::to_local(id, None));
         self.room = room;
         self.locals.retain(|conn, outbox| keep(*conn, outbox));
     }
@@ -179,7 +176,8 @@ impl RoomMachine {
                     }
                 };
                 // A resume replays from the client's last seq, what was held included.
-                drop(self.held.take(&joined.frame.session));
+                self.room
+                    .route_joined(&joined.frame.session, joined.client_seq, &mut self.held);
                 let id = self.room.id();
                 if let Some(old) = &joined.replaced {
                     if let Some(o) = &old.outbox {
@@ -215,7 +213,7 @@ impl RoomMachine {
             }
             Intent::Leave { session } => {
                 if self.connected_on(&session, origin) {
-                    drop(self.held.take(&session));
+                    self.held.forget(&session);
                     let events = self.room.leave(&session, now);
                     self.deliver(&events, now);
                 }
@@ -233,7 +231,7 @@ impl RoomMachine {
                 }
                 if self.connected_on(&session, origin) {
                     // What it held is after its last seq: its resume replays it.
-                    drop(self.held.take(&session));
+                    self.held.forget(&session);
                     let events = self.room.disconnect(&session, now);
                     self.deliver(&events, now);
                 }
@@ -280,11 +278,7 @@ impl RoomMachine {
                                 &session,
                                 &mut self.held,
                                 now,
-                                |_, sink, d| {
-                                    if let Some(o) = &sink.outbox {
-                                        flush::send(o, id, d, None);
-                                    }
-                                },
+                                flush::to_local(id, None),
                             );
                         }
                         self.flush_held_of(&session);
@@ -365,17 +359,12 @@ impl RoomMachine {
         }
         let ordered_at = Some(Instant::now());
         let (room, held) = (&self.room, &mut self.held);
-        let id = room.id();
-        let to = |_: &str, sink: &Sink, d: Delivery<'_>| {
-            if let Some(o) = &sink.outbox {
-                flush::send(o, id, d, ordered_at);
-            }
-        };
+        let to = flush::to_local(room.id(), ordered_at);
         let local = |s: &Sink| s.outbox.is_some();
         for e in events {
-            room.route(e, held, now, local, to);
+            room.route(e, held, now, local, &to);
         }
-        room.route_evicted(held, to);
+        room.route_evicted(held, &to);
     }
 
     /// When held events are next due, by this node's clock.
@@ -388,21 +377,14 @@ impl RoomMachine {
     fn flush_held_of(&mut self, session: &str) {
         let id = self.room.id();
         self.room
-            .route_flush(session, &mut self.held, |_, sink, d| {
-                if let Some(o) = &sink.outbox {
-                    flush::send(o, id, d, None);
-                }
-            });
+            .route_flush(session, &mut self.held, flush::to_local(id, None));
     }
 
     /// Sends the held events whose time is up at `now`.
     pub(crate) fn flush_due(&mut self, now: Millis) {
         let id = self.room.id();
-        self.room.route_due(&mut self.held, now, |_, sink, d| {
-            if let Some(o) = &sink.outbox {
-                flush::send(o, id, d, None);
-            }
-        });
+        self.room
+            .route_due(&mut self.held, now, flush::to_local(id, None));
     }
 
     /// Disconnects every member on a node that stopped renewing its heartbeat,

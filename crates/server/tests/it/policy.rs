@@ -261,10 +261,48 @@ async fn bad_policies_are_refused_and_change_nothing() {
         )
         .await;
     assert_eq!(r["error"]["code"], "invalid_args", "{r}");
+    let (r, _) = ann
+        .request(ROOM, json!(5), "policy.clear", json!({"all": true}))
+        .await;
+    assert_eq!(r["error"]["code"], "invalid_args", "{r}");
     // The policy is as it was.
     let (r, _) = ann
         .request(ROOM, json!(4), "policy.update", json!({}))
         .await;
     assert_eq!(r["result"]["policy"]["max_held"], 2, "{r}");
     ann.assert_alive().await;
+}
+
+#[tokio::test]
+async fn holding_never_makes_a_resume_fall_back_to_a_resync() {
+    let s = TestServer::start().await;
+    s.create_room(json!({"id": ROOM, "options": {"history_size": 4}}))
+        .await;
+    let (mut bob, _) = s.join(ROOM, "bob").await;
+    let (mut ann, joined) = s
+        .join_with(json!({"type": "join", "room": ROOM, "name": "ann",
+            "policy": {"max_held": 1000}}))
+        .await;
+    bob.recv_event("presence.join").await;
+    // Messages on a channel ann does not hear: not for her, but her resume
+    // from her last seq needs them in the history.
+    let side = json!({"channel": "side"});
+    for _ in 0..2 {
+        say(&mut bob, "irc", side.clone()).await;
+    }
+    let held = say(&mut bob, "irc", json!({})).await;
+    assert_eq!(ann.drain().await, Vec::<Value>::new());
+    // The history (4 events) now starts right after her last seq: before
+    // the next event pushes it further, what she holds goes out.
+    say(&mut bob, "irc", side).await;
+    let got = ann.drain().await;
+    assert_eq!(seqs(&got), [held], "{got:?}");
+    drop(ann);
+    bob.recv_event("presence.leave").await;
+    let (_ann, j) = s
+        .join_with(json!({"type": "join", "room": ROOM, "name": "ann",
+            "resume": {"token": joined["resume_token"], "last_seq": held}}))
+        .await;
+    assert_eq!(j["type"], "joined", "a resume, not a resync: {j}");
+    assert_eq!(j["resumed"], true);
 }
