@@ -573,3 +573,54 @@ async fn leaves_and_disconnects_during_an_outage_land_once_the_broker_is_back() 
     let (status, room) = c.nodes[0].get("/v1/rooms/gone").await;
     assert_eq!((status, room["members"].as_u64()), (200, Some(1)));
 }
+
+#[tokio::test]
+async fn a_delivery_policy_holds_on_its_members_node_and_a_resume_elsewhere_loses_nothing() {
+    let c = cluster(2).await;
+    c.nodes[0].create_room(json!({"id": "pol"})).await;
+    let (mut bob, _) = c.nodes[0].join("pol", "bob").await;
+    // ann on node 1 holds up to 3 messages or 500 ms.
+    let (mut ann, joined) = c.nodes[1]
+        .join_with(json!({"type": "join", "room": "pol", "name": "ann",
+            "policy": {"max_held": 3, "max_delay_ms": 500}}))
+        .await;
+    assert_eq!(joined["type"], "joined", "{joined}");
+    bob.recv_event("presence.join").await;
+    let seq = |v: &Value| v["seq"].as_u64().unwrap();
+    let mut sent = Vec::new();
+    for i in 0..3 {
+        let (ack, _) = bob.publish("pol", "m", json!(i)).await;
+        sent.push(seq(&ack));
+    }
+    // Volume, on ann's node, for messages ordered on bob's.
+    let batch = ann.recv_type("batch").await;
+    let got: Vec<u64> = batch["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(seq)
+        .collect();
+    assert_eq!(got, sent);
+    // Time, by ann's node's own timer.
+    let (ack, _) = bob.publish("pol", "m", json!(3)).await;
+    let alone = ann.recv_type("event").await;
+    assert_eq!(seq(&alone), seq(&ack));
+    let last_seq = seq(&alone);
+    // Held on node 1 when ann's connection drops: her resume on node 0
+    // replays it from the shared history, once.
+    let (ack, _) = bob.publish("pol", "m", json!(4)).await;
+    let held = seq(&ack);
+    assert_eq!(ann.drain().await, Vec::<Value>::new());
+    drop(ann);
+    bob.recv_event("presence.leave").await;
+    let (mut ann, resumed) = c.nodes[0]
+        .join_with(json!({"type": "join", "room": "pol", "name": "ann",
+            "resume": {"token": joined["resume_token"], "last_seq": last_seq}}))
+        .await;
+    assert_eq!(resumed["resumed"], true, "{resumed}");
+    assert_eq!(seq(&ann.recv_type("event").await), held);
+    assert_eq!(ann.drain().await, Vec::<Value>::new(), "nothing twice");
+    // Her policy is the room's, known on every node: held on node 0 now.
+    bob.publish("pol", "m", json!(5)).await;
+    assert_eq!(ann.drain().await, Vec::<Value>::new());
+}
