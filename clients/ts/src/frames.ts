@@ -51,6 +51,25 @@ export interface JoinedFrame {
   reason?: 'history_truncated' | 'session_expired' | 'epoch_changed' | (string & {});
   /** Spatial rooms only. */
   space?: SpaceSnapshot;
+  /** Only when the join asked for {@link HistoryRequest | history}. */
+  history?: JoinHistory;
+}
+
+/** Which past messages of a channel a join asks for (docs/protocol.md, join). */
+export interface HistoryRequest {
+  /** Default `main`; must be `main` or one of the join's channels. */
+  channel?: string;
+  /** The newest this many (1–10000). */
+  last?: number;
+  /** Only those with a greater seq. */
+  since?: number;
+}
+
+/** Past messages in a `joined` frame, oldest first, exactly as they were sent live. */
+export interface JoinHistory {
+  events: MessageEvent[];
+  /** False when the room's history no longer reached back as far as asked. */
+  complete: boolean;
 }
 
 /** Fields common to every sequenced room event. */
@@ -246,6 +265,7 @@ export type ClientFrame =
       channels?: string[];
       resume?: { token: string; last_seq: number };
       policy?: DeliveryPolicy;
+      history?: HistoryRequest;
     }
   | { type: 'leave'; room: string }
   | {

@@ -6,6 +6,7 @@ import type {
   DeliveryPolicy,
   DirectFrame,
   EntityEvent,
+  HistoryRequest,
   JoinedFrame,
   LockEvent,
   Member,
@@ -29,6 +30,12 @@ export interface JoinOptions {
    * others may be held (see {@link RoomHandle.updatePolicy}). Sent with every (re)join.
    */
   policy?: DeliveryPolicy;
+  /**
+   * Past messages of a channel to receive on joining (e.g. `{ last: 100 }`), found in
+   * {@link RoomHandle.history} once joined. A resume does not repeat them (the missed events
+   * follow instead); a resync does.
+   */
+  history?: HistoryRequest;
   /**
    * A ticket from `POST /v1/rooms/{id}/tickets` (fixes room, name and platform). In a
    * ticket-only room every (re)join needs a fresh ticket: pass a function that fetches one,

@@ -5,6 +5,7 @@ import type {
   AckFrame,
   ClientFrame,
   DeliveryPolicy,
+  JoinHistory,
   DirectFrame,
   Entity,
   EntityEvent,
@@ -92,6 +93,8 @@ export class RoomHandle extends Emitter<RoomEvents> {
   private leaveWaiter: (() => void) | undefined;
   /** The delivery policy sent with each join (changed by {@link RoomHandle.updatePolicy}). */
   private policy: DeliveryPolicy | undefined;
+  /** What the last `joined` with history carried. */
+  private joinHistory: JoinHistory | undefined;
   /** Called once when the handle ends, however it ends (see {@link RoomHandle._whenEnded}). */
   private readonly endedCallbacks = new Set<() => void>();
 
@@ -308,6 +311,15 @@ export class RoomHandle extends Emitter<RoomEvents> {
         this.policy = undefined;
       },
     });
+  }
+
+  /**
+   * The past messages the join's `history` option asked for, oldest first, as of the last
+   * `joined` or `resync` that carried them; `complete` is false when the room no longer held
+   * all that was asked. Undefined without the option. Live events never appear here.
+   */
+  get history(): JoinHistory | undefined {
+    return this.joinHistory;
   }
 
   /** The delivery policy in force, as joined with or as the server last confirmed it. */
@@ -536,6 +548,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
     if (channels !== undefined) frame.channels = channels;
     if (this.token !== undefined) frame.resume = { token: this.token, last_seq: this.seq };
     if (this.policy !== undefined) frame.policy = this.policy;
+    if (this.options.history !== undefined) frame.history = this.options.history;
     return frame;
   }
 
@@ -618,6 +631,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
       this.state._reset(frame.snapshot);
     }
     if (frame.space) this.spaceView.reset(frame.space);
+    if (frame.history) this.joinHistory = frame.history;
     this.status = 'live';
     // What waited goes first, so that what listeners send below cannot overtake it.
     // Unacknowledged publishes go again, with their ids: the server orders each id once.

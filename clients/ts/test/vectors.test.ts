@@ -14,6 +14,7 @@ import {
   SERVER_ERROR_CODES,
   type ClientFrame,
   type DeliveryPolicy,
+  type HistoryRequest,
   type JoinOptions,
   type Json,
   type Movement,
@@ -187,6 +188,12 @@ const clientFrames: { [name: string]: (expected: { [key: string]: Json }) => Pro
     expect(room.deliveryPolicy).toEqual(f['policy']);
     return join;
   },
+  async 'join-history'(f) {
+    const { join, room } = await joinedClient({ name: f['name'] as string, history: f['history'] as HistoryRequest });
+    // joined.json carries no history: none is claimed.
+    expect(room.history).toBeUndefined();
+    return join;
+  },
   async 'join-ticket'(f) {
     const { join } = await joinedClient({ ticket: f['ticket'] as string });
     return join;
@@ -294,6 +301,19 @@ const serverFrames: { [name: string]: (frame: { [key: string]: Json }) => Promis
     expect(room.members).toEqual(f['members']);
     expect(room.channels).toEqual(f['channels']);
     expect(room.state.entities()).toEqual((f['snapshot'] as { entities: Json[] }).entities);
+  },
+  async 'joined-history'(f) {
+    const client = new PlazaClient('ws://plaza.test/v1/ws', { WebSocket: FakeSocket, reconnect: false });
+    const joining = client.join(ROOM, { name: 'ann', history: { last: 100 } });
+    const socket = FakeSocket.last!;
+    socket.open();
+    await Promise.resolve();
+    expect(socket.lastSent()['history']).toEqual({ last: 100 });
+    socket.deliver(f);
+    const room = await joining;
+    expect(room.history).toEqual(f['history']);
+    // Past messages are not live events: last_seq is the joined seq.
+    expect(room.lastSeq).toBe(f['seq']);
   },
   async 'joined-resumed'(f) {
     const { socket, room } = await joinedClient();

@@ -192,6 +192,34 @@ impl RoomLog {
         self.entries.range(self.entries.len().saturating_sub(n)..)
     }
 
+    /// The newest `last` messages on `channel` for everyone (not scoped to
+    /// some members) with a seq above `since`, oldest first; and whether the
+    /// log reached back far enough to be sure none older qualified.
+    pub fn messages(
+        &self,
+        channel: &str,
+        since: u64,
+        last: usize,
+    ) -> (Vec<&Arc<HistoryEntry>>, bool) {
+        let mut found: Vec<&Arc<HistoryEntry>> = self
+            .entries
+            .iter()
+            .rev()
+            .take_while(|e| e.seq > since)
+            .filter(|e| e.channel.as_deref() == Some(channel) && e.scope.is_all())
+            .take(last)
+            .collect();
+        found.reverse();
+        // Complete if `last` were found, or the log still holds the first
+        // seq that could have qualified.
+        let complete = found.len() == last
+            || match self.entries.front() {
+                None => true,
+                Some(e) => e.seq <= since.saturating_add(1) || e.seq == 1,
+            };
+        (found, complete)
+    }
+
     /// The oldest seq still held.
     pub fn first_seq(&self) -> Option<u64> {
         self.entries.front().map(|e| e.seq)
@@ -246,6 +274,53 @@ mod tests {
         assert_eq!(seqs(9), Some(vec![]));
         assert_eq!(seqs(1), None);
         assert_eq!(log.last(2).map(|e| e.seq).collect::<Vec<_>>(), vec![4, 5]);
+    }
+
+    /// Seqs 1..=10: odd ones on `chat`, 4 on `chat` for some members only,
+    /// the rest room-wide; a log of `capacity`.
+    fn chat_log(capacity: usize) -> RoomLog {
+        let mut log = RoomLog::new(capacity);
+        for seq in 1..=10 {
+            let mut e = (*entry(seq)).clone();
+            if seq % 2 == 1 || seq == 4 {
+                e.channel = Some("chat".into());
+            }
+            if seq == 4 {
+                e.scope = Scope::Only(vec!["s1".into()]);
+            }
+            log.push(Arc::new(e));
+        }
+        log
+    }
+
+    #[test]
+    fn messages_are_the_newest_of_a_channel_for_everyone() {
+        let log = chat_log(100);
+        let pick = |since, last| {
+            let (found, complete) = log.messages("chat", since, last);
+            (found.iter().map(|e| e.seq).collect::<Vec<_>>(), complete)
+        };
+        assert_eq!(pick(0, 3), (vec![5, 7, 9], true));
+        assert_eq!(pick(0, 100), (vec![1, 3, 5, 7, 9], true));
+        assert_eq!(pick(5, 100), (vec![7, 9], true));
+        assert_eq!(pick(6, 1), (vec![9], true));
+        assert_eq!(pick(10, 5), (vec![], true));
+        assert_eq!(log.messages("main", 0, 5).0.len(), 0);
+    }
+
+    #[test]
+    fn messages_say_when_the_log_no_longer_reaches_back() {
+        // Holds 6..=10: messages 7 and 9 on `chat`.
+        let log = chat_log(5);
+        let pick = |since, last| {
+            let (found, complete) = log.messages("chat", since, last);
+            (found.iter().map(|e| e.seq).collect::<Vec<_>>(), complete)
+        };
+        assert_eq!(pick(0, 2), (vec![7, 9], true));
+        assert_eq!(pick(0, 3), (vec![7, 9], false));
+        assert_eq!(pick(4, 10), (vec![7, 9], false));
+        assert_eq!(pick(5, 10), (vec![7, 9], true));
+        assert_eq!(pick(8, 10), (vec![9], true));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! relays. Unknown fields in a frame are ignored (a tolerant reader lets newer
 //! clients talk to older servers); unknown fields in request `args` are errors.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::ErrorCode;
@@ -53,6 +53,49 @@ pub struct Join {
     /// A delivery policy for this member (on a resume: replaces the session's).
     #[serde(default)]
     pub policy: Option<crate::policy::DeliveryPolicy>,
+    /// Past messages of one channel to receive in `joined` (ignored on a
+    /// successful resume: the missed events follow instead).
+    #[serde(default)]
+    pub history: Option<HistoryRequest>,
+}
+
+/// The most messages one `join` may ask for in `history` (the room's
+/// history bounds it further).
+pub const MAX_JOIN_HISTORY: u32 = 10_000;
+
+/// `join.history`: which past messages of a channel the joining member wants.
+///
+/// `last` keeps the newest `last` of them, `since` those after a seq; given
+/// both, the newest `last` after `since`. One of the two is required.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryRequest {
+    /// The channel (default `main`); the member must subscribe to it.
+    #[serde(default = "main_channel")]
+    pub channel: String,
+    /// At most this many (1 to [`MAX_JOIN_HISTORY`]), the newest.
+    #[serde(default)]
+    pub last: Option<u32>,
+    /// Only messages with a greater seq.
+    #[serde(default)]
+    pub since: Option<u64>,
+}
+
+fn main_channel() -> String {
+    "main".to_owned()
+}
+
+impl HistoryRequest {
+    /// Checks the bounds; the error names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        match (self.last, self.since) {
+            (None, None) => Err("history needs `last`, `since` or both".into()),
+            (Some(n), _) if n == 0 || n > MAX_JOIN_HISTORY => Err(format!(
+                "history.last must be 1 to {MAX_JOIN_HISTORY}, not {n}"
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// The session to resume and the last sequence number the client has seen.

@@ -267,6 +267,19 @@ pub struct Joined {
     /// in proximity this member is in.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub space: Option<serde_json::Value>,
+    /// Only when the join asked for `history`: the past messages it named.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history: Option<JoinHistory>,
+}
+
+/// Past messages in a `joined` frame, as the join's `history` asked.
+#[derive(Debug, Clone, Serialize)]
+pub struct JoinHistory {
+    /// Whole `event` frames as they were sent live, oldest first.
+    pub events: Vec<Box<serde_json::value::RawValue>>,
+    /// False when the room's history no longer reaches back as far as asked:
+    /// older messages that would have qualified are gone.
+    pub complete: bool,
 }
 
 /// Where an error frame points back to.

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 
 use plaza_protocol::client::{self, ClientFrame, Op};
 use plaza_protocol::server::{
-    ClosedReason, EntityInfo, ErrorBody, ErrorRef, Event, EventBody, Joined, LeaveReason, LockInfo,
-    MemberInfo, Outcome, ResyncReason, ServerFrame, Snapshot, UnlockReason,
+    ClosedReason, EntityInfo, ErrorBody, ErrorRef, Event, EventBody, JoinHistory, Joined,
+    LeaveReason, LockInfo, MemberInfo, Outcome, ResyncReason, ServerFrame, Snapshot, UnlockReason,
 };
 use plaza_protocol::{CloseCode, ErrorCode};
 use serde_json::value::RawValue;
@@ -200,6 +200,13 @@ fn check_client_fields(name: &str, decoded: &ClientFrame, f: &Value) {
             assert_eq!(j.policy, policy, "{name}: policy");
             if let Some(p) = &j.policy {
                 p.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+            let history = f
+                .get("history")
+                .map(|h| serde_json::from_value(h.clone()).unwrap());
+            assert_eq!(j.history, history, "{name}: history");
+            if let Some(h) = &j.history {
+                h.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
             }
         }
         ClientFrame::Leave(l) => {
@@ -384,6 +391,7 @@ fn joined(seq: u64, snapshot: Option<Snapshot>, resumed: bool) -> Joined {
         resumed,
         reason: None,
         space: None,
+        history: None,
     }
 }
 
@@ -410,6 +418,35 @@ fn expected_server_frame(name: &str) -> ServerFrame {
     match name {
         "server/joined.json" => ServerFrame::Joined(joined(42, Some(snapshot()), false)),
         "server/joined-resumed.json" => ServerFrame::Joined(joined(61, None, true)),
+        "server/joined-history.json" => {
+            let said = |seq, ts, text: &str| {
+                let e = event(
+                    seq,
+                    ts,
+                    Some(BOB),
+                    EventBody::Message {
+                        channel: "main".into(),
+                        event: "chat".into(),
+                        data: Some(raw(json!({ "text": text }))),
+                        topic: Some("irc".into()),
+                        reply_to: None,
+                        id: None,
+                    },
+                );
+                let text = String::from_utf8(e.encode().to_vec()).unwrap();
+                RawValue::from_string(text).unwrap()
+            };
+            ServerFrame::Joined(Joined {
+                history: Some(JoinHistory {
+                    events: vec![
+                        said(39, 1_732_312_300_100, "anyone on irc?"),
+                        said(41, 1_732_312_301_850, "never mind"),
+                    ],
+                    complete: true,
+                }),
+                ..joined(42, Some(snapshot()), false)
+            })
+        }
         "server/resync.json" => ServerFrame::Resync(Joined {
             reason: Some(ResyncReason::HistoryTruncated),
             ..joined(2051, Some(snapshot()), false)

@@ -27,6 +27,7 @@ fn room_with(members: usize) -> (Room<Outbox>, Vec<OutboxReceiver>) {
             channels: Vec::new(),
             ticket: false,
             policy: None,
+            history: None,
             sink: outbox,
         };
         room.join(params, None, 0).expect("join");

@@ -1,6 +1,10 @@
 //! Who is in a room: joins, resumes, leaves, disconnects, and the expiry of
 //! resume windows.
 
+use plaza_protocol::client::{HistoryRequest, MAX_JOIN_HISTORY};
+use plaza_protocol::server::JoinHistory;
+use serde_json::value::RawValue;
+
 use super::*;
 
 /// What a caller supplies to join: identity, fresh ids and the delivery sink.
@@ -23,6 +27,8 @@ pub struct JoinParams<S> {
     /// Its delivery policy; on a resume, replaces the session's (`None`
     /// keeps it).
     pub policy: Option<DeliveryPolicy>,
+    /// Past messages to put in `joined` (not on a successful resume).
+    pub history: Option<HistoryRequest>,
 }
 
 /// A resume request: the token from an earlier `joined` and the last seq seen.
@@ -67,7 +73,7 @@ impl<S> Room<S> {
     /// Joins a new member, or resumes an earlier session when `resume` is given.
     pub fn join(
         &mut self,
-        params: JoinParams<S>,
+        mut params: JoinParams<S>,
         resume: Option<Resume>,
         now: Millis,
     ) -> Result<Joined<S>, RoomError> {
@@ -83,6 +89,36 @@ impl<S> Room<S> {
                 RoomError::new(ErrorCode::InvalidFrame, format!("invalid join policy: {e}"))
             })?;
         }
+        let history = params.history.take();
+        if let Some(h) = &history {
+            h.validate()
+                .map_err(|e| RoomError::new(ErrorCode::InvalidArgs, e))?;
+            if h.channel != DEFAULT_CHANNEL && !params.channels.contains(&h.channel) {
+                return Err(RoomError::new(
+                    ErrorCode::InvalidArgs,
+                    format!(
+                        "history.channel {:?} is not among the join's channels",
+                        h.channel
+                    ),
+                ));
+            }
+        }
+        // Before the join's own presence event, which could push the oldest
+        // message out of a full history.
+        let history = history.map(|h| self.join_history(&h));
+        let mut joined = self.join_or_resume(params, resume, now)?;
+        if !joined.frame.resumed {
+            joined.frame.history = history;
+        }
+        Ok(joined)
+    }
+
+    fn join_or_resume(
+        &mut self,
+        params: JoinParams<S>,
+        resume: Option<Resume>,
+        now: Millis,
+    ) -> Result<Joined<S>, RoomError> {
         if let Some(r) = resume {
             if let Some(session) = self.tokens.get(&r.token).cloned() {
                 if self.resume_window_ended(&session, now) {
@@ -279,7 +315,23 @@ impl<S> Room<S> {
             resumed,
             reason: None,
             space: self.space_snapshot(session),
+            history: None,
         }
+    }
+
+    /// The messages a join's `history` names, as whole event frames.
+    fn join_history(&self, h: &HistoryRequest) -> JoinHistory {
+        let last = usize::try_from(h.last.unwrap_or(MAX_JOIN_HISTORY)).unwrap_or(usize::MAX);
+        let (found, complete) = self.log.messages(&h.channel, h.since.unwrap_or(0), last);
+        let events = found
+            .into_iter()
+            .filter_map(|e| {
+                // Frames are JSON text; anything else could not be embedded.
+                let text = std::str::from_utf8(&e.frame).ok()?;
+                RawValue::from_string(text.to_owned()).ok()
+            })
+            .collect();
+        JoinHistory { events, complete }
     }
 
     /// The member's connection dropped: it stays resumable for the resume

@@ -197,6 +197,7 @@ impl World {
             channels,
             ticket: false,
             policy: None,
+            history: None,
             sink: self.sink,
         }
     }
@@ -602,6 +603,7 @@ fn a_resume(
         channels: Vec::new(),
         ticket: false,
         policy: None,
+        history: None,
         sink,
     };
     let r = Resume {
@@ -660,6 +662,7 @@ fn run_resume(history_size: usize, a_channels: u8, steps: Vec<Step>) -> Result<(
                 channels,
                 ticket: false,
                 policy: None,
+                history: None,
                 sink: 0,
             },
             None,
@@ -757,6 +760,7 @@ fn run_resume(history_size: usize, a_channels: u8, steps: Vec<Step>) -> Result<(
                             channels: channel_list(channels & 0b1110),
                             ticket: false,
                             policy: None,
+                            history: None,
                             sink,
                         };
                         let j = room.join(p, None, now).unwrap();
@@ -775,6 +779,7 @@ fn run_resume(history_size: usize, a_channels: u8, steps: Vec<Step>) -> Result<(
                             channels: Vec::new(),
                             ticket: false,
                             policy: None,
+                            history: None,
                             sink,
                         };
                         let r = Resume {

@@ -53,6 +53,7 @@ fn join_params(n: u32, channels: Vec<String>) -> JoinParams<u32> {
         channels,
         ticket: false,
         policy: None,
+        history: None,
         sink: n,
     }
 }

@@ -260,6 +260,7 @@ impl Connection {
             ticket,
             resume: j.resume.map(|x| (x.token, x.last_seq)),
             policy: j.policy.map(Box::new),
+            history: j.history,
         };
         let (reply, answer) = oneshot::channel();
         let cmd = RoomCommand::client(intent, self.pending(Waiter::Join(reply)));

@@ -35,6 +35,9 @@ pub(crate) enum Intent {
         /// Its delivery policy (boxed: most joins have none).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         policy: Option<Box<plaza_core::policy::DeliveryPolicy>>,
+        /// Past messages to put in `joined` (only the joining node uses it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        history: Option<plaza_protocol::client::HistoryRequest>,
     },
     /// A member leaves for good.
     Leave { session: String },

@@ -138,6 +138,7 @@ impl RoomMachine {
                 ticket,
                 resume,
                 policy,
+                history,
             } => {
                 let (outbox, reply) = match pending {
                     Some(Pending {
@@ -159,6 +160,7 @@ impl RoomMachine {
                     channels,
                     ticket,
                     policy: policy.map(|p| *p),
+                    history,
                     sink: Sink {
                         node,
                         conn: origin.conn,

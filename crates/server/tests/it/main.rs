@@ -4,6 +4,7 @@ mod support;
 
 mod bad_input;
 mod broadcast;
+mod chat_history;
 mod cluster;
 mod coalescing;
 mod direct;

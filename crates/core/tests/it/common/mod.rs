@@ -37,6 +37,7 @@ pub fn params(n: u32) -> JoinParams<u32> {
         channels: Vec::new(),
         ticket: false,
         policy: None,
+        history: None,
         sink: n,
     }
 }
