@@ -78,6 +78,11 @@ counters! {
     http_bytes_in,
     /// Proximity events (spatial rooms) received while recording.
     proximity_events,
+    /// WebSocket messages (frames) received while recording: a batch of
+    /// held messages is one.
+    frames_in,
+    /// Chat messages sent as replies (`reply_to`) while recording.
+    chat_replies,
 }
 
 #[cfg(test)]

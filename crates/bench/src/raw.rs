@@ -32,6 +32,9 @@ pub struct RawRun {
     /// HTTP call round trips (µs).
     #[serde(with = "histogram_pairs")]
     pub http_rt: Histogram<u64>,
+    /// Chat replies, from send to receipt by the author of what they answer (µs).
+    #[serde(with = "histogram_pairs", default = "histogram")]
+    pub reply_latency: Histogram<u64>,
     /// When the run's first HTTP request was sent, unix µs. Unix time is the
     /// clock every load process shares (their schedules start at a common
     /// unix instant), so processes' readings compare.
@@ -82,6 +85,7 @@ impl RawRun {
         let _ = self.latency.add(&other.latency);
         let _ = self.request_rt.add(&other.request_rt);
         let _ = self.http_rt.add(&other.http_rt);
+        let _ = self.reply_latency.add(&other.reply_latency);
         let max = |a: Option<u64>, b: Option<u64>| match (a, b) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
@@ -169,12 +173,15 @@ mod tests {
                 http_bytes_out: 1000 * users,
                 http_bytes_in: 2000 * users,
                 proximity_events: 0,
+                frames_in: 3,
+                chat_replies: 0,
             },
             recorded_us: 1_000_000,
             errors: BTreeMap::from([("x".to_owned(), users)]),
             latency,
             request_rt: histogram(),
             http_rt: histogram(),
+            reply_latency: histogram(),
             http_first_sent_unix_us: Some(1_000_000 + users),
             http_last_done_unix_us: Some(5_000_000 + users),
             ws_first_sent_unix_us: None,

@@ -107,6 +107,17 @@ pub struct Report {
     pub sent_per_s: f64,
     /// Bytes received per second while recording.
     pub bytes_in_per_s: f64,
+    /// WebSocket messages received per second while recording (a batch of
+    /// held messages is one).
+    #[serde(default)]
+    pub frames_in_per_s: f64,
+    /// Chat replays: replies, from send to receipt by the author of the
+    /// message they answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_latency: Option<Latency>,
+    /// Chat replays: replies sent while recording.
+    #[serde(default)]
+    pub chat_replies: u64,
     /// Bytes sent per second while recording.
     pub bytes_out_per_s: f64,
     /// Delivery latency measured by observers.
@@ -212,6 +223,7 @@ impl Report {
             (c.expected_total > 0).then(|| c.deliveries_total as f64 / c.expected_total as f64);
         let latency = Latency::of(&i.latency);
         let request_rt = Latency::of(&i.request_rt);
+        let reply_latency = Latency::of(&i.reply_latency);
         let server_cpu_us_per_delivery = server_cpu
             .filter(|_| c.deliveries > 0)
             .map(|d| d.as_secs_f64() * 1e6 / c.deliveries as f64);
@@ -263,6 +275,12 @@ impl Report {
             request_rt.as_ref().map(|l| l.mean_ms),
             true,
         );
+        check(
+            "reply_p99_ms",
+            e.reply_p99_ms,
+            reply_latency.as_ref().map(|l| l.p99_ms),
+            true,
+        );
         let http_rt = Latency::of(&i.http_rt);
         check(
             "http_mean_ms",
@@ -308,6 +326,9 @@ impl Report {
             sent_per_s: per_s(c.publishes),
             bytes_in_per_s: per_s(c.bytes_in),
             bytes_out_per_s: per_s(c.bytes_out),
+            frames_in_per_s: per_s(c.frames_in),
+            reply_latency,
+            chat_replies: c.chat_replies,
             latency,
             request_rt,
             requests_ok: c.requests_ok,
@@ -379,8 +400,8 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "| WebSocket bytes in/s, out/s | {:.0}, {:.0} |",
-            self.bytes_in_per_s, self.bytes_out_per_s
+            "| WebSocket bytes in/s, out/s; messages in/s | {:.0}, {:.0}; {:.1} |",
+            self.bytes_in_per_s, self.bytes_out_per_s, self.frames_in_per_s
         );
         if let Some(d) = self.ws_duration_s {
             let _ = writeln!(
@@ -393,6 +414,13 @@ impl Report {
                 s,
                 "| delivery latency ms (min, mean, p50, p95, p99, p99.9, max; {} samples) | {:.2}, {:.2}, {:.2}, {:.2}, {:.2}, {:.2}, {:.2} |",
                 l.count, l.min_ms, l.mean_ms, l.p50_ms, l.p95_ms, l.p99_ms, l.p999_ms, l.max_ms
+            );
+        }
+        if let Some(l) = &self.reply_latency {
+            let _ = writeln!(
+                s,
+                "| chat reply latency ms (mean, p50, p95, p99, max; {} received of {} sent) | {:.2}, {:.2}, {:.2}, {:.2}, {:.2} |",
+                l.count, self.chat_replies, l.mean_ms, l.p50_ms, l.p95_ms, l.p99_ms, l.max_ms
             );
         }
         if let Some(l) = &self.request_rt {

@@ -134,6 +134,15 @@ pub enum Step {
         /// Platform (Plaza), default `browser`.
         #[serde(default)]
         platform: Option<String>,
+        /// Plaza: a delivery policy to join with (docs/protocol.md); string
+        /// values are templates (`{rand:LO:HI}`, `{around:N}`, `{vu%N}`).
+        /// `enabled: false` in it leaves the policy out, so that one
+        /// parameter switches it off.
+        #[serde(default)]
+        policy: Option<serde_json::Value>,
+        /// Plaza: the join's `history` (e.g. `{last: 100}`).
+        #[serde(default)]
+        history: Option<serde_json::Value>,
     },
     /// Send a sync message that every other member receives.
     Publish {
@@ -198,6 +207,10 @@ pub enum Step {
     Leader(Vec<Step>),
     /// Wait until every user of the run has joined (after the last arrival).
     WaitAllJoined,
+    /// Plaza: replay generated chat streams (source document 002): this
+    /// user publishes its share of every stream's messages, on time, until
+    /// the run ends.
+    ChatReplay(ChatReplay),
     /// Stay connected, doing nothing, until the run ends.
     Idle,
     /// Leave the room and close the connection.
@@ -206,6 +219,46 @@ pub enum Step {
 
 fn hundred() -> usize {
     100
+}
+
+/// Chat streams replayed by a room's users together ([`Step::ChatReplay`]).
+///
+/// Stream `s` (topic `t{s}`) has a message every `1 / per_stream_per_s`
+/// seconds on average (exponential gaps); each message's speaker is one of
+/// the room's users, and a `reply_ratio` share of them answer (`reply_to`)
+/// one of the stream's three previous messages. All of it is drawn from
+/// `seed`: every user computes the same schedule and sends the messages
+/// whose speaker it is, so a run repeats exactly.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ChatReplay {
+    /// Number of streams (topics `t0`, `t1`, ...).
+    #[serde(default = "six")]
+    pub streams: u32,
+    /// Messages per second of each stream.
+    #[serde(default = "one_f64")]
+    pub per_stream_per_s: f64,
+    /// Seed of the schedule.
+    #[serde(default)]
+    pub seed: u64,
+    /// Share of messages that answer an earlier one.
+    #[serde(default)]
+    pub reply_ratio: f64,
+    /// Payload size in bytes, about.
+    #[serde(default = "hundred")]
+    pub bytes: usize,
+    /// Stop when this phase starts (the flow's next steps run then);
+    /// absent: at the end of the run.
+    #[serde(default)]
+    pub until_phase: Option<String>,
+}
+
+fn six() -> u32 {
+    6
+}
+
+fn one_f64() -> f64 {
+    1.0
 }
 
 fn get() -> String {
@@ -222,6 +275,8 @@ pub struct Expectations {
     pub latency_p99_ms: Option<f64>,
     /// Mean request round trip at most this (ms).
     pub request_mean_ms: Option<f64>,
+    /// 99th percentile chat reply latency at most this (ms).
+    pub reply_p99_ms: Option<f64>,
     /// Mean HTTP call round trip at most this (ms).
     pub http_mean_ms: Option<f64>,
     /// 95th percentile HTTP call round trip at most this (ms).
@@ -366,6 +421,10 @@ impl Scenario {
             for s in steps {
                 match s {
                     Step::WaitPhase(p) => out.push(p),
+                    Step::ChatReplay(ChatReplay {
+                        until_phase: Some(p),
+                        ..
+                    }) => out.push(p),
                     Step::Loop { steps, .. } | Step::Leader(steps) => waits(steps, out),
                     Step::Parallel(branches) => branches.iter().for_each(|b| waits(b, out)),
                     _ => {}
@@ -378,7 +437,7 @@ impl Scenario {
             .iter()
             .find(|p| !self.phases.iter().any(|ph| ph.name == **p))
         {
-            return bad(format!("wait_phase: no phase named {p:?}"));
+            return bad(format!("wait_phase / until_phase: no phase named {p:?}"));
         }
         Ok(())
     }
@@ -523,7 +582,9 @@ expect: { latency_mean_ms: 100, error_rate: 0.01 }
             Step::Join {
                 room: "room-{room}".into(),
                 channels: vec!["xr".into()],
-                platform: None
+                platform: None,
+                policy: None,
+                history: None,
             }
         );
         assert_eq!(steps[2], Step::WaitAllJoined);

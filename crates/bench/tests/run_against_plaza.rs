@@ -325,3 +325,82 @@ async fn http_steps_are_timed_and_unexpected_statuses_fail() {
     );
     assert!(report.passed, "{:?}", report.checks);
 }
+
+/// The chat-replay scenario, short: `overrides` on top of a small room.
+async fn chat_replay(overrides: &[(&str, &str)]) -> plaza_bench::Report {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let node = Node::new(
+        ServerConfig {
+            auto_create_rooms: true,
+            ..ServerConfig::default()
+        },
+        Arc::new(MemoryTicketStore::new()),
+    );
+    tokio::spawn(plaza_server::serve(node.clone(), listener));
+    let yaml = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../bench/scenarios/chat-replay.yaml"
+    ))
+    .unwrap();
+    let set: Vec<(String, String)> = [
+        ("members", "24"),
+        ("arrival_rate", "100"),
+        ("chat_s", "3"),
+        ("per_stream_per_s", "4"),
+        ("reply_ratio", "0.5"),
+        ("volume", "6"),
+    ]
+    .iter()
+    .chain(overrides)
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let scenario = Scenario::parse(&yaml, &set).unwrap();
+    run(
+        &scenario,
+        RunOptions {
+            addr,
+            host: addr.to_string(),
+            driver: Arc::new(PlazaDriver),
+            observers_per_room: 24,
+            server_pid: None,
+            bind: vec![],
+            timeout: Duration::from_secs(10),
+            progress: None,
+            shard: None,
+        },
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_replay_holds_by_volume_answers_replies_at_once_and_loses_nothing() {
+    let held = chat_replay(&[]).await;
+    assert!(held.errors.is_empty(), "{:?}", held.errors);
+    assert_eq!(held.joined, 24);
+    assert!(held.publishes_total > 40, "{held:#?}");
+    // Everything arrives (what is still held at the end comes with the
+    // policy.clear), once.
+    let ratio = held.delivery_ratio.unwrap();
+    assert!((0.99..=1.01).contains(&ratio), "{held:#?}");
+    // Replies to a member's own messages were sent and timed at their authors.
+    let replies = held.reply_latency.as_ref().expect("replies were timed");
+    assert!(replies.count > 5, "{replies:?}");
+    assert!(held.chat_replies >= replies.count, "{held:#?}");
+    // Held messages come in batches: far fewer frames than messages.
+    assert!(
+        held.frames_in_per_s * 2.0 < held.received_per_s,
+        "{} frames/s for {} deliveries/s",
+        held.frames_in_per_s,
+        held.received_per_s
+    );
+
+    let plain = chat_replay(&[("policy", "false")]).await;
+    assert!(plain.errors.is_empty(), "{:?}", plain.errors);
+    let ratio = plain.delivery_ratio.unwrap();
+    assert!((0.99..=1.01).contains(&ratio), "{plain:#?}");
+    // Without a policy every message is a frame of its own (acks and
+    // presence add a few).
+    assert!(plain.frames_in_per_s >= plain.received_per_s, "{plain:#?}");
+}

@@ -141,6 +141,7 @@ mod tests {
             name: "u1".into(),
             platform: "browser".into(),
             channels: vec![],
+            extra: Default::default(),
         }
     }
 
@@ -305,6 +306,7 @@ mod tests {
             name: "u".into(),
             platform: "browser".into(),
             channels: vec![],
+            extra: Default::default(),
         };
         crate::session::join(&mut r, &mut w, d, &spec)
             .await

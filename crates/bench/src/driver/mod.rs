@@ -32,6 +32,20 @@ pub struct JoinSpec {
     pub platform: String,
     /// Channels besides the main one.
     pub channels: Vec<String>,
+    /// More fields of the join (Plaza: `policy`, `history`); other
+    /// protocols have no such thing and ignore them.
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// One message of a replayed chat ([`Driver::publish_chat`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ChatMessage<'a> {
+    /// Its topic.
+    pub topic: &'a str,
+    /// The seq of the message it answers.
+    pub reply_to: Option<u64>,
+    /// A client message id, unique in the run (its ack names it).
+    pub id: &'a str,
 }
 
 /// The next step of a join handshake.
@@ -126,6 +140,23 @@ pub trait Driver: Send + Sync {
         payload: &str,
         out: &mut String,
     );
+    /// Appends one chat message (topic, reply, id) carrying `payload` to
+    /// `out`; false if the protocol has no such thing (the default).
+    fn publish_chat(
+        &self,
+        room: &str,
+        msg: ChatMessage<'_>,
+        payload: &str,
+        out: &mut String,
+    ) -> bool {
+        let _ = (room, msg, payload, out);
+        false
+    }
+    /// The client message id and seq an acknowledgement names, if any.
+    fn ack_id_seq(&self, msg: &[u8]) -> Option<(String, u64)> {
+        let _ = msg;
+        None
+    }
     /// Appends one request message to `out`; false if the protocol has no requests.
     fn request(
         &self,
@@ -188,6 +219,22 @@ pub fn count_markers(msg: &[u8]) -> usize {
 /// The send timestamp after the first marker in `msg`, in unix µs.
 pub fn first_timestamp(msg: &[u8]) -> Option<u64> {
     let at = memchr::memmem::find(msg, MARKER)? + MARKER.len();
+    number_at(msg, at)
+}
+
+/// The send timestamps after every marker in `msg` (several messages in
+/// one frame: a batch), in unix µs, with the position after each.
+pub fn timestamps(msg: &[u8]) -> impl Iterator<Item = (u64, usize)> + '_ {
+    memchr::memmem::find_iter(msg, MARKER).filter_map(move |at| {
+        let at = at + MARKER.len();
+        let v = number_at(msg, at)?;
+        let digits = msg[at..].iter().take_while(|b| b.is_ascii_digit()).count();
+        Some((v, at + digits))
+    })
+}
+
+/// The decimal number at `at`.
+fn number_at(msg: &[u8], at: usize) -> Option<u64> {
     let digits = msg[at..].iter().take_while(|b| b.is_ascii_digit());
     let mut v: u64 = 0;
     let mut any = false;
@@ -220,5 +267,7 @@ mod tests {
         assert_eq!(first_timestamp(two), Some(5));
         assert_eq!(count_markers(b"{\"type\":\"ack\"}"), 0);
         assert_eq!(first_timestamp(b"{\"bt\":x}"), None);
+        let stamps: Vec<u64> = timestamps(two).map(|(t, _)| t).collect();
+        assert_eq!(stamps, [5, 6]);
     }
 }

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use super::{Driver, Handshake, HttpCall, Inbound, JoinSpec};
+use super::{ChatMessage, Driver, Handshake, HttpCall, Inbound, JoinSpec};
 
 /// Plaza over `/v1/ws`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -47,13 +47,16 @@ impl Driver for PlazaDriver {
 
     fn handshake(&self, msg: Option<&[u8]>, join: &JoinSpec) -> Handshake {
         let Some(msg) = msg else {
-            let frame = json!({
+            let mut frame = json!({
                 "type": "join",
                 "room": join.room,
                 "name": join.name,
                 "platform": join.platform,
                 "channels": join.channels,
             });
+            if let Some(f) = frame.as_object_mut() {
+                f.extend(join.extra.clone());
+            }
             return Handshake::Send(vec![frame.to_string()]);
         };
         if msg.starts_with(br#"{"type":"joined""#) {
@@ -88,6 +91,38 @@ impl Driver for PlazaDriver {
         out.push('}');
     }
 
+    fn publish_chat(
+        &self,
+        room: &str,
+        msg: ChatMessage<'_>,
+        payload: &str,
+        out: &mut String,
+    ) -> bool {
+        out.push_str(r#"{"type":"publish","room":"#);
+        out.push_str(&serde_json::to_string(room).unwrap_or_default());
+        out.push_str(r#","event":"chat","topic":"#);
+        out.push_str(&serde_json::to_string(msg.topic).unwrap_or_default());
+        if let Some(r) = msg.reply_to {
+            out.push_str(&format!(r#","reply_to":{r}"#));
+        }
+        out.push_str(r#","id":"#);
+        out.push_str(&serde_json::to_string(msg.id).unwrap_or_default());
+        out.push_str(r#","data":"#);
+        out.push_str(payload);
+        out.push('}');
+        true
+    }
+
+    fn ack_id_seq(&self, msg: &[u8]) -> Option<(String, u64)> {
+        #[derive(serde::Deserialize)]
+        struct Ack {
+            id: String,
+            seq: u64,
+        }
+        let a: Ack = serde_json::from_slice(msg).ok()?;
+        Some((a.id, a.seq))
+    }
+
     fn request(
         &self,
         room: &str,
@@ -110,6 +145,10 @@ impl Driver for PlazaDriver {
             if memchr::memmem::find(msg, br#""kind":"proximity."#).is_some() {
                 return Inbound::Proximity;
             }
+            return Inbound::markers_in(msg);
+        }
+        if msg.starts_with(br#"{"type":"batch""#) {
+            // Held by a delivery policy: whole event frames, each with its marker.
             return Inbound::markers_in(msg);
         }
         if msg.starts_with(br#"{"type":"ack""#) {
@@ -176,6 +215,7 @@ mod tests {
             name: "u1".into(),
             platform: "browser".into(),
             channels: vec![],
+            extra: Default::default(),
         }
     }
 
@@ -194,6 +234,31 @@ mod tests {
         // Other protocols keep their one path.
         let other = crate::driver::BroadcastDriver;
         assert_eq!(other.ws_path_for(Some("r")), other.ws_path());
+    }
+
+    #[test]
+    fn chat_messages_carry_topic_reply_and_id_and_joins_their_extra_fields() {
+        let d = PlazaDriver;
+        let mut out = String::new();
+        let msg = ChatMessage {
+            topic: "t2",
+            reply_to: Some(41),
+            id: "c2-7",
+        };
+        assert!(d.publish_chat("r-0", msg, r#"{"bt":1}"#, &mut out));
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            v,
+            json!({"type": "publish", "room": "r-0", "event": "chat", "topic": "t2",
+                "reply_to": 41, "id": "c2-7", "data": {"bt": 1}})
+        );
+        let mut spec = spec();
+        spec.extra.insert("history".into(), json!({"last": 100}));
+        let Handshake::Send(frames) = d.handshake(None, &spec) else {
+            panic!()
+        };
+        let v: serde_json::Value = serde_json::from_str(&frames[0]).unwrap();
+        assert_eq!(v["history"], json!({"last": 100}));
     }
 
     #[test]
@@ -233,6 +298,19 @@ mod tests {
             Inbound::Other
         );
         assert_eq!(classified(&d, br#"{"type":"ack","seq":4}"#).0, Inbound::Ack);
+        assert_eq!(
+            classified(
+                &d,
+                br#"{"type":"batch","events":[{"data":{"bt":1}},{"data":{"bt":2}}]}"#
+            )
+            .0,
+            Inbound::Deliveries(2)
+        );
+        assert_eq!(
+            d.ack_id_seq(br#"{"type":"ack","room":"r","seq":9,"id":"c1-4"}"#),
+            Some(("c1-4".into(), 9))
+        );
+        assert_eq!(d.ack_id_seq(br#"{"type":"ack","room":"r","seq":9}"#), None);
         assert_eq!(
             classified(&d, br#"{"type":"response","room":"r","nonce":7,"ok":true}"#).0,
             Inbound::Response { nonce: 7, ok: true }

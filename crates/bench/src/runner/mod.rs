@@ -2,6 +2,7 @@
 //! their flows, and every received message is counted; observers (the first
 //! few users of each room) also time what they receive.
 
+mod chat;
 mod http;
 mod receive;
 mod user;
@@ -106,6 +107,12 @@ pub enum RunError {
 
 /// Counters shared by every task of a run.
 struct Shared {
+    /// When the run's schedule starts (arrival offsets count from here).
+    start: Instant,
+    /// Arrival offsets; user `i` arrives at `arrivals[i]`.
+    arrivals: Vec<Duration>,
+    /// Per room: users of this process that have joined it.
+    room_joined: Vec<AtomicU64>,
     opts: RunOptions,
     rooms: u64,
     room_sizes: Vec<u64>,
@@ -147,6 +154,12 @@ struct Shared {
     /// One HTTP client (and connection pool) for every user's calls.
     http: reqwest::Client,
     pending: Mutex<HashMap<u64, oneshot::Sender<bool>>>,
+    /// Chat replays only: the seq of each acknowledged chat message, by id,
+    /// for the replies that answer it.
+    chat_seqs: Option<Mutex<HashMap<String, u64>>>,
+    /// Chat replies: from the reply's send to its receipt by the author of
+    /// the message it answers (µs).
+    reply_latency: Mutex<Histogram<u64>>,
 }
 
 impl Shared {
@@ -226,7 +239,17 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         .build()
         .map_err(|e| RunError::Setup(format!("HTTP client: {e}")))?;
 
+    let start = match &opts.shard {
+        Some(s) => {
+            let wait = s.start_at_unix_ms.saturating_sub(unix_micros() / 1000);
+            Instant::now() + Duration::from_millis(wait)
+        }
+        None => Instant::now(),
+    };
     let shared = Arc::new(Shared {
+        start,
+        arrivals: schedule.arrivals.clone(),
+        room_joined: (0..rooms).map(|_| AtomicU64::new(0)).collect(),
         opts,
         rooms,
         room_sizes,
@@ -258,15 +281,15 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         flows_done: tokio::sync::watch::Sender::new(0),
         http,
         pending: Mutex::new(HashMap::new()),
+        chat_seqs: scenario
+            .flows
+            .iter()
+            .any(|f| chat::replays(&f.steps))
+            .then(|| Mutex::new(HashMap::new())),
+        reply_latency: Mutex::new(histogram()),
     });
 
-    let start = match &shared.opts.shard {
-        Some(s) => {
-            let wait = s.start_at_unix_ms.saturating_sub(unix_micros() / 1000);
-            Instant::now() + Duration::from_millis(wait)
-        }
-        None => Instant::now(),
-    };
+    let start = shared.start;
     if let Some(s) = &shared.opts.shard {
         let (shared, mut everyone) = (shared.clone(), s.everyone_joined.clone());
         tokio::spawn(async move {
@@ -403,6 +426,11 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         .clone();
     let errors = s.errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let http_rt = s.http_rt.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let reply_latency = s
+        .reply_latency
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     let micros = |d: Option<Duration>| d.map(|d| d.as_micros() as u64);
     let first = |a: &AtomicU64| Some(a.load(Ordering::Relaxed)).filter(|&v| v != u64::MAX);
     let last = |a: &AtomicU64| Some(a.load(Ordering::Relaxed)).filter(|&v| v != 0);
@@ -415,6 +443,7 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         latency,
         request_rt,
         http_rt,
+        reply_latency,
         http_first_sent_unix_us: first(&s.http_first_sent),
         http_last_done_unix_us: last(&s.http_last_done),
         ws_first_sent_unix_us: first(&s.ws_first_sent),

@@ -2,7 +2,7 @@
 //! routes responses to their waiting requests.
 
 use super::*;
-use crate::driver::Inbound;
+use crate::driver::{self, Inbound};
 use crate::wsclient::{Incoming, WsReader, WsWriter};
 
 /// What one receiver counts between two flushes into the shared counters.
@@ -22,11 +22,18 @@ pub(super) struct Tally {
     proximity: u64,
     /// Whether the current read held a message (not only pings).
     got_message: bool,
+    /// Messages (frames) since the last flush.
+    frames: u64,
+    /// What a chat reply to this user carries in its payload
+    /// (`,"re":<vu>,`), and the reply latencies (µs) since the last flush.
+    reply_tag: Vec<u8>,
+    reply_latency: Vec<u64>,
 }
 
 impl Tally {
     fn message(&mut self, shared: &Shared, msg: &[u8]) {
         self.got_message = true;
+        self.frames += 1;
         match shared.opts.driver.classify(msg, &mut self.replies) {
             Inbound::Deliveries(n) => {
                 self.deliveries += n as u64;
@@ -34,12 +41,38 @@ impl Tally {
                     let (now, recording) = *self
                         .stamp
                         .get_or_insert_with(|| (unix_micros(), shared.recording()));
-                    if let (true, Some(sent)) = (recording, shared.opts.driver.sent_at_us(msg)) {
+                    if !recording {
+                    } else if n > 1 {
+                        // A batch: each message's own send time.
+                        for (sent, _) in driver::timestamps(msg) {
+                            h.push(now.saturating_sub(sent).max(1));
+                        }
+                    } else if let Some(sent) = shared.opts.driver.sent_at_us(msg) {
                         h.push(now.saturating_sub(sent).max(1));
                     }
                 }
+                if let Some(at) = memchr::memmem::find(msg, &self.reply_tag) {
+                    let (now, recording) = *self
+                        .stamp
+                        .get_or_insert_with(|| (unix_micros(), shared.recording()));
+                    let sent = driver::timestamps(msg)
+                        .take_while(|&(_, end)| end <= at)
+                        .last();
+                    if let (true, Some((sent, _))) = (recording, sent) {
+                        self.reply_latency.push(now.saturating_sub(sent).max(1));
+                    }
+                }
             }
-            Inbound::Ack => self.acks += 1,
+            Inbound::Ack => {
+                self.acks += 1;
+                if let Some(chat) = &shared.chat_seqs {
+                    if let Some((id, seq)) = shared.opts.driver.ack_id_seq(msg) {
+                        chat.lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(id, seq);
+                    }
+                }
+            }
             Inbound::Proximity => self.proximity += 1,
             Inbound::Response { nonce, ok } => {
                 let waiter = shared
@@ -73,6 +106,19 @@ impl Tally {
                 .deliveries
                 .fetch_add(deliveries, Ordering::Relaxed);
             shared.counts.bytes_in.fetch_add(bytes, Ordering::Relaxed);
+        }
+        let frames = std::mem::take(&mut self.frames);
+        if recording {
+            shared.counts.frames_in.fetch_add(frames, Ordering::Relaxed);
+        }
+        if !self.reply_latency.is_empty() {
+            let mut h = shared
+                .reply_latency
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            for v in self.reply_latency.drain(..) {
+                let _ = h.record(v);
+            }
         }
         let proximity = std::mem::take(&mut self.proximity);
         if recording && proximity > 0 {
@@ -117,6 +163,7 @@ impl Drop for LastReceipt<'_> {
 /// arrived with the end of the join handshake.
 pub(super) async fn receive(
     shared: Arc<Shared>,
+    vu: u64,
     mut reader: WsReader,
     writer: Arc<tokio::sync::Mutex<WsWriter>>,
     observer: bool,
@@ -130,6 +177,9 @@ pub(super) async fn receive(
         acks: 0,
         replies: Vec::new(),
         got_message: false,
+        frames: 0,
+        reply_tag: format!(",\"re\":{vu},").into_bytes(),
+        reply_latency: Vec::new(),
     };
     for m in &early {
         tally.message(&shared, m);

@@ -54,12 +54,23 @@ pub(super) fn first_join(steps: &[Step]) -> Option<&str> {
     })
 }
 
-/// Expands `{vu}`, `{room}` and `{flow}`.
+/// Expands `{vu}`, `{vu%N}` (the user's index modulo N), `{room}` and `{flow}`.
 pub(super) fn expand(template: &str, vu: u64, room: u64, flow: &str) -> String {
-    template
+    let mut out = template
         .replace("{vu}", &vu.to_string())
         .replace("{room}", &room.to_string())
-        .replace("{flow}", flow)
+        .replace("{flow}", flow);
+    while let Some(at) = out.find("{vu%") {
+        let Some(len) = out[at..].find('}') else {
+            break;
+        };
+        let n: u64 = match out[at + 4..at + len].trim().parse() {
+            Ok(n) if n > 0 => n,
+            _ => break,
+        };
+        out.replace_range(at..=at + len, &(vu % n).to_string());
+    }
+    out
 }
 
 /// One user's connection once joined.
@@ -172,7 +183,23 @@ pub(super) async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &St
             room,
             channels,
             platform,
-        } => join(shared, st, room, channels, platform.as_deref()).await,
+            policy,
+            history,
+        } => {
+            let mut extra = serde_json::Map::new();
+            let mut put = |key: &str, v: &Option<serde_json::Value>, st: &mut UserState| {
+                if let Some(v) = v {
+                    let v = expand_json(v.clone(), st.vu, st.room_index, &st.flow, &mut st.rng);
+                    if let Some(v) = switched_on(v) {
+                        extra.insert(key.to_owned(), v);
+                    }
+                }
+            };
+            put("policy", policy, st);
+            put("history", history, st);
+            join(shared, st, room, channels, platform.as_deref(), extra).await
+        }
+        Step::ChatReplay(c) => super::chat::replay(shared, st, c).await,
         Step::Publish {
             channel,
             event,
@@ -303,12 +330,21 @@ pub(super) async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &St
     }
 }
 
+/// `v` without its `enabled` key, or `None` when that key is `false`.
+fn switched_on(mut v: serde_json::Value) -> Option<serde_json::Value> {
+    match v.as_object_mut().and_then(|o| o.remove("enabled")) {
+        Some(serde_json::Value::Bool(false)) => None,
+        _ => Some(v),
+    }
+}
+
 pub(super) async fn join(
     shared: &Arc<Shared>,
     st: &mut UserState,
     room: &str,
     channels: &[String],
     platform: Option<&str>,
+    extra: serde_json::Map<String, serde_json::Value>,
 ) -> bool {
     let Some((mut reader, mut writer)) = st.conn.take() else {
         shared.error("join: not connected");
@@ -319,6 +355,7 @@ pub(super) async fn join(
         name: format!("u{}", st.vu),
         platform: platform.unwrap_or("browser").to_owned(),
         channels: channels.to_vec(),
+        extra,
     };
     let handshake = session::join(&mut reader, &mut writer, shared.opts.driver.as_ref(), &spec);
     let early = match tokio::time::timeout(shared.opts.timeout, handshake).await {
@@ -336,6 +373,7 @@ pub(super) async fn join(
     let observer = st.vu / shared.rooms < shared.opts.observers_per_room;
     let reader = tokio::spawn(receive(
         shared.clone(),
+        st.vu,
         reader,
         writer.clone(),
         observer,
@@ -347,6 +385,7 @@ pub(super) async fn join(
         channels: spec.channels,
         reader: Some(reader),
     });
+    shared.room_joined[st.room_index as usize].fetch_add(1, Ordering::Relaxed);
     let joined = shared.counts.joined.fetch_add(1, Ordering::AcqRel) + 1;
     match &shared.opts.shard {
         Some(s) => {
@@ -389,8 +428,13 @@ pub(super) fn expand_json(
 }
 
 /// A string that is exactly `{rand:LO:HI}` becomes a number drawn uniformly
-/// from LO to HI (integers, both included), e.g. a random target.
+/// from LO to HI (integers, both included), e.g. a random target;
+/// `{around:N}` one drawn from N/2 to 3N/2 (a volume "around 30").
 fn random_number(s: &str, rng: &mut StdRng) -> Option<i64> {
+    if let Some(n) = s.strip_prefix("{around:").and_then(|r| r.strip_suffix('}')) {
+        let n: i64 = n.trim().parse().ok()?;
+        return (n > 0).then(|| rng.random_range((n / 2).max(1)..=n + n / 2));
+    }
     let inner = s.strip_prefix("{rand:")?.strip_suffix('}')?;
     let (lo, hi) = inner.split_once(':')?;
     let (lo, hi): (i64, i64) = (lo.trim().parse().ok()?, hi.trim().parse().ok()?);
