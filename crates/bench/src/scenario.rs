@@ -49,6 +49,10 @@ pub struct Scenario {
     /// them on; Plaza: e.g. `{presence: false}`).
     #[serde(default)]
     pub room_options: serde_json::Map<String, serde_json::Value>,
+    /// Offer permessage-deflate when connecting, as browsers do (WebSocket
+    /// drivers; received bytes are then counted compressed, as sent).
+    #[serde(default)]
+    pub compression: bool,
     /// Phases, run one after the other.
     pub phases: Vec<Phase>,
     /// What virtual users do; each user gets one flow, chosen by weight.

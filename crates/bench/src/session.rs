@@ -14,20 +14,22 @@ pub async fn connect(
     driver: &dyn Driver,
     bind: Option<IpAddr>,
 ) -> io::Result<(WsReader, WsWriter)> {
-    connect_for(addr, host, driver, None, bind).await
+    connect_for(addr, host, driver, None, bind, false).await
 }
 
 /// Connects to `addr` on the driver's WebSocket path for a user whose first
 /// join is to `room` ([`Driver::ws_path_for`]: Plaza names it in the URL, for
-/// a cluster's load balancer to route on).
+/// a cluster's load balancer to route on), offering permessage-deflate if
+/// `deflate`.
 pub async fn connect_for(
     addr: SocketAddr,
     host: &str,
     driver: &dyn Driver,
     room: Option<&str>,
     bind: Option<IpAddr>,
+    deflate: bool,
 ) -> io::Result<(WsReader, WsWriter)> {
-    wsclient::connect(addr, host, &driver.ws_path_for(room), bind).await
+    wsclient::connect_with(addr, host, &driver.ws_path_for(room), bind, deflate).await
 }
 
 /// The messages of the next read (at least one), answering pings meanwhile.

@@ -39,6 +39,47 @@ pub struct WsReader {
     partial: Option<Vec<u8>>,
     /// Frames that came with the handshake response, not handed out yet.
     unparsed: bool,
+    /// With permessage-deflate: reads compressed messages.
+    inflater: Option<Inflater>,
+}
+
+/// A connection's inflater (RFC 7692).
+struct Inflater {
+    state: flate2::Decompress,
+    /// The server compresses each message on its own (reset after each).
+    fresh_each_time: bool,
+    /// The last message inflated.
+    out: Vec<u8>,
+}
+
+impl Inflater {
+    fn inflate(&mut self, data: &[u8]) -> io::Result<&[u8]> {
+        use flate2::FlushDecompress;
+        self.out.clear();
+        for input in [data, &[0, 0, 0xff, 0xff][..]] {
+            let mut input = input;
+            loop {
+                if self.out.len() == self.out.capacity() {
+                    if self.out.len() >= MAX_MESSAGE {
+                        return Err(bad("inflated message too long"));
+                    }
+                    self.out.reserve(self.out.len().max(4096));
+                }
+                let before = self.state.total_in();
+                self.state
+                    .decompress_vec(input, &mut self.out, FlushDecompress::Sync)
+                    .map_err(|_| bad("invalid compressed message"))?;
+                input = &input[(self.state.total_in() - before) as usize..];
+                if input.is_empty() && self.out.len() < self.out.capacity() {
+                    break;
+                }
+            }
+        }
+        if self.fresh_each_time {
+            self.state.reset(false);
+        }
+        Ok(&self.out)
+    }
 }
 
 /// The sending half: every frame masked, as clients must.
@@ -56,6 +97,23 @@ pub async fn connect(
     path: &str,
     bind: Option<IpAddr>,
 ) -> io::Result<(WsReader, WsWriter)> {
+    connect_with(addr, host, path, bind, false).await
+}
+
+/// What a browser offers for permessage-deflate (RFC 7692).
+pub const DEFLATE_OFFER: &str = "permessage-deflate; client_max_window_bits";
+
+/// [`connect`], offering permessage-deflate as browsers do when `deflate`:
+/// if the server accepts, compressed messages are inflated before they are
+/// handed out (this client itself sends uncompressed messages, which the
+/// extension allows).
+pub async fn connect_with(
+    addr: SocketAddr,
+    host: &str,
+    path: &str,
+    bind: Option<IpAddr>,
+    deflate: bool,
+) -> io::Result<(WsReader, WsWriter)> {
     let stream = match bind {
         Some(ip) => {
             let socket = if addr.is_ipv4() {
@@ -70,9 +128,14 @@ pub async fn connect(
     };
     stream.set_nodelay(true)?;
     let key = base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 16]>());
+    let offer = if deflate {
+        format!("Sec-WebSocket-Extensions: {DEFLATE_OFFER}\r\n")
+    } else {
+        String::new()
+    };
     let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+         Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{offer}\r\n"
     );
     let (mut read, mut write) = stream.into_split();
     write.write_all(request.as_bytes()).await?;
@@ -99,6 +162,12 @@ pub async fn connect(
             text.trim()
         )));
     }
+    let head = String::from_utf8_lossy(&buf[..header_end]).to_ascii_lowercase();
+    let accepted = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == "sec-websocket-extensions" && v.contains("permessage-deflate"))
+            .then(|| v.contains("server_no_context_takeover"))
+    });
     buf.advance(header_end);
     Ok((
         WsReader {
@@ -106,6 +175,11 @@ pub async fn connect(
             unparsed: !buf.is_empty(),
             buf,
             partial: None,
+            inflater: accepted.map(|fresh_each_time| Inflater {
+                state: flate2::Decompress::new(false),
+                fresh_each_time,
+                out: Vec::new(),
+            }),
         },
         WsWriter {
             write,
@@ -140,7 +214,16 @@ impl WsReader {
         let mut at = 0;
         while let Some((fin, opcode, start, len)) = header(&self.buf[at..])? {
             let body = &self.buf[at + start..at + start + len];
+            let compressed = self.buf[at] & 0x40 != 0;
+            if compressed && (self.inflater.is_none() || !fin || self.partial.is_some()) {
+                // Fragmented compressed messages: not from the servers measured.
+                return Err(bad("unexpected RSV1"));
+            }
             match opcode {
+                0x1 | 0x2 if compressed => {
+                    let inflater = self.inflater.as_mut().expect("checked above");
+                    on(Incoming::Message(inflater.inflate(body)?));
+                }
                 0x1 | 0x2 if fin && self.partial.is_none() => on(Incoming::Message(body)),
                 0x1 | 0x2 => {
                     if self.partial.is_some() {

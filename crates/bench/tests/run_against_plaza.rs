@@ -403,4 +403,17 @@ async fn chat_replay_holds_by_volume_answers_replies_at_once_and_loses_nothing()
     // Without a policy every message is a frame of its own (acks and
     // presence add a few).
     assert!(plain.frames_in_per_s >= plain.received_per_s, "{plain:#?}");
+
+    // With permessage-deflate the same messages arrive, in fewer bytes.
+    let packed = chat_replay(&[("compression", "true")]).await;
+    assert!(packed.errors.is_empty(), "{:?}", packed.errors);
+    let ratio = packed.delivery_ratio.unwrap();
+    assert!((0.99..=1.01).contains(&ratio), "{packed:#?}");
+    let per_delivery = |r: &plaza_bench::Report| r.bytes_in_per_s / r.received_per_s;
+    assert!(
+        per_delivery(&packed) * 2.0 < per_delivery(&held),
+        "{} vs {} bytes per delivery",
+        per_delivery(&packed),
+        per_delivery(&held)
+    );
 }

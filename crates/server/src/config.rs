@@ -24,6 +24,12 @@ pub struct ServerConfig {
     /// A busy connection writes at most once per this window (0: write at
     /// once): queued frames go out together, in one write.
     pub write_coalesce_ms: u64,
+    /// Offer permessage-deflate (RFC 7692) to WebSocket clients that ask
+    /// for it (browsers do): server messages of `compression_min_bytes` or
+    /// more go out compressed, each on its own.
+    pub websocket_compression: bool,
+    /// The smallest server message worth compressing, in bytes.
+    pub compression_min_bytes: usize,
     /// Interval of server WebSocket pings.
     pub heartbeat_interval_ms: u64,
     /// A connection silent this long is dropped (close code 4001).
@@ -82,6 +88,8 @@ impl Default for ServerConfig {
             rate_limit_burst: 400,
             send_queue_frames: 4096,
             write_coalesce_ms: 2,
+            websocket_compression: true,
+            compression_min_bytes: 256,
             heartbeat_interval_ms: 25_000,
             idle_timeout_ms: 30_000,
             ticket_ttl_ms: 30_000,

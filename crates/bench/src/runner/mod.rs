@@ -111,6 +111,8 @@ struct Shared {
     start: Instant,
     /// Arrival offsets; user `i` arrives at `arrivals[i]`.
     arrivals: Vec<Duration>,
+    /// Users offer permessage-deflate.
+    compression: bool,
     /// Per room: users of this process that have joined it.
     room_joined: Vec<AtomicU64>,
     opts: RunOptions,
@@ -250,6 +252,7 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         start,
         arrivals: schedule.arrivals.clone(),
         room_joined: (0..rooms).map(|_| AtomicU64::new(0)).collect(),
+        compression: scenario.compression,
         opts,
         rooms,
         room_sizes,

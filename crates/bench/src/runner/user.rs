@@ -163,7 +163,14 @@ pub(super) async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &St
             let o = &shared.opts;
             let bind = (!o.bind.is_empty()).then(|| o.bind[(st.vu as usize) % o.bind.len()]);
             let room = st.first_room.as_deref();
-            let fut = session::connect_for(o.addr, &o.host, o.driver.as_ref(), room, bind);
+            let fut = session::connect_for(
+                o.addr,
+                &o.host,
+                o.driver.as_ref(),
+                room,
+                bind,
+                shared.compression,
+            );
             match tokio::time::timeout(o.timeout, fut).await {
                 Ok(Ok(c)) => {
                     st.conn = Some(c);

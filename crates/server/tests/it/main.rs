@@ -7,6 +7,7 @@ mod broadcast;
 mod chat_history;
 mod cluster;
 mod coalescing;
+mod compression;
 mod direct;
 mod heartbeat;
 mod http_api;

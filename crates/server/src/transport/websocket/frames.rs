@@ -11,6 +11,8 @@ use bytes::{Buf, Bytes, BytesMut};
 use tungstenite::protocol::frame::coding::{Control, Data, OpCode};
 use tungstenite::protocol::frame::FrameHeader;
 
+use super::deflate::{self, Deflate, InflateError, Inflater};
+
 /// What the reader found in the bytes it was given.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Incoming {
@@ -43,16 +45,21 @@ fn violation(code: u16, reason: &'static str) -> Violation {
 #[derive(Debug)]
 pub struct FrameReader {
     max_message: usize,
-    /// The message being reassembled from fragments: (is text, bytes so far).
-    fragments: Option<(bool, BytesMut)>,
+    /// The message being reassembled from fragments: (is text, is
+    /// compressed, bytes so far).
+    fragments: Option<(bool, bool, BytesMut)>,
+    /// With permessage-deflate: reads compressed messages (RSV1 set).
+    inflater: Option<Inflater>,
 }
 
 impl FrameReader {
-    /// A reader refusing messages larger than `max_message` bytes.
-    pub fn new(max_message: usize) -> Self {
+    /// A reader refusing messages larger than `max_message` bytes (after
+    /// inflating, with `deflate`).
+    pub fn new(max_message: usize, deflate: Option<Deflate>) -> Self {
         FrameReader {
             max_message,
             fragments: None,
+            inflater: deflate.map(Inflater::new),
         }
     }
 
@@ -68,7 +75,10 @@ impl FrameReader {
                 Err(_) => return Err(violation(1002, "invalid frame header")),
             };
             let header_len = cursor.position() as usize;
-            if header.rsv1 || header.rsv2 || header.rsv3 {
+            // RSV1 marks a compressed message, on its first frame only.
+            let first_data = matches!(header.opcode, OpCode::Data(Data::Text | Data::Binary));
+            let compressed = header.rsv1 && first_data && self.inflater.is_some();
+            if (header.rsv1 && !compressed) || header.rsv2 || header.rsv3 {
                 return Err(violation(1002, "reserved bits set"));
             }
             let Some(mask) = header.mask else {
@@ -78,7 +88,7 @@ impl FrameReader {
             if is_control && (!header.is_final || len > 125) {
                 return Err(violation(1002, "invalid control frame"));
             }
-            let held = self.fragments.as_ref().map_or(0, |(_, b)| b.len());
+            let held = self.fragments.as_ref().map_or(0, |(_, _, b)| b.len());
             if len > (self.max_message.saturating_sub(held)) as u64 {
                 return Err(violation(1009, "message too big"));
             }
@@ -103,18 +113,19 @@ impl FrameReader {
                     }
                     let text = header.opcode == OpCode::Data(Data::Text);
                     if fin {
-                        return message(text, payload.freeze()).map(Some);
+                        return self.message(text, compressed, payload).map(Some);
                     }
-                    self.fragments = Some((text, payload));
+                    self.fragments = Some((text, compressed, payload));
                 }
                 OpCode::Data(Data::Continue) => {
-                    let Some((_, held)) = self.fragments.as_mut() else {
+                    let Some((_, _, held)) = self.fragments.as_mut() else {
                         return Err(violation(1002, "continuation without a message"));
                     };
                     held.extend_from_slice(&payload);
                     if fin {
-                        let (text, whole) = self.fragments.take().expect("checked above");
-                        return message(text, whole.freeze()).map(Some);
+                        let (text, compressed, whole) =
+                            self.fragments.take().expect("checked above");
+                        return self.message(text, compressed, whole).map(Some);
                     }
                 }
                 OpCode::Data(Data::Reserved(_)) | OpCode::Control(Control::Reserved(_)) => {
@@ -122,6 +133,28 @@ impl FrameReader {
                 }
             }
         }
+    }
+}
+
+impl FrameReader {
+    /// A whole message, inflated if `compressed`.
+    fn message(
+        &mut self,
+        text: bool,
+        compressed: bool,
+        payload: BytesMut,
+    ) -> Result<Incoming, Violation> {
+        let payload = match (compressed, self.inflater.as_mut()) {
+            (true, Some(inflater)) => match inflater.inflate(&payload, self.max_message) {
+                Ok(m) => Bytes::from(m),
+                Err(InflateError::TooBig) => return Err(violation(1009, "message too big")),
+                Err(InflateError::Invalid) => {
+                    return Err(violation(1007, "invalid compressed message"))
+                }
+            },
+            _ => payload.freeze(),
+        };
+        message(text, payload)
     }
 }
 
@@ -174,6 +207,36 @@ pub enum ServerOp {
 
 /// Appends an unmasked, final server frame header for a `len`-byte payload.
 pub fn put_header(out: &mut Vec<u8>, op: ServerOp, len: usize) {
+    put_header_with(out, op, len, false);
+}
+
+/// Appends a server text frame: `msg` compressed (RSV1 set, RFC 7692) when
+/// `deflate` is given and `msg` has at least `min_bytes`, else as it is.
+pub fn put_text(out: &mut Vec<u8>, msg: &[u8], deflate: Option<(Deflate, usize)>) {
+    match deflate {
+        Some((d, min_bytes)) if msg.len() >= min_bytes => COMPRESSED.with(|cell| {
+            let mut packed = cell.borrow_mut();
+            packed.clear();
+            deflate::compress(msg, d.server_window_bits, &mut packed);
+            put_header_with(out, ServerOp::Text, packed.len(), true);
+            out.extend_from_slice(&packed);
+            if packed.capacity() > 1 << 20 {
+                *packed = Vec::new();
+            }
+        }),
+        _ => {
+            put_header(out, ServerOp::Text, msg.len());
+            out.extend_from_slice(msg);
+        }
+    }
+}
+
+thread_local! {
+    /// Scratch space for one compressed message (its length goes first).
+    static COMPRESSED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn put_header_with(out: &mut Vec<u8>, op: ServerOp, len: usize, rsv1: bool) {
     let opcode = match op {
         ServerOp::Text => OpCode::Data(Data::Text),
         ServerOp::Ping => OpCode::Control(Control::Ping),
@@ -182,7 +245,7 @@ pub fn put_header(out: &mut Vec<u8>, op: ServerOp, len: usize) {
     };
     let header = FrameHeader {
         is_final: true,
-        rsv1: false,
+        rsv1,
         rsv2: false,
         rsv3: false,
         opcode,
@@ -218,7 +281,11 @@ mod tests {
     }
 
     fn read_all(bytes: &[u8]) -> Vec<Result<Incoming, Violation>> {
-        let mut r = FrameReader::new(1 << 20);
+        read_all_with(bytes, None)
+    }
+
+    fn read_all_with(bytes: &[u8], deflate: Option<Deflate>) -> Vec<Result<Incoming, Violation>> {
+        let mut r = FrameReader::new(1 << 20, deflate);
         let mut buf = BytesMut::from(bytes);
         let mut out = Vec::new();
         loop {
@@ -231,6 +298,87 @@ mod tests {
                 }
             }
         }
+    }
+
+    const DEFLATE: Deflate = Deflate {
+        server_window_bits: 15,
+        client_no_context_takeover: true,
+    };
+
+    fn packed(msg: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        deflate::compress(msg, 15, &mut out);
+        out
+    }
+
+    #[test]
+    fn compressed_messages_are_inflated_only_when_negotiated() {
+        let msg = br#"{"type":"publish","room":"r","event":"chat","data":"hello hello hello"}"#;
+        let p = packed(msg);
+        // RSV1 (0x40) on a final text frame.
+        let whole = frame(0xC1, &p);
+        assert_eq!(
+            read_all_with(&whole, Some(DEFLATE)),
+            vec![Ok(Incoming::Text(Bytes::copy_from_slice(msg)))]
+        );
+        // Fragmented: RSV1 on the first frame only.
+        let (a, b) = p.split_at(p.len() / 2);
+        let mut split = frame(0x41, a);
+        split.extend(frame(0x80, b));
+        assert_eq!(
+            read_all_with(&split, Some(DEFLATE)),
+            vec![Ok(Incoming::Text(Bytes::copy_from_slice(msg)))]
+        );
+        // Uncompressed messages still pass.
+        assert_eq!(
+            read_all_with(&frame(0x81, b"{}"), Some(DEFLATE)),
+            vec![Ok(Incoming::Text(Bytes::from_static(b"{}")))]
+        );
+        // Without the extension, or on a continuation or control frame: a violation.
+        assert_eq!(
+            read_all(&whole),
+            vec![Err(violation(1002, "reserved bits set"))]
+        );
+        let mut bad = frame(0x01, a);
+        bad.extend(frame(0xC0, b));
+        assert_eq!(
+            read_all_with(&bad, Some(DEFLATE)),
+            vec![Err(violation(1002, "reserved bits set"))]
+        );
+        assert_eq!(
+            read_all_with(&frame(0xC9, b""), Some(DEFLATE)),
+            vec![Err(violation(1002, "reserved bits set"))]
+        );
+        // Not deflate data.
+        assert_eq!(
+            read_all_with(&frame(0xC1, &[0xff, 0xfe, 0xfd]), Some(DEFLATE)),
+            vec![Err(violation(1007, "invalid compressed message"))]
+        );
+        // Inflating past the limit.
+        let big = vec![b' '; 2 << 20];
+        assert_eq!(
+            read_all_with(&frame(0xC1, &packed(&big)), Some(DEFLATE)),
+            vec![Err(violation(1009, "message too big"))]
+        );
+    }
+
+    #[test]
+    fn server_text_frames_are_compressed_above_the_threshold() {
+        let msg = vec![b'a'; 300];
+        let mut out = Vec::new();
+        put_text(&mut out, &msg, Some((DEFLATE, 256)));
+        assert_eq!(out[0], 0xC1, "FIN, RSV1, text");
+        let len = out[1] as usize;
+        assert_eq!(out.len(), 2 + len);
+        let mut inflater = Inflater::new(DEFLATE);
+        assert_eq!(inflater.inflate(&out[2..], 1024).unwrap(), msg);
+        let mut plain = Vec::new();
+        put_text(&mut plain, &msg[..255], Some((DEFLATE, 256)));
+        assert_eq!(plain[0], 0x81);
+        assert_eq!(&plain[plain.len() - 255..], &msg[..255]);
+        let mut off = Vec::new();
+        put_text(&mut off, &msg, None);
+        assert_eq!((off[0], off.len()), (0x81, 304));
     }
 
     #[test]
@@ -256,7 +404,7 @@ mod tests {
     fn partial_input_consumes_nothing_until_complete() {
         let long = vec![b'x'; 300];
         let whole = frame(0x81, &long);
-        let mut r = FrameReader::new(1 << 20);
+        let mut r = FrameReader::new(1 << 20, None);
         for cut in [0, 1, 2, 3, 7, 200, whole.len() - 1] {
             let mut buf = BytesMut::from(&whole[..cut]);
             assert_eq!(r.next(&mut buf), Ok(None), "cut at {cut}");
@@ -314,10 +462,10 @@ mod tests {
 
     #[test]
     fn size_limit_counts_the_whole_message() {
-        let mut r = FrameReader::new(10);
+        let mut r = FrameReader::new(10, None);
         let mut buf = BytesMut::from(&frame(0x81, &[b'x'; 11])[..]);
         assert_eq!(r.next(&mut buf).unwrap_err().code, 1009);
-        let mut r = FrameReader::new(10);
+        let mut r = FrameReader::new(10, None);
         let mut bytes = frame(0x01, &[b'x'; 6]);
         bytes.extend(frame(0x80, &[b'x'; 5]));
         let mut buf = BytesMut::from(&bytes[..]);

@@ -8,6 +8,7 @@
 //! encoded frames with one freshly built buffer and as few syscalls as the
 //! socket allows. Header parsing and formatting are tungstenite's.
 
+mod deflate;
 mod frames;
 mod upgrade;
 mod writer;
@@ -24,9 +25,10 @@ use tokio::time::Instant;
 use super::coalesce;
 use super::session::{ClientSession, Heartbeat};
 use crate::Node;
+use deflate::Deflate;
 use frames::{put_header, FrameReader, Incoming, ServerOp};
 pub(crate) use upgrade::upgrade;
-use writer::{close_reason, failed_write, write_all, write_batch, write_control};
+use writer::{close_reason, failed_write, write_all, write_batch, write_control, BatchWrite};
 
 /// How long a server-initiated close waits for the client's Close.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
@@ -44,11 +46,18 @@ pub(super) enum End {
 }
 
 /// Runs one WebSocket connection until it closes.
-pub(crate) async fn serve_socket(node: Arc<Node>, stream: TcpStream, pre: Bytes) {
+pub(crate) async fn serve_socket(
+    node: Arc<Node>,
+    stream: TcpStream,
+    pre: Bytes,
+    deflate: Option<Deflate>,
+) {
     let _ = stream.set_nodelay(true);
     let config = node.config();
-    let mut reader = FrameReader::new(config.max_frame_bytes.saturating_mul(4).max(1024));
+    let max_message = config.max_frame_bytes.saturating_mul(4).max(1024);
+    let mut reader = FrameReader::new(max_message, deflate);
     let coalesce = Duration::from_millis(config.write_coalesce_ms);
+    let deflate = deflate.map(|d| (d, config.compression_min_bytes));
     let mut session = ClientSession::open(node);
     // `pre` is a view into hyper's 16 KiB HTTP read buffer: copy out what it
     // holds (usually nothing) and let the buffer go.
@@ -121,7 +130,8 @@ pub(crate) async fn serve_socket(node: Arc<Node>, stream: TcpStream, pre: Bytes)
             }
             first = session.queue.recv() => {
                 let hold = coalesce::hold_until(last_write, Instant::now(), coalesce);
-                let batch = write_batch(&session.node, &stream, &control, hold, first, &mut session.queue, &mut unfinished);
+                let how = BatchWrite { hold, deflate };
+                let batch = write_batch(&session.node, &stream, &control, how, first, &mut session.queue, &mut unfinished);
                 if Box::pin(batch).await.is_err() {
                     break failed_write(&control);
                 }
@@ -203,7 +213,7 @@ mod tests {
             .await
             .unwrap();
         let node = Node::new(ServerConfig::default(), Arc::new(MemoryTicketStore::new()));
-        let task = super::serve_socket(node, stream, bytes::Bytes::new());
+        let task = super::serve_socket(node, stream, bytes::Bytes::new(), None);
         let size = std::mem::size_of_val(&task);
         assert!(size <= 1280, "serve_socket future has {size} bytes");
     }

@@ -11,7 +11,7 @@ use hyper_util::rt::TokioIo;
 use plaza_protocol::ErrorCode;
 use tokio::net::TcpStream;
 
-use super::serve_socket;
+use super::{deflate, serve_socket};
 use crate::api_error::ApiError;
 use crate::Node;
 
@@ -59,6 +59,17 @@ pub(crate) async fn upgrade(State(node): State<Arc<Node>>, mut req: Request) -> 
         .into_response();
     };
     let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let deflate = if node.config().websocket_compression {
+        let offers = h
+            .get_all(header::SEC_WEBSOCKET_EXTENSIONS)
+            .iter()
+            .filter_map(|v| v.to_str().ok());
+        deflate::negotiate(offers)
+    } else {
+        None
+    };
+    let extensions = deflate.as_ref().map(|(_, response)| response.clone());
+    let deflate = deflate.map(|(d, _)| d);
     let on_upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
         match on_upgrade.await {
@@ -66,19 +77,23 @@ pub(crate) async fn upgrade(State(node): State<Arc<Node>>, mut req: Request) -> 
                 TokioIo<TcpStream>,
             >(upgraded)
             {
-                Ok(parts) => serve_socket(node, parts.io.into_inner(), parts.read_buf).await,
+                Ok(parts) => {
+                    serve_socket(node, parts.io.into_inner(), parts.read_buf, deflate).await
+                }
                 Err(_) => tracing::error!("upgraded connection is not a TCP stream"),
             },
             Err(e) => tracing::debug!(error = %e, "websocket upgrade failed"),
         }
     });
-    Response::builder()
+    let mut response = Response::builder()
         .status(StatusCode::SWITCHING_PROTOCOLS)
         .header(header::CONNECTION, "upgrade")
         .header(header::UPGRADE, "websocket")
-        .header(header::SEC_WEBSOCKET_ACCEPT, accept)
-        .body(Body::empty())
-        .expect("valid response")
+        .header(header::SEC_WEBSOCKET_ACCEPT, accept);
+    if let Some(e) = extensions {
+        response = response.header(header::SEC_WEBSOCKET_EXTENSIONS, e);
+    }
+    response.body(Body::empty()).expect("valid response")
 }
 
 fn has_token(h: &HeaderMap, name: header::HeaderName, token: &str) -> bool {

@@ -6,7 +6,8 @@ use std::io;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::frames::{put_header, ServerOp};
+use super::deflate::Deflate;
+use super::frames::{put_header, put_text, ServerOp};
 use super::End;
 use crate::outbox::{ConnectionControl, OutboxReceiver, Outgoing};
 use crate::Node;
@@ -37,6 +38,15 @@ pub(super) fn close_reason(code: u16) -> &'static str {
     }
 }
 
+/// How a batch is written.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct BatchWrite {
+    /// Wait until then first (see [`super::coalesce`]).
+    pub hold: Option<Instant>,
+    /// permessage-deflate and the smallest message it compresses.
+    pub deflate: Option<(Deflate, usize)>,
+}
+
 /// Writes the first queued frame and everything else queued (up to
 /// [`MAX_BATCH`]) in one buffer, after waiting until `hold` (see
 /// [`coalesce`]) so that frames arriving meanwhile join the batch.
@@ -44,11 +54,12 @@ pub(super) async fn write_batch(
     node: &Node,
     stream: &TcpStream,
     control: &ConnectionControl,
-    hold: Option<Instant>,
+    how: BatchWrite,
     first: Outgoing,
     rx: &mut OutboxReceiver,
     unfinished: &mut Vec<u8>,
 ) -> io::Result<()> {
+    let BatchWrite { hold, deflate } = how;
     if let Some(at) = hold {
         tokio::select! {
             biased;
@@ -61,8 +72,7 @@ pub(super) async fn write_batch(
     let mut frames = 0u64;
     let mut next = Some(first);
     while let Some(item) = next.take() {
-        put_header(&mut out, ServerOp::Text, item.frame().len());
-        out.extend_from_slice(item.frame());
+        put_text(&mut out, item.frame(), deflate);
         frames += 1;
         if frames < MAX_BATCH as u64 {
             next = rx.try_recv().ok();
