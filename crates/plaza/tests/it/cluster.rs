@@ -1,7 +1,8 @@
 //! Cluster mode with real processes: redis-server, three `plaza serve
 //! --redis` nodes and nginx on loopback (scripts/test.sh installs the
 //! packages). A node is killed, drained and Redis restarted while members
-//! publish; every acknowledged message must reach every member exactly once.
+//! publish; every acknowledged message must reach every member exactly once,
+//! and a delivery policy holds across nodes and survives its node's death.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -389,4 +390,253 @@ async fn spatial_rooms_decide_proximity_once_across_real_nodes() {
             .count();
         assert_eq!(leaves, 1, "{}: {:?}", m.name, m.events);
     }
+}
+
+/// The next text frame on `ws` within `limit`; panics on a timeout or when
+/// the connection ends (`what` says whose connection).
+async fn frame_within(ws: &mut crate::cluster_support::Ws, limit: Duration, what: &str) -> Value {
+    match tokio::time::timeout(limit, next_frame(ws)).await {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => panic!("{what}: the connection ended: {e}"),
+        Err(_) => panic!("{what}: no frame within {limit:?}"),
+    }
+}
+
+/// Connects to `url`, sends `join` and returns the connection, the node it
+/// landed on (`x-plaza-node`) and the answer; retries a failed connect (a
+/// load balancer noticing a dead node) until `limit`.
+async fn join_raw(
+    url: &str,
+    join: &Value,
+    limit: Duration,
+) -> (crate::cluster_support::Ws, String, Value) {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let deadline = std::time::Instant::now() + limit;
+    let mut wait = Duration::from_millis(20);
+    loop {
+        let attempt = async {
+            let (mut ws, response) = tokio_tungstenite::connect_async(url)
+                .await
+                .map_err(|e| format!("connect {url}: {e}"))?;
+            let node = response
+                .headers()
+                .get("x-plaza-node")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            ws.send(Message::text(join.to_string()))
+                .await
+                .map_err(|e| e.to_string())?;
+            let answer = next_frame(&mut ws).await?;
+            Ok::<_, String>((ws, node, answer))
+        };
+        match tokio::time::timeout(
+            deadline.saturating_duration_since(std::time::Instant::now()),
+            attempt,
+        )
+        .await
+        {
+            Ok(Ok(r)) => return r,
+            Ok(Err(e)) => assert!(
+                std::time::Instant::now() < deadline,
+                "no join through {url} within {limit:?}: {e}"
+            ),
+            Err(_) => panic!("no answer to the join through {url} within {limit:?}"),
+        }
+        // Backoff between attempts while the balancer notices the dead node.
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// A member with a delivery policy (`max_held: 5`, Volume only) on the node
+/// its room hashes to, fed by a publisher on another node: it gets nothing
+/// until five events are held, then one `batch` of the five. Its node is
+/// killed (SIGKILL) while it holds two: those never reached it, and its resume
+/// through the balancer, on a live node, replays exactly them, once, as
+/// events; its policy (the room's state, on every node) still holds there.
+///
+/// The room has `presence: false`: the node's death and the resume then add
+/// no presence events, so the member's stream is exactly the publisher's
+/// messages whatever the timing of the cluster noticing the death.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_policy_holds_across_real_nodes_and_survives_its_nodes_death() {
+    const STEP: Duration = Duration::from_secs(15);
+    let (mut cluster, _dir) = start(3, "policy");
+    let room = "held";
+    let (status, body) = post_json(
+        cluster.node(0).addr(),
+        "/v1/rooms",
+        &json!({"id": room, "options": {"presence": false}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let lb = ws_url(&cluster.url(), room);
+
+    // h, through the balancer, lands on the room's node: the victim.
+    let (mut h, h_node, joined) = join_raw(
+        &lb,
+        &json!({"type": "join", "room": room, "name": "h", "policy": {"max_held": 5}}),
+        STEP,
+    )
+    .await;
+    assert_eq!(joined["type"], "joined", "{joined}");
+    assert_eq!(joined["resumed"], false, "{joined}");
+    let h_session = joined["session"].as_str().unwrap().to_owned();
+    let h_token = joined["resume_token"].clone();
+    let victim = cluster
+        .nodes()
+        .iter()
+        .position(|n| n.id() == h_node)
+        .unwrap_or_else(|| panic!("h landed on {h_node:?}, not a node of the cluster"));
+    let others: Vec<usize> = (0..3).filter(|&i| i != victim).collect();
+    // q, without a policy, on h's node: when q has an event, h's node has
+    // routed it to h too (held, or sent before q's).
+    let mut q = Member::join(&ws_url(&cluster.node(victim).url(), room), room, "q").await;
+    // p publishes from a second node, w listens on the third.
+    let mut p = Member::join(&ws_url(&cluster.node(others[0]).url(), room), room, "p").await;
+    let mut w = Member::join(&ws_url(&cluster.node(others[1]).url(), room), room, "w").await;
+    assert_eq!(q.node, h_node);
+    assert_eq!(p.node, cluster.node(others[0]).id());
+    assert_eq!(w.node, cluster.node(others[1]).id());
+
+    // Publishes ids `from..to` as p, one at a time, each acknowledged; returns their seqs.
+    async fn publish(p: &mut Member, from: usize, to: usize) -> Vec<u64> {
+        let mut seqs = Vec::new();
+        for i in from..to {
+            let id = format!("p-{i}");
+            p.publish(&id, json!(id)).await;
+            p.pump_until(STEP, |p| p.all_acked()).await;
+            seqs.push(p.acked[&id]);
+        }
+        seqs
+    }
+    // The message events `seqs` in order, each p's, each carrying its id.
+    let check_messages = |frames: &[Value], seqs: &[u64], first_id: usize, p_session: &str| {
+        let got: Vec<u64> = frames.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+        assert_eq!(got, seqs, "{frames:?}");
+        for (i, e) in frames.iter().enumerate() {
+            assert_eq!(e["type"], "event", "{e}");
+            assert_eq!(e["room"], room, "{e}");
+            assert_eq!(e["kind"], "message", "{e}");
+            assert_eq!(e["from"], p_session, "{e}");
+            assert_eq!(e["data"], json!(format!("p-{}", first_id + i)), "{e}");
+        }
+    };
+    let p_session = p.session.clone();
+
+    // 1. Three messages: w (no policy, another node) and q (no policy, h's
+    // node) get each at once; h holds them.
+    let first = publish(&mut p, 0, 3).await;
+    assert!(
+        first.windows(2).all(|s| s[1] == s[0] + 1),
+        "one publisher alone in the room: consecutive seqs {first:?}"
+    );
+    for m in [&mut w, &mut q] {
+        m.pump_until(STEP, |m| m.received.len() == 3).await;
+        assert_eq!(
+            m.received.keys().copied().collect::<Vec<_>>(),
+            first,
+            "{}",
+            m.name
+        );
+    }
+    // 2. Two more: the fifth held makes one batch of the five, in seq order.
+    // It is h's first frame since `joined`: nothing went out before it.
+    let second = publish(&mut p, 3, 5).await;
+    let batch = frame_within(&mut h, STEP, "h").await;
+    assert_eq!(
+        batch["type"], "batch",
+        "h's first frame is the batch: {batch}"
+    );
+    assert_eq!(batch["room"], room, "{batch}");
+    let five: Vec<u64> = first.iter().chain(&second).copied().collect();
+    check_messages(batch["events"].as_array().unwrap(), &five, 0, &p_session);
+    let last_seq = five[4];
+
+    // 3. Two more, held on h's node (q has them, so that node routed them to
+    // h); then that node dies without a word.
+    let held = publish(&mut p, 5, 7).await;
+    q.pump_until(STEP, |m| m.received.len() == 7).await;
+    w.pump_until(STEP, |m| m.received.len() == 7).await;
+    cluster.kill_node(victim).unwrap();
+    q.drop_connection();
+    // h's connection ends with nothing more on it: the two were held.
+    match tokio::time::timeout(STEP, next_frame(&mut h)).await {
+        Ok(Err(_)) => {}
+        Ok(Ok(v)) => panic!("h was sent {v} after its node held two and was killed"),
+        Err(_) => panic!("h's connection to the killed node did not end within {STEP:?}"),
+    }
+    drop(h);
+
+    // 4. h resumes through the balancer, on a live node, from the batch's
+    // last seq: `joined` (resumed, same session), then exactly the two held
+    // events, once, as `event` frames.
+    let (mut h, node, joined) = join_raw(
+        &lb,
+        &json!({"type": "join", "room": room, "name": "h",
+            "resume": {"token": h_token, "last_seq": last_seq}}),
+        STEP,
+    )
+    .await;
+    assert_eq!(joined["type"], "joined", "{joined}");
+    assert_eq!(joined["resumed"], true, "{joined}");
+    assert_eq!(joined["session"], h_session.as_str(), "{joined}");
+    assert_eq!(joined["seq"], held[1], "the room's seq: {joined}");
+    assert!(joined.get("snapshot").is_none(), "{joined}");
+    assert_ne!(node, h_node, "h resumed on a live node");
+    assert!(
+        others.iter().any(|&i| cluster.node(i).id() == node),
+        "h resumed on {node:?}"
+    );
+    let mut missed = Vec::new();
+    for _ in 0..2 {
+        missed.push(frame_within(&mut h, STEP, "resumed h").await);
+    }
+    check_messages(&missed, &held, 5, &p_session);
+
+    // 5. Its policy holds on the new node (kept by the resume, which named
+    // none): four more are held, the fifth flushes the five as one batch,
+    // the next frame after the two replayed events (so nothing came twice).
+    let third = publish(&mut p, 7, 11).await;
+    let fifth = publish(&mut p, 11, 12).await;
+    let batch = frame_within(&mut h, STEP, "resumed h").await;
+    assert_eq!(batch["type"], "batch", "{batch}");
+    let five: Vec<u64> = third.iter().chain(&fifth).copied().collect();
+    assert_eq!(five[0], held[1] + 1, "{five:?}");
+    check_messages(batch["events"].as_array().unwrap(), &five, 7, &p_session);
+    // The policy as the new node has it: the join's. (Unset bounds and no
+    // filters come out absent, although protocol.md says "every field
+    // present"; either way they must not be set.)
+    {
+        use futures_util::SinkExt;
+        use tokio_tungstenite::tungstenite::Message;
+        let req =
+            json!({"type": "request", "room": room, "nonce": 1, "op": "policy.update", "args": {}});
+        h.send(Message::text(req.to_string())).await.unwrap();
+    }
+    let response = frame_within(&mut h, STEP, "resumed h").await;
+    assert_eq!(response["type"], "response", "{response}");
+    assert_eq!(response["ok"], true, "{response}");
+    let policy = &response["result"]["policy"];
+    assert_eq!(policy["max_held"], 5, "{response}");
+    assert_eq!(policy["max_delay_ms"], Value::Null, "{response}");
+    assert_eq!(policy["aggregate"], true, "{response}");
+    assert!(
+        policy.get("filters").is_none_or(|f| *f == json!([])),
+        "{response}"
+    );
+
+    // w, without a policy, got all twelve once, in order.
+    w.pump_until(STEP, |m| m.received.len() == 12).await;
+    let all: Vec<u64> = p
+        .acked
+        .values()
+        .copied()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(w.received.keys().copied().collect::<Vec<_>>(), all);
+    assert_exactly_once(&[&p, &w]);
 }
