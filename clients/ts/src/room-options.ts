@@ -86,9 +86,12 @@ export interface LockOptions {
 export interface PublishOptions {
   /** Channel, default `main`. */
   channel?: string;
-  /** Relayed in the event; no server behaviour depends on it. */
+  /** Relayed in the event; delivery policies may filter on it (`field: 'topic'`). */
   topic?: string;
-  /** The `seq` of an earlier event this message answers. */
+  /**
+   * The `seq` of an earlier event this message answers (a thread). Its author receives the
+   * answer at once, whatever its delivery policy holds.
+   */
   replyTo?: number;
   /** `true`: the sender receives the event too. */
   echo?: boolean;

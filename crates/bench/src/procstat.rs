@@ -33,6 +33,23 @@ pub fn cpu_time(pid: Option<u32>) -> Option<Duration> {
     }
 }
 
+/// Bytes and packets the loopback interface has carried so far (its
+/// receive counters in `/proc/net/dev`: on `lo` every packet sent is
+/// received once). They count IP and TCP headers, ACKs and every other
+/// process's loopback traffic: traffic at the socket as a network would see
+/// it, on a machine where the run is all that uses loopback.
+pub fn loopback() -> Option<(u64, u64)> {
+    parse_loopback(&std::fs::read_to_string("/proc/net/dev").ok()?)
+}
+
+fn parse_loopback(dev: &str) -> Option<(u64, u64)> {
+    let line = dev
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("lo:"))?;
+    let mut fields = line.split_whitespace().map(|f| f.parse::<u64>().ok());
+    Some((fields.next()??, fields.next()??))
+}
+
 /// Resident memory of process `pid` and its descendants, in KiB: the sum of their RSS. Pages
 /// they share (nginx's workers and master, copy-on-write) are counted once per process, so a
 /// tree's sum overstates what it holds by that much.
@@ -181,6 +198,21 @@ fn vm_rss_kib(pid: u32) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn loopback_counters_are_read_from_proc_net_dev() {
+        let dev = "Inter-|   Receive                                                |  Transmit\n \
+                   face |bytes    packets errs drop fifo frame compressed multicast|bytes\n  \
+                   eth0: 999 9 0 0 0 0 0 0 999 9 0 0 0 0 0 0\n    \
+                   lo: 123456 789 0 0 0 0 0 0 123456 789 0 0 0 0 0 0\n";
+        assert_eq!(parse_loopback(dev), Some((123_456, 789)));
+        assert_eq!(parse_loopback("eth0: 1 2 3"), None);
+        assert!(
+            loopback().is_some(),
+            "this machine has a loopback interface"
+        );
+    }
+
     use super::*;
     use std::process::{Child, Command, Stdio};
     use std::time::Instant;

@@ -62,6 +62,13 @@ pub struct RawRun {
     pub server_rss_max_kib: Option<u64>,
     /// Server RSS at the start, KiB.
     pub server_rss_start_kib: Option<u64>,
+    /// Bytes over the loopback interface while recording (a target on
+    /// loopback only): IP and TCP headers included, both directions.
+    #[serde(default)]
+    pub loopback_bytes: Option<u64>,
+    /// Packets over the loopback interface while recording.
+    #[serde(default)]
+    pub loopback_packets: Option<u64>,
 }
 
 /// An empty histogram with the bounds every run uses: 1 µs to 1 h, three
@@ -109,6 +116,9 @@ impl RawRun {
         self.server_rss_kib = max(self.server_rss_kib, other.server_rss_kib);
         self.server_rss_max_kib = max(self.server_rss_max_kib, other.server_rss_max_kib);
         self.server_rss_start_kib = min(self.server_rss_start_kib, other.server_rss_start_kib);
+        // One machine's interface, seen by every process: the same traffic.
+        self.loopback_bytes = max(self.loopback_bytes, other.loopback_bytes);
+        self.loopback_packets = max(self.loopback_packets, other.loopback_packets);
         self.generator_threads += other.generator_threads;
         self.generator_cpu_us = match (self.generator_cpu_us, other.generator_cpu_us) {
             (Some(a), Some(b)) => Some(a + b),
@@ -192,6 +202,8 @@ mod tests {
             server_rss_kib: Some(1000 + users),
             server_rss_max_kib: Some(2000),
             server_rss_start_kib: Some(500 - users),
+            loopback_bytes: None,
+            loopback_packets: None,
         }
     }
 

@@ -118,6 +118,13 @@ pub struct Report {
     /// Chat replays: replies sent while recording.
     #[serde(default)]
     pub chat_replies: u64,
+    /// Loopback traffic while recording, both directions, IP and TCP
+    /// headers and ACKs included (a target on loopback only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loopback_bytes_per_s: Option<f64>,
+    /// Loopback packets per second while recording.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loopback_packets_per_s: Option<f64>,
     /// Bytes sent per second while recording.
     pub bytes_out_per_s: f64,
     /// Delivery latency measured by observers.
@@ -329,6 +336,8 @@ impl Report {
             frames_in_per_s: per_s(c.frames_in),
             reply_latency,
             chat_replies: c.chat_replies,
+            loopback_bytes_per_s: i.loopback_bytes.map(per_s),
+            loopback_packets_per_s: i.loopback_packets.map(per_s),
             latency,
             request_rt,
             requests_ok: c.requests_ok,
@@ -403,6 +412,12 @@ impl Report {
             "| WebSocket bytes in/s, out/s; messages in/s | {:.0}, {:.0}; {:.1} |",
             self.bytes_in_per_s, self.bytes_out_per_s, self.frames_in_per_s
         );
+        if let (Some(b), Some(p)) = (self.loopback_bytes_per_s, self.loopback_packets_per_s) {
+            let _ = writeln!(
+                s,
+                "| loopback traffic, both ways, IP+TCP headers included (bytes/s, packets/s) | {b:.0}, {p:.0} |"
+            );
+        }
         if let Some(d) = self.ws_duration_s {
             let _ = writeln!(
                 s,

@@ -44,6 +44,42 @@ pub struct HistoryEntry {
     /// The `event` frame as sent on the wire.
     #[serde(with = "frame_bytes")]
     pub frame: Bytes,
+    /// The frame in another wire form, made once for every recipient that
+    /// needs it (the transport's permessage-deflate: each message compressed
+    /// on its own comes out the same for everyone). Not part of snapshots.
+    #[serde(skip)]
+    pub wire: WireCache,
+}
+
+/// A lazily made second form of a frame, shared by every recipient.
+///
+/// Equal to any other: it only caches what the frame determines.
+#[derive(Clone, Default)]
+pub struct WireCache(std::sync::OnceLock<Bytes>);
+
+impl WireCache {
+    /// The cached form, made by `make` the first time.
+    pub fn get_or_init(&self, make: impl FnOnce() -> Bytes) -> &Bytes {
+        self.0.get_or_init(make)
+    }
+}
+
+impl PartialEq for WireCache {
+    fn eq(&self, _: &WireCache) -> bool {
+        true
+    }
+}
+
+impl Eq for WireCache {}
+
+impl std::fmt::Debug for WireCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "WireCache(made)"
+        } else {
+            "WireCache"
+        })
+    }
 }
 
 /// Which members an event is for.
@@ -257,6 +293,7 @@ mod tests {
             reply_to: None,
             scope: Scope::All,
             frame: Bytes::new(),
+            wire: Default::default(),
         })
     }
 

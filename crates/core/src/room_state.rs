@@ -215,6 +215,7 @@ mod tests {
                 crate::Scope::All
             },
             frame: Bytes::copy_from_slice(frame),
+            wire: Default::default(),
         })
     }
 

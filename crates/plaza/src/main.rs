@@ -79,6 +79,14 @@ struct ServeArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     write_coalesce_ms: Option<u64>,
+    /// Accept permessage-deflate when a WebSocket client offers it [default: true].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    websocket_compression: Option<bool>,
+    /// The smallest server message sent compressed, in bytes [default: 256].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compression_min_bytes: Option<usize>,
     /// Interval of server pings in ms [default: 25000].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]

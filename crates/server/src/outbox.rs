@@ -317,6 +317,7 @@ mod tests {
             reply_to: None,
             scope: plaza_core::Scope::All,
             frame: Bytes::from_static(b"{\"seq\":7}"),
+            wire: Default::default(),
         });
         let at = Instant::now();
         assert!(out.send_event(&entry, Some(at)));

@@ -376,6 +376,10 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
                 .zip(at_start.server)
                 .map(|(a, b)| a.saturating_sub(b));
             resources.generator_cpu = now.own.zip(at_start.own).map(|(a, b)| a.saturating_sub(b));
+            resources.loopback = now
+                .loopback
+                .zip(at_start.loopback)
+                .map(|((b, p), (b0, p0))| (b.saturating_sub(b0), p.saturating_sub(p0)));
             resources.server_rss_kib = pid.and_then(procstat::rss_kib);
             resources.server_rss_max_kib = pid.map(|_| rss_max);
         }
@@ -457,6 +461,14 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         server_rss_kib: resources.server_rss_kib,
         server_rss_max_kib: resources.server_rss_max_kib,
         server_rss_start_kib: resources.server_rss_start_kib,
+        loopback_bytes: resources
+            .loopback
+            .filter(|_| shared.opts.addr.ip().is_loopback())
+            .map(|l| l.0),
+        loopback_packets: resources
+            .loopback
+            .filter(|_| shared.opts.addr.ip().is_loopback())
+            .map(|l| l.1),
     })
 }
 
@@ -464,6 +476,8 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
 #[derive(Debug, Clone, Default)]
 struct ResourceUse {
     server_cpu: Option<Duration>,
+    /// Loopback bytes and packets while recording.
+    loopback: Option<(u64, u64)>,
     server_rss_kib: Option<u64>,
     server_rss_start_kib: Option<u64>,
     server_rss_max_kib: Option<u64>,
@@ -475,6 +489,7 @@ struct ResourceUse {
 struct CpuReading {
     server: Option<Duration>,
     own: Option<Duration>,
+    loopback: Option<(u64, u64)>,
 }
 
 impl CpuReading {
@@ -482,6 +497,7 @@ impl CpuReading {
         CpuReading {
             server: server_pid.and_then(|pid| procstat::cpu_time(Some(pid))),
             own: procstat::cpu_time(None),
+            loopback: procstat::loopback(),
         }
     }
 }

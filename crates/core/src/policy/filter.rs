@@ -146,6 +146,7 @@ mod tests {
             reply_to: None,
             scope: Scope::All,
             frame,
+            wire: Default::default(),
         }
     }
 

@@ -270,6 +270,7 @@ impl<S> Room<S> {
             reply_to,
             scope,
             frame,
+            wire: Default::default(),
         });
         self.log.push(entry.clone());
         entry

@@ -28,6 +28,7 @@ fn entry(seq: u64) -> Arc<HistoryEntry> {
         reply_to: None,
         scope: Default::default(),
         frame: Bytes::from(format!("{{\"seq\":{seq}}}")),
+        wire: Default::default(),
     })
 }
 

@@ -1202,6 +1202,7 @@ proptest! {
             let e = Arc::new(HistoryEntry {
                 seq, ts: 0, from: None, channel: None, echo: false, replay_to_sender: false,
                 topic: None, reply_to: None, scope: Default::default(), frame: bytes::Bytes::new(),
+                wire: Default::default(),
             });
             log.push(e);
             all.push(seq);

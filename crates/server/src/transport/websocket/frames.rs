@@ -218,8 +218,7 @@ pub fn put_text(out: &mut Vec<u8>, msg: &[u8], deflate: Option<(Deflate, usize)>
             let mut packed = cell.borrow_mut();
             packed.clear();
             deflate::compress(msg, d.server_window_bits, &mut packed);
-            put_header_with(out, ServerOp::Text, packed.len(), true);
-            out.extend_from_slice(&packed);
+            put_compressed(out, &packed);
             if packed.capacity() > 1 << 20 {
                 *packed = Vec::new();
             }
@@ -229,6 +228,12 @@ pub fn put_text(out: &mut Vec<u8>, msg: &[u8], deflate: Option<(Deflate, usize)>
             out.extend_from_slice(msg);
         }
     }
+}
+
+/// Appends a server text frame whose payload is already compressed.
+pub fn put_compressed(out: &mut Vec<u8>, packed: &[u8]) {
+    put_header_with(out, ServerOp::Text, packed.len(), true);
+    out.extend_from_slice(packed);
 }
 
 thread_local! {

@@ -6,11 +6,15 @@ use std::io;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::deflate::Deflate;
-use super::frames::{put_header, put_text, ServerOp};
+use super::deflate::{self, Deflate};
+use super::frames::{put_compressed, put_header, put_text, ServerOp};
 use super::End;
 use crate::outbox::{ConnectionControl, OutboxReceiver, Outgoing};
 use crate::Node;
+
+/// The window every browser gets (nobody asks for less): the one whose
+/// compressed events are shared by all recipients.
+const SHARED_WINDOW_BITS: u8 = 15;
 
 /// Frames written per batch at most, so one busy connection cannot hog its task.
 const MAX_BATCH: usize = 512;
@@ -72,7 +76,20 @@ pub(super) async fn write_batch(
     let mut frames = 0u64;
     let mut next = Some(first);
     while let Some(item) = next.take() {
-        put_text(&mut out, item.frame(), deflate);
+        match (&item, deflate) {
+            // A room event goes to many: compressed once, for all of them.
+            (Outgoing::Event { entry, .. }, Some((d, min_bytes)))
+                if d.server_window_bits == SHARED_WINDOW_BITS && entry.frame.len() >= min_bytes =>
+            {
+                let packed = entry.wire.get_or_init(|| {
+                    let mut packed = Vec::with_capacity(entry.frame.len() / 2 + 16);
+                    deflate::compress(&entry.frame, SHARED_WINDOW_BITS, &mut packed);
+                    packed.into()
+                });
+                put_compressed(&mut out, packed);
+            }
+            _ => put_text(&mut out, item.frame(), deflate),
+        }
         frames += 1;
         if frames < MAX_BATCH as u64 {
             next = rx.try_recv().ok();
