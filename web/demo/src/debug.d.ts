@@ -1,3 +1,5 @@
+import type { DeliveryPolicy } from '@plaza/client';
+
 /** Read-only state for tests (`window.__plaza`). */
 export interface DebugObject {
   id: string;
@@ -20,6 +22,8 @@ declare global {
     __plaza: {
       /** This tab's session id in the room, once joined. */
       session(): string | undefined;
+      /** The delivery policy in force in the room (quiet mode's), or undefined without one. */
+      policy(): DeliveryPolicy | undefined;
       /** Where this tab draws `session`'s avatar now, and its target. */
       avatar(session: string): { x: number; y: number; tx: number; ty: number } | undefined;
       /** The shared objects as drawn, with the session holding each one's lock (or null). */

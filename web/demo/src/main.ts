@@ -62,6 +62,7 @@ window.addEventListener('popstate', route);
 /** Read-only state for browser tests; see README.md ("Test hooks"). */
 window.__plaza = {
   session: () => view?.session(),
+  policy: () => view?.policy(),
   avatar: (session) => view?.avatar(session),
   objects: () => view?.objects() ?? [],
   highlights: () => view?.highlightList() ?? [],

@@ -7,6 +7,8 @@
 import {
   PlazaClient,
   type ConnectionState,
+  type DeliveryPolicy,
+  type JoinOptions,
   type PresenceEvent,
   type ReplicaChange,
   type RoomMessage as PlazaMessage,
@@ -68,7 +70,7 @@ export class RoomView {
     const changed = () => this.markDirty();
     const nameOf = (session: string | undefined) => this.members.nameOf(session);
     this.members = new Members(room, (session) => this.avatars.colorOf(session), changed);
-    this.chat = new Chat(room, nameOf);
+    this.chat = new Chat(roomId, room, nameOf);
     this.avatars = new Avatars({
       room,
       ended: () => this.ended,
@@ -127,8 +129,13 @@ export class RoomView {
     // listening by then (with the media they send).
     await this.video.prepare();
     let room: RoomHandle;
+    let restored: boolean;
     try {
-      room = await joinResuming(this.client, this.roomId, { name: this.name, channels: [CHAT_CHANNEL] }, () => this.ended);
+      // Quiet mode's delivery policy, if it is on, goes with the join (and every rejoin).
+      const options: JoinOptions = { name: this.name, channels: [CHAT_CHANNEL] };
+      const policy = this.chat.joinPolicy();
+      if (policy !== undefined) options.policy = policy;
+      ({ room, restored } = await joinResuming(this.client, this.roomId, options, () => this.ended));
     } catch (err) {
       if (this.ended) return;
       toast(errorCode(err) === 'room_not_found' ? `No room ${this.roomId}` : `Cannot join ${this.roomId}: ${String(err)}`, 'error');
@@ -147,6 +154,7 @@ export class RoomView {
       room.on('members', (members) => this.members.show(members)),
       room.on('presence', (e) => this.onPresence(e)),
       room.on('message', (m) => this.onMessage(m)),
+      room.on('batch', (events) => this.chat.onBatch(events)),
       room.on('closed', (c) => {
         if (this.ended) return;
         toast(c.reason === 'room_deleted' ? `Room ${this.roomId} was deleted` : `Out of the room: ${c.reason}`, 'error');
@@ -155,6 +163,7 @@ export class RoomView {
       }),
     );
     this.onChange({ type: 'reset' });
+    this.chat.joined(restored);
     this.gcTimer = setInterval(() => this.avatars.collect(), 1000);
     const loop = () => {
       this.draw();
@@ -198,6 +207,12 @@ export class RoomView {
 
   session(): string | undefined {
     return this.room?.session;
+  }
+
+  /** The delivery policy in force (as joined with or last confirmed), a copy. */
+  policy(): DeliveryPolicy | undefined {
+    const policy = this.room?.deliveryPolicy;
+    return policy === undefined ? undefined : (JSON.parse(JSON.stringify(policy)) as DeliveryPolicy);
   }
 
   /** The drawn position and target of `session`'s avatar. */

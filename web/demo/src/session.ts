@@ -10,23 +10,25 @@ import { errorCode, listen, store } from './util';
 type SavedSession = ReturnType<RoomHandle['saveSession']>;
 
 /**
- * Joins `roomId`, resuming the session saved before a reload if there is one. `ended`: whether
- * the view has ended meanwhile (then a failed restore is not retried).
+ * Joins `roomId`, resuming the session saved before a reload if there is one (`restored`: it
+ * did). `ended`: whether the view has ended meanwhile (then a failed restore is not retried).
+ * The options (the delivery policy among them) go with the resume too.
  */
 export async function joinResuming(
   client: PlazaClient,
   roomId: string,
   options: JoinOptions,
   ended: () => boolean,
-): Promise<RoomHandle> {
+): Promise<{ room: RoomHandle; restored: boolean }> {
   const saved = store.takeSession(roomId) as SavedSession | undefined;
   try {
-    return await client.join(roomId, saved === undefined ? options : { ...options, restore: saved });
+    const room = await client.join(roomId, saved === undefined ? options : { ...options, restore: saved });
+    return { room, restored: saved !== undefined };
   } catch (err) {
     // A saved session that cannot be restored (malformed, another server): join afresh.
     if (saved === undefined || ended() || errorCode(err) === 'room_not_found') throw err;
     console.warn('plaza demo: restoring the saved session failed, joining afresh', err);
-    return client.join(roomId, options);
+    return { room: await client.join(roomId, options), restored: false };
   }
 }
 

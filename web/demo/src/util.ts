@@ -86,8 +86,12 @@ export function pick<T>(items: readonly T[]): T {
 
 const NAME_KEY = 'plaza.name';
 const sessionKey = (room: string) => `plaza.session.${room}`;
+const chatKey = (room: string) => `plaza.chat.${room}`;
 
-/** Per-tab storage (sessionStorage): the display name and saved sessions for reloads. */
+/**
+ * Per-tab storage (sessionStorage): the display name, saved sessions for reloads, and each
+ * room's chat choices (topic, topics followed, quiet mode).
+ */
 export const store = {
   /** The name chosen in this tab; a random one (kept from now on) if none was. */
   name(): string {
@@ -119,6 +123,19 @@ export const store = {
   },
   forgetSession(room: string): void {
     sessionStorage.removeItem(sessionKey(room));
+  },
+  /** A room's chat choices as saved (unchecked: the chat validates them), if any. */
+  chatPrefs(room: string): unknown {
+    const raw = sessionStorage.getItem(chatKey(room));
+    if (raw === null) return undefined;
+    try {
+      return JSON.parse(raw) as unknown;
+    } catch {
+      return undefined;
+    }
+  },
+  saveChatPrefs(room: string, prefs: unknown): void {
+    sessionStorage.setItem(chatKey(room), JSON.stringify(prefs));
   },
 };
 
