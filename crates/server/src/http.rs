@@ -9,7 +9,7 @@ use axum::handler::HandlerWithoutStateExt;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, get_service, post};
+use axum::routing::{delete, get, get_service, post};
 use axum::{Json, Router};
 use plaza_core::TicketGrant;
 use plaza_protocol::ErrorCode;
@@ -59,6 +59,14 @@ pub(crate) fn router(node: Arc<Node>) -> Router {
         .route("/v1/rooms/{id}", get(get_room).delete(delete_room))
         .route("/v1/rooms/{id}/tickets", post(create_ticket))
         .route("/v1/ws", get(crate::transport::websocket::upgrade))
+        .route("/v1/sessions", post(crate::transport::http::open))
+        .route("/v1/sessions/{id}", delete(crate::transport::http::close))
+        .route("/v1/sessions/{id}/send", post(crate::transport::http::send))
+        .route("/v1/sessions/{id}/poll", get(crate::transport::http::poll))
+        .route(
+            "/v1/sessions/{id}/events",
+            get(crate::transport::http::events),
+        )
         .route(
             "/v1/trajectory/mean",
             crate::trajectory::route(Filter::Mean),

@@ -25,6 +25,8 @@ pub struct Node {
     shutdown: CancellationToken,
     connections: AtomicUsize,
     connections_changed: Notify,
+    /// Open HTTP transport sessions (SSE, long polling).
+    pub(crate) http_sessions: crate::transport::http::HttpSessions,
 }
 
 impl Node {
@@ -65,6 +67,7 @@ impl Node {
             shutdown: CancellationToken::new(),
             connections: AtomicUsize::new(0),
             connections_changed: Notify::new(),
+            http_sessions: Default::default(),
         })
     }
 

@@ -5,9 +5,10 @@
 //! protocol state, the send queue, counting, and the ending that disconnects
 //! its rooms), the heartbeat rule ([`liveness`]) and write coalescing
 //! ([`coalesce`]). A transport adds only its framing and its socket:
-//! [`websocket`] is the first; HTTP streaming and long-polling plug in beside it.
+//! [`websocket`], and [`http`]: server-sent events and long polling.
 
 pub(crate) mod coalesce;
+pub(crate) mod http;
 pub(crate) mod liveness;
 pub(crate) mod session;
 pub(crate) mod websocket;

@@ -11,6 +11,7 @@ mod compression;
 mod direct;
 mod heartbeat;
 mod http_api;
+mod http_transports;
 mod lifecycle;
 mod limits;
 mod locks;

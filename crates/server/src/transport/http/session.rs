@@ -1,0 +1,203 @@
+//! One HTTP transport session (SSE or long polling): the task that owns its
+//! [`ClientSession`], and the buffer of numbered frames its requests read.
+//!
+//! HTTP requests come and go; the session outlives them. Client frames
+//! arrive by `POST` and go to the task in order; the task moves what rooms
+//! queue into a buffer of frames numbered from 1, which an event stream or a
+//! poll reads from a position. A frame stays buffered until the client says
+//! it has it (a poll's `ack`, a stream's `Last-Event-ID`), so a response lost
+//! on the way is sent again; frames a stream has sent are dropped first when
+//! the buffer is full, frames never sent close the session as a slow
+//! consumer (4002), as on WebSocket.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use plaza_protocol::CloseCode;
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+
+use super::super::session::ClientSession;
+use crate::outbox::ConnectionControl;
+use crate::Node;
+
+/// Client messages waiting for the session task, at most.
+const INBOUND: usize = 64;
+
+/// What the request handlers share with the session's task.
+pub(crate) struct HttpSession {
+    /// The unguessable id that names (and is the secret of) the session.
+    pub(crate) id: String,
+    inbound: mpsc::Sender<Bytes>,
+    pub(crate) out: Mutex<OutBuffer>,
+    /// Signalled when frames are added or the session ends.
+    pub(crate) changed: Notify,
+    /// A poll or event stream is reading (one at a time).
+    pub(crate) reading: AtomicBool,
+    /// When a request last came (ms since the session opened).
+    last_heard_ms: AtomicU64,
+    opened: Instant,
+    control: Arc<ConnectionControl>,
+}
+
+/// The numbered frames of a session.
+#[derive(Default)]
+pub(crate) struct OutBuffer {
+    /// Frames after the last one acknowledged, with their positions.
+    pub(crate) frames: VecDeque<(u64, Bytes)>,
+    /// The position the next frame gets (frames are numbered from 1).
+    pub(crate) next: u64,
+    /// The highest position handed to a reader.
+    pub(crate) sent: u64,
+    /// Set when the session has ended: its close code.
+    pub(crate) ended: Option<u16>,
+}
+
+impl OutBuffer {
+    /// Drops the frames up to `pos`: the client has them.
+    pub(crate) fn ack(&mut self, pos: u64) {
+        while self.frames.front().is_some_and(|(p, _)| *p <= pos) {
+            self.frames.pop_front();
+        }
+    }
+
+    /// The first position still held (`next` when none is).
+    pub(crate) fn first(&self) -> u64 {
+        self.frames.front().map_or(self.next, |(p, _)| *p)
+    }
+}
+
+/// Why a frame could not be handed to the session.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum SendError {
+    /// The session has ended.
+    Ended,
+}
+
+impl HttpSession {
+    /// Passes one client message to the session, in order.
+    pub(crate) async fn send(&self, message: Bytes) -> Result<(), SendError> {
+        self.heard();
+        self.inbound
+            .send(message)
+            .await
+            .map_err(|_| SendError::Ended)
+    }
+
+    /// Ends the session (`DELETE`): its rooms' sessions stay resumable.
+    pub(crate) fn close(&self) {
+        self.control.close(CloseCode::Normal);
+    }
+
+    /// A request came.
+    pub(crate) fn heard(&self) {
+        let ms = self.opened.elapsed().as_millis() as u64;
+        self.last_heard_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    fn silent_for(&self) -> Duration {
+        let heard = Duration::from_millis(self.last_heard_ms.load(Ordering::Relaxed));
+        self.opened.elapsed().saturating_sub(heard)
+    }
+}
+
+/// Opens a session on `node` and starts its task; `on_end` runs when it ends.
+pub(crate) fn open(
+    node: Arc<Node>,
+    id: String,
+    on_end: impl FnOnce(&str) + Send + 'static,
+) -> Arc<HttpSession> {
+    let (tx, rx) = mpsc::channel(INBOUND);
+    let client = ClientSession::open(node);
+    let session = Arc::new(HttpSession {
+        control: client.control.clone(),
+        id,
+        inbound: tx,
+        out: Mutex::new(OutBuffer {
+            next: 1,
+            ..OutBuffer::default()
+        }),
+        changed: Notify::new(),
+        reading: AtomicBool::new(false),
+        last_heard_ms: AtomicU64::new(0),
+        opened: Instant::now(),
+    });
+    let shared = session.clone();
+    tokio::spawn(async move {
+        run(client, &shared, rx).await;
+        on_end(&shared.id);
+    });
+    session
+}
+
+/// The session's life: client messages in, room frames out, until it is
+/// closed, the node shuts down, or the client stays silent too long.
+async fn run(mut client: ClientSession, shared: &HttpSession, mut rx: mpsc::Receiver<Bytes>) {
+    let config = client.node.config();
+    let idle = Duration::from_millis(config.idle_timeout_ms);
+    let limit = config.send_queue_frames.max(1);
+    let shutdown = client.shutdown();
+    let control = client.control.clone();
+    loop {
+        // A reader waiting counts as the client being there.
+        let silent = if shared.reading.load(Ordering::Relaxed) {
+            Duration::ZERO
+        } else {
+            shared.silent_for()
+        };
+        let expiry = Instant::now() + idle.saturating_sub(silent);
+        tokio::select! {
+            biased;
+            _ = control.closed.cancelled() => break,
+            _ = shutdown.cancelled() => {
+                control.close(CloseCode::Restarting);
+                break;
+            }
+            message = rx.recv() => match message {
+                Some(m) => client.receive(&m).await,
+                None => break,
+            },
+            first = client.queue.recv() => {
+                let mut out = shared.out.lock().unwrap_or_else(|p| p.into_inner());
+                let mut next = Some(first);
+                while let Some(item) = next.take() {
+                    let pos = out.next;
+                    out.next += 1;
+                    out.frames.push_back((pos, item.frame().clone()));
+                    next = client.queue.try_recv().ok();
+                }
+                // Room for what comes: drop what a reader already sent
+                // (a reconnect cannot ask for it again), else the client
+                // does not keep up.
+                while out.frames.len() > limit
+                    && out.frames.front().is_some_and(|(p, _)| *p <= out.sent)
+                {
+                    out.frames.pop_front();
+                }
+                let full = out.frames.len() > limit;
+                drop(out);
+                shared.changed.notify_waiters();
+                if full {
+                    control.close(CloseCode::SlowConsumer);
+                    break;
+                }
+            }
+            _ = tokio::time::sleep_until(expiry) => {
+                if !shared.reading.load(Ordering::Relaxed) && shared.silent_for() >= idle {
+                    control.close(CloseCode::HeartbeatTimeout);
+                    break;
+                }
+            }
+        }
+    }
+    let code = client.disconnect().await;
+    {
+        let mut out = shared.out.lock().unwrap_or_else(|p| p.into_inner());
+        out.ended = Some(code.unwrap_or(CloseCode::Normal.code()));
+    }
+    shared.changed.notify_waiters();
+    client.finish();
+}

@@ -1,0 +1,358 @@
+//! The HTTP transports over real HTTP: long polling and server-sent events,
+//! with the same sessions, answers and resume as WebSocket, and their errors.
+
+use std::time::Duration;
+
+use plaza_server::ServerConfig;
+use serde_json::{json, Value};
+
+use crate::support::{wait_until, TestServer};
+
+const ROOM: &str = "http";
+
+/// A client of the long-polling transport.
+struct Poller<'a> {
+    s: &'a TestServer,
+    id: String,
+    /// The last position received.
+    ack: u64,
+    /// Frames received and not looked at yet.
+    pending: std::collections::VecDeque<Value>,
+}
+
+impl<'a> Poller<'a> {
+    async fn open(s: &'a TestServer) -> Poller<'a> {
+        let (status, body) = s.post("/v1/sessions", &json!({})).await;
+        assert_eq!(status, 201, "{body}");
+        let id = body["session"].as_str().unwrap().to_owned();
+        assert!(id.len() >= 32, "an unguessable id: {id}");
+        assert_eq!(body["poll_timeout_ms"], 25_000);
+        Poller {
+            s,
+            id,
+            ack: 0,
+            pending: Default::default(),
+        }
+    }
+
+    async fn send(&self, frame: Value) {
+        let (status, body) = self
+            .s
+            .post(&format!("/v1/sessions/{}/send", self.id), &frame)
+            .await;
+        assert_eq!(status, 202, "{body}");
+    }
+
+    /// One poll acknowledging `ack`: (status, body).
+    async fn poll_at(&self, ack: u64) -> (u16, Value) {
+        self.s
+            .get(&format!("/v1/sessions/{}/poll?ack={ack}", self.id))
+            .await
+    }
+
+    /// Polls until frames come; acknowledges them next time.
+    async fn frames(&mut self) -> Vec<Value> {
+        let (status, body) = self.poll_at(self.ack).await;
+        assert_eq!(status, 200, "{body}");
+        self.ack = body["last"].as_u64().unwrap();
+        body["frames"].as_array().unwrap().clone()
+    }
+
+    /// Frames until one satisfies `f`; returns it (those after it stay
+    /// for the next call).
+    async fn until(&mut self, f: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            while let Some(v) = self.pending.pop_front() {
+                if f(&v) {
+                    return v;
+                }
+            }
+            let more = self.frames().await;
+            self.pending.extend(more);
+        }
+    }
+}
+
+#[tokio::test]
+async fn long_polling_joins_publishes_and_gets_a_lost_response_again() {
+    let s = TestServer::start().await;
+    s.create_room(json!({"id": ROOM})).await;
+    let (mut bob, _) = s.join(ROOM, "bob").await;
+    let mut ann = Poller::open(&s).await;
+    ann.send(json!({"type": "join", "room": ROOM, "name": "ann"}))
+        .await;
+    let first = ann.frames().await;
+    assert_eq!(first[0]["type"], "joined", "{first:?}");
+    assert_eq!(ann.ack, first.len() as u64, "positions count from 1");
+    bob.recv_event("presence.join").await;
+
+    // A batch of frames, handled in order: two publishes, two acks in order.
+    let (status, body) = s
+        .post(
+            &format!("/v1/sessions/{}/send", ann.id),
+            &json!([
+                {"type": "publish", "room": ROOM, "event": "chat", "data": 1, "id": "a1"},
+                {"type": "publish", "room": ROOM, "event": "chat", "data": 2, "id": "a2"}
+            ]),
+        )
+        .await;
+    assert_eq!((status, body), (202, json!({"accepted": 2})));
+    let before = ann.ack;
+    let mut acks = Vec::new();
+    while acks.len() < 2 {
+        for f in ann.frames().await {
+            if f["type"] == "ack" {
+                acks.push(f["id"].clone());
+            }
+        }
+    }
+    assert_eq!(acks, [json!("a1"), json!("a2")]);
+    for d in [1, 2] {
+        let (ev, _) = bob.recv_until(|v| v["kind"] == "message").await;
+        assert_eq!(ev["data"], d);
+    }
+
+    // The response to that poll "got lost": polling again from the old ack
+    // gives the same frames again.
+    let (status, again) = ann.poll_at(before).await;
+    assert_eq!(status, 200);
+    let again = again["frames"].as_array().unwrap().clone();
+    let acked: Vec<&Value> = again.iter().filter(|f| f["type"] == "ack").collect();
+    assert_eq!(acked.len(), 2, "{again:?}");
+
+    // Bob's message reaches ann by poll.
+    bob.send(json!({"type": "publish", "room": ROOM, "event": "chat", "data": "hi"}))
+        .await;
+    let ev = ann.until(|v| v["kind"] == "message").await;
+    assert_eq!(ev["data"], "hi");
+}
+
+#[tokio::test]
+async fn a_poll_is_held_until_a_frame_comes() {
+    let s = TestServer::start().await;
+    s.create_room(json!({"id": ROOM})).await;
+    let mut ann = Poller::open(&s).await;
+    ann.send(json!({"type": "join", "room": ROOM, "name": "ann"}))
+        .await;
+    ann.frames().await;
+    let ack = ann.ack;
+    let url = s.url(&format!("/v1/sessions/{}/poll?ack={ack}", ann.id));
+    let probe = format!("/v1/sessions/{}/poll?ack={ack}&wait_ms=0", ann.id);
+    // Nothing to send yet: the poll waits, and a second poll is refused
+    // meanwhile (probes that do not wait; when one comes first, the held
+    // poll is the one refused and is sent again).
+    let mut held = None;
+    let server = &s;
+    let waiting = wait_until(|| {
+        // A held poll refused (a probe came first) is sent again; a new one
+        // gets a round to arrive before the next probe.
+        let pending = held
+            .take()
+            .filter(|h: &tokio::task::JoinHandle<_>| !h.is_finished());
+        let fresh = pending.is_none();
+        let http = s.http.clone();
+        let url = url.clone();
+        held = Some(pending.unwrap_or_else(|| {
+            tokio::spawn(async move { http.get(url).send().await.unwrap().json::<Value>().await })
+        }));
+        let probe = probe.clone();
+        async move {
+            if fresh {
+                return false;
+            }
+            let (status, body) = server.get(&probe).await;
+            assert!(status == 409 || body["frames"] == json!([]), "{body}");
+            status == 409 && body["error"]["code"] == "already_reading"
+        }
+    })
+    .await;
+    assert!(waiting);
+    let held = held.unwrap();
+    assert!(!held.is_finished());
+    let (_bob, _) = s.join(ROOM, "bob").await;
+    let body = held.await.unwrap().unwrap();
+    assert_eq!(body["frames"][0]["kind"], "presence.join", "{body}");
+}
+
+/// The events of an SSE body so far: (id, data).
+fn sse_events(text: &str) -> Vec<(Option<u64>, String)> {
+    text.split("\n\n")
+        .filter(|e| e.contains("data: "))
+        .map(|e| {
+            let id = e
+                .lines()
+                .find_map(|l| l.strip_prefix("id: "))
+                .map(|v| v.parse().unwrap());
+            let data = e.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+            (id, data.to_owned())
+        })
+        .collect()
+}
+
+/// Reads an event stream until `n` events with ids came.
+async fn read_events(r: &mut reqwest::Response, n: usize) -> Vec<(u64, Value)> {
+    let mut text = String::new();
+    loop {
+        let got: Vec<(u64, Value)> = sse_events(&text)
+            .into_iter()
+            .filter_map(|(id, d)| Some((id?, serde_json::from_str(&d).unwrap())))
+            .collect();
+        if got.len() >= n && text.ends_with("\n\n") {
+            return got;
+        }
+        let chunk = tokio::time::timeout(Duration::from_secs(5), r.chunk())
+            .await
+            .expect("events in time")
+            .unwrap()
+            .expect("the stream goes on");
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+}
+
+#[tokio::test]
+async fn server_sent_events_carry_the_frames_and_resume_from_last_event_id() {
+    let s = TestServer::start().await;
+    s.create_room(json!({"id": ROOM})).await;
+    let ann = Poller::open(&s).await;
+    let url = s.url(&format!("/v1/sessions/{}/events", ann.id));
+    let mut stream = s.http.get(&url).send().await.unwrap();
+    assert_eq!(stream.status(), 200);
+    assert_eq!(
+        stream.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    ann.send(json!({"type": "join", "room": ROOM, "name": "ann"}))
+        .await;
+    let got = read_events(&mut stream, 1).await;
+    assert_eq!(got[0].0, 1);
+    assert_eq!(got[0].1["type"], "joined");
+
+    // The stream drops; meanwhile bob joins and says two things.
+    drop(stream);
+    let (mut bob, _) = s.join(ROOM, "bob").await;
+    for i in 0..2 {
+        bob.send(json!({"type": "publish", "room": ROOM, "event": "chat", "data": i}))
+            .await;
+        bob.recv_until(|v| v["type"] == "ack").await;
+    }
+    // EventSource reconnects with the last id it saw: everything after it, once.
+    let mut stream = s
+        .http
+        .get(&url)
+        .header("last-event-id", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let got = read_events(&mut stream, 3).await;
+    let ids: Vec<u64> = got.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, [2, 3, 4]);
+    assert_eq!(got[0].1["kind"], "presence.join");
+    assert_eq!(got[1].1["data"], 0);
+    assert_eq!(got[2].1["data"], 1);
+}
+
+#[tokio::test]
+async fn a_closed_transport_session_is_resumed_by_a_new_one_without_loss() {
+    let s = TestServer::start().await;
+    s.create_room(json!({"id": ROOM})).await;
+    let (mut bob, _) = s.join(ROOM, "bob").await;
+    let mut ann = Poller::open(&s).await;
+    ann.send(json!({"type": "join", "room": ROOM, "name": "ann"}))
+        .await;
+    let joined = ann.until(|v| v["type"] == "joined").await;
+    let (status, _) = s.delete(&format!("/v1/sessions/{}", ann.id)).await;
+    assert_eq!(status, 204);
+    bob.recv_event("presence.leave").await;
+    bob.send(json!({"type": "publish", "room": ROOM, "event": "chat", "data": "missed"}))
+        .await;
+    let (ack, _) = bob.recv_until(|v| v["type"] == "ack").await;
+    // The old session is gone for every request.
+    let (status, body) = ann.poll_at(ann.ack).await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (404, json!("transport_not_found"))
+    );
+    let mut again = Poller::open(&s).await;
+    again
+        .send(json!({"type": "join", "room": ROOM, "name": "ann",
+            "resume": {"token": joined["resume_token"], "last_seq": joined["seq"]}}))
+        .await;
+    let resumed = again.until(|v| v["type"] == "joined").await;
+    assert_eq!(resumed["resumed"], true);
+    assert_eq!(resumed["session"], joined["session"]);
+    let missed = again.until(|v| v["kind"] == "message").await;
+    assert_eq!(
+        (missed["data"].clone(), missed["seq"].clone()),
+        (json!("missed"), ack["seq"].clone())
+    );
+}
+
+#[tokio::test]
+async fn bad_requests_get_clear_errors_and_harm_nothing() {
+    let s = TestServer::start().await;
+    s.create_room(json!({"id": ROOM})).await;
+    let mut ann = Poller::open(&s).await;
+    let code = |b: &Value| b["error"]["code"].clone();
+    // Unknown sessions, for every request.
+    for (status, body) in [
+        s.get("/v1/sessions/nope/poll").await,
+        s.get("/v1/sessions/nope/events").await,
+        s.post("/v1/sessions/nope/send", &json!({"type": "ping"}))
+            .await,
+        s.delete("/v1/sessions/nope").await,
+    ] {
+        assert_eq!((status, code(&body)), (404, json!("transport_not_found")));
+    }
+    // A malformed batch; a bad ack; a bad Last-Event-ID; positions never sent.
+    let (status, body) = s
+        .post_raw(&format!("/v1/sessions/{}/send", ann.id), "[{\"type\": ")
+        .await;
+    assert_eq!((status, code(&body)), (400, json!("bad_json")));
+    let (status, body) = s.get(&format!("/v1/sessions/{}/poll?ack=x", ann.id)).await;
+    assert_eq!((status, code(&body)), (400, json!("invalid_request")));
+    let (status, body) = ann.poll_at(99).await;
+    assert_eq!((status, code(&body)), (400, json!("invalid_request")));
+    let r = s
+        .http
+        .get(s.url(&format!("/v1/sessions/{}/events", ann.id)))
+        .header("last-event-id", "abc")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    // A frame that is not JSON is answered like on WebSocket, by an error frame.
+    let (status, _) = s
+        .post_raw(&format!("/v1/sessions/{}/send", ann.id), "not json")
+        .await;
+    assert_eq!(status, 202);
+    let err = ann.until(|v| v["type"] == "error").await;
+    assert_eq!(err["code"], "bad_json");
+    // The session still works.
+    ann.send(json!({"type": "join", "room": ROOM, "name": "ann"}))
+        .await;
+    ann.until(|v| v["type"] == "joined").await;
+}
+
+#[tokio::test]
+async fn a_silent_session_expires_and_its_member_can_resume() {
+    let s = TestServer::with_config(ServerConfig {
+        idle_timeout_ms: 300,
+        // WebSocket pings keep bob there.
+        heartbeat_interval_ms: 100,
+        ..ServerConfig::default()
+    })
+    .await;
+    s.create_room(json!({"id": ROOM})).await;
+    let (mut bob, _) = s.join(ROOM, "bob").await;
+    let mut ann = Poller::open(&s).await;
+    ann.send(json!({"type": "join", "room": ROOM, "name": "ann"}))
+        .await;
+    ann.until(|v| v["type"] == "joined").await;
+    // Nobody asks for ann's frames: after the idle timeout her room session
+    // is disconnected (resumable), and the transport session is gone.
+    let (leave, _) = bob.recv_event("presence.leave").await;
+    assert_eq!(leave["reason"], "disconnected", "{leave}");
+    let (status, _) = ann.poll_at(ann.ack).await;
+    assert_eq!(status, 404);
+}
