@@ -4,6 +4,7 @@ import { PlazaError } from './errors.js';
 import type { ClientFrame, DirectFrame, RoomEvent, ServerFrame } from './frames.js';
 import { RoomHandle } from './room.js';
 import type { JoinOptions, RoomTransport } from './room-options.js';
+import { transportConstructor, type TransportName } from './http-socket.js';
 import { messageText, OPEN, resolveWebSocket, type WebSocketConstructor, type WebSocketLike } from './socket.js';
 
 /** Connection states, in the order a client usually goes through them. */
@@ -19,6 +20,15 @@ export interface PlazaClientOptions {
   reconnect?: boolean | BackoffOptions;
   /** Called with every sequenced event and direct message of every room, once, in order. */
   onEvent?: (room: string, frame: RoomEvent | DirectFrame) => void;
+  /**
+   * The transports to try, in order (default `['websocket', 'sse', 'polling']`): when one
+   * cannot open (refused, or not open within `openTimeoutMs`) the next is tried at once. Every
+   * reconnect starts again from the first, so a client that fell back goes back to WebSocket
+   * when it can. One name forces that transport.
+   */
+  transports?: TransportName[];
+  /** How long a transport may take to open before the next is tried (default 5000 ms). */
+  openTimeoutMs?: number;
 }
 
 /** Events of a {@link PlazaClient}, with their listener arguments. */
@@ -58,13 +68,23 @@ export class PlazaClient extends Emitter<ClientEvents> {
   private nonce = 0;
   private openWaiters: Array<{ resolve: () => void; reject: (err: PlazaError) => void }> = [];
   private readonly transport: RoomTransport;
+  private readonly transports: TransportName[];
+  private readonly openTimeoutMs: number;
+  /** The transport being tried or used (an index into `transports`). */
+  private transportIndex = 0;
+  private openTimer: ReturnType<typeof setTimeout> | undefined;
 
   constructor(url: string, options: PlazaClientOptions = {}) {
     super();
     const parsed = new URL(url);
     if (options.room !== undefined) parsed.searchParams.set('room', options.room);
     this.url = parsed.toString();
-    this.WebSocketImpl = resolveWebSocket(options.WebSocket);
+    this.transports = options.transports?.length ? [...options.transports] : ['websocket', 'sse', 'polling'];
+    this.openTimeoutMs = options.openTimeoutMs ?? 5000;
+    // Without WebSocket (and none given) only the HTTP transports can work.
+    this.WebSocketImpl = this.transports.includes('websocket')
+      ? resolveWebSocket(options.WebSocket)
+      : (undefined as unknown as WebSocketConstructor);
     const reconnect = options.reconnect ?? true;
     this.backoff = reconnect === false ? undefined : reconnect === true ? {} : reconnect;
     this.onEvent = options.onEvent;
@@ -82,6 +102,11 @@ export class PlazaClient extends Emitter<ClientEvents> {
   /** The current connection state. */
   get state(): ConnectionState {
     return this.currentState;
+  }
+
+  /** The transport of the open connection (or the one being tried). */
+  get transportName(): TransportName {
+    return this.transports[this.transportIndex]!;
   }
 
   /** Opens the connection (if not open yet); resolves once it is open. */
@@ -124,6 +149,7 @@ export class PlazaClient extends Emitter<ClientEvents> {
   close(): void {
     if (this.currentState === 'closed') return;
     clearTimeout(this.reconnectTimer);
+    clearTimeout(this.openTimer);
     const socket = this.socket;
     this.socket = undefined;
     if (socket) {
@@ -161,7 +187,8 @@ export class PlazaClient extends Emitter<ClientEvents> {
     if (this.currentState !== 'reconnecting') this.setState('connecting');
     let socket: WebSocketLike;
     try {
-      socket = new this.WebSocketImpl(this.url);
+      const Impl = transportConstructor(this.transportName, this.WebSocketImpl);
+      socket = new Impl(this.url);
     } catch (err) {
       const error = new PlazaError('invalid_request', `cannot open ${this.url}: ${String(err)}`);
       for (const waiter of this.openWaiters.splice(0)) waiter.reject(error);
@@ -169,8 +196,18 @@ export class PlazaClient extends Emitter<ClientEvents> {
       return;
     }
     this.socket = socket;
+    let opened = false;
+    clearTimeout(this.openTimer);
+    this.openTimer = setTimeout(() => {
+      if (this.socket !== socket || opened) return;
+      detach(socket);
+      socket.close();
+      this.onNotOpened(socket);
+    }, this.openTimeoutMs);
     socket.onopen = () => {
       if (this.socket !== socket) return;
+      opened = true;
+      clearTimeout(this.openTimer);
       this.attempt = 0;
       this.setState('open');
       for (const waiter of this.openWaiters.splice(0)) waiter.resolve();
@@ -183,8 +220,23 @@ export class PlazaClient extends Emitter<ClientEvents> {
       // A `close` follows; nothing to do here.
     };
     socket.onclose = () => {
-      if (this.socket === socket) this.onSocketLost(socket);
+      if (this.socket !== socket) return;
+      if (opened) this.onSocketLost(socket);
+      else this.onNotOpened(socket);
     };
+  }
+
+  /** `socket` could not open: the next transport at once, or after the last a backoff. */
+  private onNotOpened(socket: WebSocketLike): void {
+    if (this.socket !== socket) return;
+    clearTimeout(this.openTimer);
+    if (this.transportIndex + 1 < this.transports.length) {
+      this.transportIndex += 1;
+      this.socket = undefined;
+      this.openSocket();
+      return;
+    }
+    this.onSocketLost(socket);
   }
 
   private onSocketLost(socket: WebSocketLike, gate?: Promise<unknown>): void {
@@ -201,7 +253,11 @@ export class PlazaClient extends Emitter<ClientEvents> {
     this.setState('reconnecting');
     this.emit('reconnecting', { attempt: this.attempt, delayMs });
     const reopen = () => {
-      this.reconnectTimer = setTimeout(() => this.openSocket(), delayMs);
+      this.reconnectTimer = setTimeout(() => {
+        // Every reconnect tries the preferred transport first.
+        this.transportIndex = 0;
+        this.openSocket();
+      }, delayMs);
     };
     if (gate) void gate.then(reopen, reopen);
     else reopen();

@@ -21,4 +21,5 @@ export { RoomReplica, merge, type PendingChange, type ReplicaChange, type Replic
 export { PlazaError, SERVER_ERROR_CODES, type PlazaErrorCode, type ServerErrorCode } from './errors.js';
 export { backoffDelay, type BackoffOptions } from './backoff.js';
 export type { WebSocketConstructor, WebSocketLike } from './socket.js';
+export { SseSocket, PollSocket, type TransportName } from './http-socket.js';
 export type * from './frames.js';

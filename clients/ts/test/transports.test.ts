@@ -1,0 +1,93 @@
+// The HTTP transports against the real server: forced SSE and long polling behave like
+// WebSocket (join, publish and ack, receive, resume without loss), and a client whose
+// WebSocket cannot open falls back by itself.
+import { describe, expect, it } from 'vitest';
+import type { TransportName, WebSocketLike } from '../src/index.js';
+import { gate, newClient, next, uniqueRoom } from './helpers.js';
+
+/** A WebSocket that never opens: refused at once, as by a proxy that blocks it. */
+class BlockedWebSocket implements WebSocketLike {
+  readyState = 0;
+  onopen = null;
+  onerror: (() => void) | null = null;
+  onmessage = null;
+  onclose: (() => void) | null = null;
+  constructor(_url: string) {
+    setTimeout(() => {
+      this.readyState = 3;
+      this.onerror?.();
+      this.onclose?.();
+    }, 0);
+  }
+  send(): void {}
+  close(): void {}
+}
+
+describe.each<TransportName>(['sse', 'polling'])('forced %s', (transport) => {
+  it('joins, publishes with an ack, and receives from a WebSocket member', async () => {
+    const room = uniqueRoom();
+    const http = newClient({ room, transports: [transport] });
+    const ws = newClient({ room });
+    const roomH = await http.join(room, { name: 'ann' });
+    expect(http.transportName).toBe(transport);
+    const roomW = await ws.join(room, { name: 'bob' });
+
+    const got = next(roomW, 'message');
+    const ack = await roomH.publish('chat', { text: `over ${transport}` });
+    expect((await got).seq).toBe(ack.seq);
+    expect((await got).data).toEqual({ text: `over ${transport}` });
+
+    const back = next(roomH, 'message');
+    const ack2 = await roomW.publish('chat', { text: 'and back' });
+    expect(await back).toMatchObject({ seq: ack2.seq, data: { text: 'and back' } });
+    expect(roomH.lastSeq).toBe(ack2.seq);
+  });
+
+  it('resumes after its transport session is lost, with nothing missed', async () => {
+    const room = uniqueRoom();
+    const http = newClient({ room, transports: [transport] });
+    const ws = newClient({ room });
+    const roomH = await http.join(room, { name: 'ann' });
+    const roomW = await ws.join(room, { name: 'bob' });
+    const session = roomH.session;
+
+    const held = gate();
+    const left = next(roomW, 'presence', (p) => p.kind === 'presence.leave');
+    http._dropConnection(held.promise);
+    await left;
+    const acks = [await roomW.publish('chat', 1), await roomW.publish('chat', 2)];
+    const seen: number[] = [];
+    const both = new Promise<void>((resolve) => {
+      roomH.on('message', (m) => {
+        seen.push(m.seq);
+        if (seen.length === 2) resolve();
+      });
+    });
+    held.open();
+    await both;
+    expect(seen).toEqual(acks.map((a) => a.seq));
+    expect(roomH.session).toBe(session);
+  });
+});
+
+describe('fallback', () => {
+  it('uses SSE by itself when WebSocket cannot open, and chats with a WebSocket member', async () => {
+    const room = uniqueRoom();
+    const blocked = newClient({ room, WebSocket: BlockedWebSocket });
+    const ws = newClient({ room });
+    const roomB = await blocked.join(room, { name: 'ann' });
+    expect(blocked.transportName).toBe('sse');
+    const roomW = await ws.join(room, { name: 'bob' });
+    const got = next(roomB, 'message');
+    const ack = await roomW.publish('chat', 'hello');
+    expect((await got).seq).toBe(ack.seq);
+  });
+
+  it('goes on to long polling when SSE is not there either', async () => {
+    const room = uniqueRoom();
+    const client = newClient({ room, WebSocket: BlockedWebSocket, transports: ['websocket', 'polling'] });
+    const joined = await client.join(room, { name: 'ann' });
+    expect(client.transportName).toBe('polling');
+    expect(joined.live).toBe(true);
+  });
+});
