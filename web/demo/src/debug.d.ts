@@ -1,4 +1,4 @@
-import type { DeliveryPolicy } from '@plaza/client';
+import type { DeliveryPolicy, TransportName } from '@plaza/client';
 
 /** Read-only state for tests (`window.__plaza`). */
 export interface DebugObject {
@@ -22,6 +22,8 @@ declare global {
     __plaza: {
       /** This tab's session id in the room, once joined. */
       session(): string | undefined;
+      /** The transport of the room's connection (`?transport=` forces one). */
+      transport(): TransportName | undefined;
       /** The delivery policy in force in the room (quiet mode's), or undefined without one. */
       policy(): DeliveryPolicy | undefined;
       /** Where this tab draws `session`'s avatar now, and its target. */

@@ -63,6 +63,7 @@ window.addEventListener('popstate', route);
 window.__plaza = {
   session: () => view?.session(),
   policy: () => view?.policy(),
+  transport: () => view?.transport(),
   avatar: (session) => view?.avatar(session),
   objects: () => view?.objects() ?? [],
   highlights: () => view?.highlightList() ?? [],

@@ -9,6 +9,7 @@ import {
   type ConnectionState,
   type DeliveryPolicy,
   type JoinOptions,
+  type TransportName,
   type PresenceEvent,
   type ReplicaChange,
   type RoomMessage as PlazaMessage,
@@ -35,6 +36,9 @@ export interface RoomViewCallbacks {
   /** The view ended (leave, room deleted, join refused): show the lobby. */
   exit(): void;
 }
+
+/** The transports a page may force with `?transport=`. */
+const TRANSPORTS: readonly TransportName[] = ['websocket', 'sse', 'polling'];
 
 export class RoomView {
   readonly roomId: string;
@@ -64,7 +68,14 @@ export class RoomView {
     this.name = name;
     this.callbacks = callbacks;
     const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
-    this.client = new PlazaClient(`${scheme}://${location.host}/v1/ws`, { room: roomId });
+    // `?transport=sse` (or `polling`, `websocket`) forces one transport; by default the client
+    // tries WebSocket, then SSE, then long polling.
+    const forced = new URL(location.href).searchParams.get('transport');
+    const transports = TRANSPORTS.find((t) => t === forced);
+    this.client = new PlazaClient(`${scheme}://${location.host}/v1/ws`, {
+      room: roomId,
+      ...(transports === undefined ? {} : { transports: [transports] }),
+    });
 
     const room = () => this.room;
     const changed = () => this.markDirty();
@@ -207,6 +218,11 @@ export class RoomView {
 
   session(): string | undefined {
     return this.room?.session;
+  }
+
+  /** The transport the connection uses (or is trying). */
+  transport(): TransportName {
+    return this.client.transportName;
   }
 
   /** The delivery policy in force (as joined with or last confirmed), a copy. */
