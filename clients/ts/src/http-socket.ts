@@ -53,8 +53,8 @@ abstract class HttpSocket implements WebSocketLike {
       if (res.status !== 201) throw new Error(`POST ${sessions.pathname}: ${res.status}`);
       const body = (await res.json()) as { session: string };
       const base = new URL(sessions);
+      // The query (the `room` hint) stays on every request: a balancer routes on it.
       base.pathname = `${sessions.pathname}/${encodeURIComponent(body.session)}`;
-      base.search = '';
       this.base = base;
     } catch {
       this.end();

@@ -200,6 +200,8 @@ pub(super) async fn replay(shared: &Arc<Shared>, st: &mut UserState, c: &ChatRep
             },
             _ = phase_started(shared, stop_at) => return true,
         }
+        // Nobody answers themselves here: a member is not sent its own message.
+        let author = author.filter(|&a| a != me);
         let answered = m.answers.zip(author).and_then(|(i, author)| {
             let id = message_id(room, m.stream, i);
             let seq = shared

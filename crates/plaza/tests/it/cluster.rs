@@ -636,3 +636,173 @@ async fn a_delivery_policy_holds_across_real_nodes_and_survives_its_nodes_death(
     assert_eq!(w.received.keys().copied().collect::<Vec<_>>(), all);
     assert_exactly_once(&[&p, &w]);
 }
+
+/// One HTTP/1.1 request with `Connection: close`: (status, `x-plaza-node`, JSON body).
+async fn http_call(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> (u16, String, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: plaza\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(body.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    tcp.read_to_string(&mut out).await.unwrap();
+    let status = out[9..12].parse().unwrap();
+    let (head, json) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let node = head
+        .lines()
+        .find_map(|l| l.strip_prefix("x-plaza-node: "))
+        .unwrap_or_default()
+        .to_owned();
+    (
+        status,
+        node,
+        serde_json::from_str(json).unwrap_or(Value::Null),
+    )
+}
+
+/// A long-polling member through the balancer: every request carries the room hint.
+struct Poller {
+    lb: std::net::SocketAddr,
+    room: String,
+    id: String,
+    node: String,
+    ack: u64,
+    /// Frames received and not looked at yet.
+    pending: std::collections::VecDeque<Value>,
+}
+
+impl Poller {
+    async fn open(lb: std::net::SocketAddr, room: &str) -> Poller {
+        let (status, node, body) =
+            http_call(lb, "POST", &format!("/v1/sessions?room={room}"), None).await;
+        assert_eq!(status, 201, "{body}");
+        Poller {
+            lb,
+            room: room.to_owned(),
+            id: body["session"].as_str().unwrap().to_owned(),
+            node,
+            ack: 0,
+            pending: Default::default(),
+        }
+    }
+
+    async fn send(&self, frame: Value) -> u16 {
+        let path = format!("/v1/sessions/{}/send?room={}", self.id, self.room);
+        let (status, node, _) = http_call(self.lb, "POST", &path, Some(&frame)).await;
+        if status == 202 {
+            assert_eq!(node, self.node, "every request reaches the session's node");
+        }
+        status
+    }
+
+    /// Polls until a frame satisfies `f` (those after it stay for the next
+    /// call); `Err(status)` when a poll fails.
+    async fn until(&mut self, f: impl Fn(&Value) -> bool) -> Result<Value, u16> {
+        loop {
+            while let Some(v) = self.pending.pop_front() {
+                if f(&v) {
+                    return Ok(v);
+                }
+            }
+            let path = format!(
+                "/v1/sessions/{}/poll?room={}&ack={}",
+                self.id, self.room, self.ack
+            );
+            let (status, node, body) = http_call(self.lb, "GET", &path, None).await;
+            if status != 200 {
+                return Err(status);
+            }
+            assert_eq!(node, self.node, "every request reaches the session's node");
+            self.ack = body["last"].as_u64().unwrap();
+            self.pending
+                .extend(body["frames"].as_array().unwrap().iter().cloned());
+        }
+    }
+}
+
+async fn http_sessions_stick_to_their_node_and_resume_after_its_death(lb: LbKind, name: &str) {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("plaza-{name}-"))
+        .tempdir()
+        .unwrap();
+    let mut cluster = LocalCluster::start(ClusterOptions {
+        plaza_bin: PathBuf::from(env!("CARGO_BIN_EXE_plaza")),
+        nodes: 3,
+        lb,
+        listen_port: 0,
+        dir: dir.path().to_owned(),
+        node_args: vec!["--auto-create-rooms".into()],
+        embedded: false,
+        cpu_quotas: Default::default(),
+        lb_workers: None,
+        node_ports: None,
+    })
+    .unwrap();
+    let room = name;
+    let lb_addr: std::net::SocketAddr =
+        cluster.url().trim_start_matches("http://").parse().unwrap();
+    let mut ann = Poller::open(lb_addr, room).await;
+    assert_eq!(
+        ann.send(json!({"type": "join", "room": room, "name": "ann"}))
+            .await,
+        202
+    );
+    let joined = ann.until(|v| v["type"] == "joined").await.unwrap();
+    let victim = cluster
+        .nodes()
+        .iter()
+        .position(|n| n.id() == ann.node)
+        .expect("a node of the cluster");
+    // Bob, straight on another node, talks to ann across the cluster.
+    let other = (victim + 1) % 3;
+    let mut bob = Member::join(&ws_url(&cluster.node(other).url(), room), room, "bob").await;
+    bob.publish("b-1", json!("hello")).await;
+    bob.pump_until(LIMIT, |m| m.all_acked()).await;
+    let hello = ann.until(|v| v["kind"] == "message").await.unwrap();
+    assert_eq!(hello["data"], "hello");
+
+    // Ann's node dies; bob says something meanwhile.
+    cluster.kill_node(victim).unwrap();
+    bob.publish("b-2", json!("missed")).await;
+    bob.pump_until(LIMIT, |m| m.all_acked()).await;
+    let missed_seq = bob.acked["b-2"];
+    // The balancer now sends ann's requests elsewhere: that node has no such session.
+    let lost = ann.until(|v| v["type"] == "never").await;
+    assert_eq!(lost, Err(404), "the session died with its node");
+    // A new session through the balancer, and a resume: nothing is lost.
+    let mut again = Poller::open(lb_addr, room).await;
+    assert_ne!(again.node, ann.node);
+    assert_eq!(
+        again
+            .send(json!({"type": "join", "room": room, "name": "ann",
+                "resume": {"token": joined["resume_token"], "last_seq": hello["seq"]}}))
+            .await,
+        202
+    );
+    let resumed = again.until(|v| v["type"] == "joined").await.unwrap();
+    assert_eq!(resumed["resumed"], true, "{resumed}");
+    assert_eq!(resumed["session"], joined["session"]);
+    let missed = again.until(|v| v["kind"] == "message").await.unwrap();
+    assert_eq!(missed["data"], "missed");
+    assert_eq!(missed["seq"], missed_seq);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_transport_sessions_stick_to_their_node_behind_nginx_and_resume_after_its_death() {
+    http_sessions_stick_to_their_node_and_resume_after_its_death(LbKind::Nginx, "http-nginx").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_transport_sessions_stick_to_their_node_behind_haproxy_and_resume_after_its_death() {
+    http_sessions_stick_to_their_node_and_resume_after_its_death(LbKind::Haproxy, "http-haproxy")
+        .await;
+}
