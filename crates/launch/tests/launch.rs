@@ -112,9 +112,17 @@ fn rendered_templates_are_valid_configurations() {
             .lines()
             .find(|l| !l.trim_start().starts_with('#') && l.contains("{{"));
         assert_eq!(left, None, "{kind}: placeholder left");
+        // Backends: WebSocket and HTTP; HAProxy also one for HTTP transport sessions.
+        let backends = match kind {
+            LbKind::Nginx => 2,
+            LbKind::Haproxy => 3,
+        };
         for up in &ups {
-            // Two backends (WebSocket, HTTP), each with every node.
-            assert_eq!(text.matches(&up.to_string()).count(), 2, "{kind}: {up}");
+            assert_eq!(
+                text.matches(&up.to_string()).count(),
+                backends,
+                "{kind}: {up}"
+            );
         }
         let file = dir.path().join(format!("{kind}.conf"));
         std::fs::write(&file, &text).unwrap();
