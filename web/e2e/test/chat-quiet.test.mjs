@@ -81,6 +81,8 @@ describe('demo chat: topics and quiet mode', () => {
   const pageErrors = [];
   /** The `join` and `policy.*` request frames B sent, in order (across its reload). */
   const sentByB = [];
+  /** What B received, one line per frame (for failure messages). */
+  const receivedByB = [];
   let a;
   let b;
   let step = 0;
@@ -95,6 +97,12 @@ describe('demo chat: topics and quiet mode', () => {
     b = await openTab(browser, 'B', pageErrors);
     tabs.set('A', a).set('B', b);
     b.on('websocket', (ws) => {
+      ws.on('framereceived', ({ payload }) => {
+        if (typeof payload !== 'string') return;
+        const f = JSON.parse(payload);
+        const show = (e) => `${e.type}:${e.kind ?? ''}:${e.channel ?? ''}:${e.topic ?? ''}:${e.seq ?? ''}`;
+        receivedByB.push(f.type === 'batch' ? `batch[${f.events.map(show).join(' ')}]` : show(f));
+      });
       ws.on('framesent', ({ payload }) => {
         if (typeof payload !== 'string') return;
         const frame = JSON.parse(payload);
@@ -179,12 +187,16 @@ describe('demo chat: topics and quiet mode', () => {
 
   it('Volume: B shows nothing of a run of #random until the fifth, then all five at once', async () => {
     const before = await chatLog(b);
+    const start = receivedByB.length;
     for (const t of ['r3', 'r4', 'r5', 'r6']) await say(a, 'random', t);
     await waitLine(a, 'ann: r6');
-    expect(await chatLog(b)).toEqual(before);
+    expect(await chatLog(b), `B received: ${receivedByB.slice(start).join(' | ')}`).toEqual(before);
 
+    const from = receivedByB.length;
     await say(a, 'random', 'r7');
-    await waitLine(b, 'ann: r7');
+    await waitLine(b, 'ann: r7').catch((e) => {
+      throw new Error(`${e.message}; B received: ${receivedByB.slice(from - 8).join(' | ')}`);
+    });
     const log = await chatLog(b);
     const batch = log[3].batch;
     expect(batch).not.toBeNull();
