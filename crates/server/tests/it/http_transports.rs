@@ -356,3 +356,41 @@ async fn a_silent_session_expires_and_its_member_can_resume() {
     let (status, _) = ann.poll_at(ann.ack).await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test]
+async fn a_session_nobody_reads_is_closed_as_a_slow_consumer() {
+    let s = TestServer::with_config(ServerConfig {
+        send_queue_frames: 8,
+        ..ServerConfig::default()
+    })
+    .await;
+    s.create_room(json!({"id": ROOM})).await;
+    let (mut bob, _) = s.join(ROOM, "bob").await;
+    let mut ann = Poller::open(&s).await;
+    ann.send(json!({"type": "join", "room": ROOM, "name": "ann"}))
+        .await;
+    ann.until(|v| v["type"] == "joined").await;
+    bob.recv_event("presence.join").await;
+    // Ann stops reading; bob says more than her session may keep.
+    let mut seen = Vec::new();
+    for i in 0..12 {
+        bob.send(json!({"type": "publish", "room": ROOM, "event": "chat", "data": i}))
+            .await;
+        let (_, before) = bob.recv_until(|v| v["type"] == "ack").await;
+        seen.extend(before);
+    }
+    let leave = match seen.into_iter().find(|v| v["kind"] == "presence.leave") {
+        Some(v) => v,
+        None => bob.recv_event("presence.leave").await.0,
+    };
+    assert_eq!(leave["reason"], "disconnected", "{leave}");
+    assert!(
+        wait_until(|| async { s.metric("plaza_slow_consumers_total").await >= Some(1.0) }).await
+    );
+    let (status, _) = ann.poll_at(ann.ack).await;
+    assert_eq!(status, 404, "the session ended");
+    // Only bob is connected now; ann's room session is disconnected (and
+    // resumable, as after any end: see the closed-session test).
+    let (status, body) = s.get(&format!("/v1/rooms/{ROOM}")).await;
+    assert_eq!((status, body["members"].clone()), (200, json!(1)), "{body}");
+}
