@@ -15,6 +15,14 @@ import type { Handler, WebSocketConstructor, WebSocketLike } from './socket.js';
 /** The transports a client can use, in the default order of preference. */
 export type TransportName = 'websocket' | 'sse' | 'polling';
 
+/** A session still read by a request the client gave up is retried this often, this far apart. */
+const BUSY_RETRIES = 40;
+const BUSY_PAUSE_MS = 250;
+
+function pause(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
 const CONNECTING = 0;
 const OPEN = 1;
 const CLOSED = 3;
@@ -141,6 +149,11 @@ export class SseSocket extends HttpSocket {
           headers: { 'last-event-id': String(this.position), accept: 'text/event-stream' },
           signal: this.stop.signal,
         });
+        if (res.status === 409 && ++failures <= BUSY_RETRIES) {
+          // The stream that dropped is still reading on the server until it notices.
+          await pause(BUSY_PAUSE_MS);
+          continue;
+        }
         if (res.status !== 200 || !res.body) break;
         failures = 0;
         if (await this.parse(res.body)) break;
@@ -186,6 +199,11 @@ export class PollSocket extends HttpSocket {
     while (this.readyState === OPEN) {
       try {
         const res = await fetch(this.url('/poll', { ack: String(this.position) }), { signal: this.stop.signal });
+        if (res.status === 409 && ++failures <= BUSY_RETRIES) {
+          // A poll whose answer was lost is still waiting on the server until it notices.
+          await pause(BUSY_PAUSE_MS);
+          continue;
+        }
         if (res.status !== 200) break;
         const body = (await res.json()) as { frames: unknown[]; last: number; closed?: number };
         failures = 0;

@@ -202,7 +202,7 @@ async fn read_events(r: &mut reqwest::Response, n: usize) -> Vec<(u64, Value)> {
         }
         let chunk = tokio::time::timeout(Duration::from_secs(5), r.chunk())
             .await
-            .expect("events in time")
+            .unwrap_or_else(|_| panic!("events in time; so far: {text}"))
             .unwrap()
             .expect("the stream goes on");
         text.push_str(std::str::from_utf8(&chunk).unwrap());
@@ -393,4 +393,66 @@ async fn a_session_nobody_reads_is_closed_as_a_slow_consumer() {
     // resumable, as after any end: see the closed-session test).
     let (status, body) = s.get(&format!("/v1/rooms/{ROOM}")).await;
     assert_eq!((status, body["members"].clone()), (200, json!(1)), "{body}");
+}
+
+#[tokio::test]
+async fn a_stream_cannot_go_back_before_what_the_bound_let_go() {
+    let s = TestServer::with_config(ServerConfig {
+        send_queue_frames: 8,
+        ..ServerConfig::default()
+    })
+    .await;
+    s.create_room(json!({"id": ROOM})).await;
+    let (mut bob, _) = s.join(ROOM, "bob").await;
+    let ann = Poller::open(&s).await;
+    let url = s.url(&format!("/v1/sessions/{}/events", ann.id));
+    let mut stream = s.http.get(&url).send().await.unwrap();
+    ann.send(json!({"type": "join", "room": ROOM, "name": "ann"}))
+        .await;
+    read_events(&mut stream, 1).await;
+    // Ann reads as they come: what was streamed may be let go, 12 > 8.
+    for i in 0..12 {
+        bob.send(json!({"type": "publish", "room": ROOM, "event": "chat", "data": i}))
+            .await;
+        bob.recv_until(|v| v["type"] == "ack").await;
+    }
+    let got = read_events(&mut stream, 12).await;
+    assert_eq!(got.last().unwrap().1["data"], 11, "{got:?}");
+    drop(stream);
+    // Going back to position 1: gone (once the dropped stream's end is noticed:
+    // until then the session answers 409, its old reader still reading).
+    let gone = std::sync::Mutex::new(None);
+    assert!(
+        wait_until(|| async {
+            let r = s
+                .http
+                .get(&url)
+                .header("last-event-id", "1")
+                .send()
+                .await
+                .unwrap();
+            match r.status().as_u16() {
+                409 => false,
+                status => {
+                    *gone.lock().unwrap() = Some((status, r.json::<Value>().await.unwrap()));
+                    true
+                }
+            }
+        })
+        .await
+    );
+    let (status, body) = gone.into_inner().unwrap().unwrap();
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (410, json!("frames_gone"))
+    );
+    let last = got.last().unwrap().0;
+    let r = s
+        .http
+        .get(&url)
+        .header("last-event-id", last.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
 }
