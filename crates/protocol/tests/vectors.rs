@@ -395,6 +395,23 @@ fn joined(seq: u64, snapshot: Option<Snapshot>, resumed: bool) -> Joined {
     }
 }
 
+/// Bob's chat message on topic `irc` (the batch and history vectors).
+fn irc_message(seq: u64, ts: u64, text: &str) -> ServerFrame {
+    event(
+        seq,
+        ts,
+        Some(BOB),
+        EventBody::Message {
+            channel: "main".into(),
+            event: "chat".into(),
+            data: Some(raw(json!({ "text": text }))),
+            topic: Some("irc".into()),
+            reply_to: None,
+            id: None,
+        },
+    )
+}
+
 fn ok(nonce: Value, result: Value) -> ServerFrame {
     ServerFrame::Response {
         room: ROOM.into(),
@@ -420,21 +437,8 @@ fn expected_server_frame(name: &str) -> ServerFrame {
         "server/joined-resumed.json" => ServerFrame::Joined(joined(61, None, true)),
         "server/joined-history.json" => {
             let said = |seq, ts, text: &str| {
-                let e = event(
-                    seq,
-                    ts,
-                    Some(BOB),
-                    EventBody::Message {
-                        channel: "main".into(),
-                        event: "chat".into(),
-                        data: Some(raw(json!({ "text": text }))),
-                        topic: Some("irc".into()),
-                        reply_to: None,
-                        id: None,
-                    },
-                );
-                let text = String::from_utf8(e.encode().to_vec()).unwrap();
-                RawValue::from_string(text).unwrap()
+                let e = irc_message(seq, ts, text);
+                RawValue::from_string(String::from_utf8(e.encode().to_vec()).unwrap()).unwrap()
             };
             ServerFrame::Joined(Joined {
                 history: Some(JoinHistory {
@@ -666,30 +670,13 @@ fn expected_server_frame(name: &str) -> ServerFrame {
             }}),
         ),
         "server/response-policy-clear.json" => ok(json!(13), json!({"policy": null})),
-        "server/batch.json" => {
-            let say = |seq, ts, text: &str| {
-                event(
-                    seq,
-                    ts,
-                    Some(BOB),
-                    EventBody::Message {
-                        channel: "main".into(),
-                        event: "chat".into(),
-                        data: Some(raw(json!({ "text": text }))),
-                        topic: Some("irc".into()),
-                        reply_to: None,
-                        id: None,
-                    },
-                )
-            };
-            ServerFrame::Batch {
-                room: ROOM.into(),
-                events: vec![
-                    say(70, 1_732_312_500_100, "anyone on irc?"),
-                    say(72, 1_732_312_501_850, "never mind"),
-                ],
-            }
-        }
+        "server/batch.json" => ServerFrame::Batch {
+            room: ROOM.into(),
+            events: vec![
+                irc_message(70, 1_732_312_500_100, "anyone on irc?"),
+                irc_message(72, 1_732_312_501_850, "never mind"),
+            ],
+        },
         "server/pong.json" => ServerFrame::Pong {
             ts: Some(1_732_312_345_678u64.into()),
         },

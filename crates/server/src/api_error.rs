@@ -23,6 +23,15 @@ impl ApiError {
         ApiError::with_code(status, code.as_str(), message)
     }
 
+    /// 503 `shutting_down`: the node drains and takes nothing new.
+    pub(crate) fn shutting_down() -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::ShuttingDown,
+            "shutting down",
+        )
+    }
+
     /// An error with a code that is not an [`ErrorCode`].
     pub(crate) fn with_code(
         status: StatusCode,

@@ -285,11 +285,7 @@ async fn create_room(
     body: Result<Json<Value>, JsonRejection>,
 ) -> ApiResult<Response> {
     if node.is_shutting_down() {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            ErrorCode::ShuttingDown,
-            "shutting down",
-        ));
+        return Err(ApiError::shutting_down());
     }
     let spec: CreateRoom = json_object(body)?;
     let room = node.create_room(spec).await?;

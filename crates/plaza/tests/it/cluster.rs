@@ -243,23 +243,8 @@ async fn post_json(
     path: &str,
     body: &serde_json::Value,
 ) -> (u16, serde_json::Value) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let body = body.to_string();
-    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: plaza\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    tcp.write_all(head.as_bytes()).await.unwrap();
-    tcp.write_all(body.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    tcp.read_to_string(&mut out).await.unwrap();
-    let status = out[9..12].parse().unwrap();
-    let json = out.split("\r\n\r\n").nth(1).unwrap_or_default();
-    (
-        status,
-        serde_json::from_str(json).unwrap_or(serde_json::Value::Null),
-    )
+    let (status, _, json) = http_call(addr, "POST", path, Some(body)).await;
+    (status, json)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

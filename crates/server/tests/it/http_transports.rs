@@ -73,6 +73,23 @@ impl<'a> Poller<'a> {
     }
 }
 
+/// A server with `config`, room [`ROOM`], bob there over WebSocket and ann
+/// joined over long polling (bob has seen her join).
+async fn bob_and_polling_ann(
+    config: ServerConfig,
+) -> (TestServer, crate::support::Client, String, u64) {
+    let s = TestServer::with_config(config).await;
+    s.create_room(json!({"id": ROOM})).await;
+    let (mut bob, _) = s.join(ROOM, "bob").await;
+    let mut ann = Poller::open(&s).await;
+    ann.send(json!({"type": "join", "room": ROOM, "name": "ann"}))
+        .await;
+    ann.until(|v| v["type"] == "joined").await;
+    bob.recv_event("presence.join").await;
+    let (id, ack) = (ann.id.clone(), ann.ack);
+    (s, bob, id, ack)
+}
+
 #[tokio::test]
 async fn long_polling_joins_publishes_and_gets_a_lost_response_again() {
     let s = TestServer::start().await;
@@ -321,6 +338,12 @@ async fn bad_requests_get_clear_errors_and_harm_nothing() {
         .await
         .unwrap();
     assert_eq!(r.status(), 400);
+    // A body over the limit (16 × the largest message): 413, nothing handled.
+    let huge = format!("[{}]", vec!["{\"type\":\"ping\"}"; 300_000].join(","));
+    let (status, body) = s
+        .post_raw(&format!("/v1/sessions/{}/send", ann.id), &huge)
+        .await;
+    assert_eq!((status, code(&body)), (413, json!("frame_too_large")));
     // A frame that is not JSON is answered like on WebSocket, by an error frame.
     let (status, _) = s
         .post_raw(&format!("/v1/sessions/{}/send", ann.id), "not json")
@@ -336,41 +359,28 @@ async fn bad_requests_get_clear_errors_and_harm_nothing() {
 
 #[tokio::test]
 async fn a_silent_session_expires_and_its_member_can_resume() {
-    let s = TestServer::with_config(ServerConfig {
+    let (s, mut bob, ann, ack) = bob_and_polling_ann(ServerConfig {
         idle_timeout_ms: 300,
         // WebSocket pings keep bob there.
         heartbeat_interval_ms: 100,
         ..ServerConfig::default()
     })
     .await;
-    s.create_room(json!({"id": ROOM})).await;
-    let (mut bob, _) = s.join(ROOM, "bob").await;
-    let mut ann = Poller::open(&s).await;
-    ann.send(json!({"type": "join", "room": ROOM, "name": "ann"}))
-        .await;
-    ann.until(|v| v["type"] == "joined").await;
     // Nobody asks for ann's frames: after the idle timeout her room session
     // is disconnected (resumable), and the transport session is gone.
     let (leave, _) = bob.recv_event("presence.leave").await;
     assert_eq!(leave["reason"], "disconnected", "{leave}");
-    let (status, _) = ann.poll_at(ann.ack).await;
+    let (status, _) = s.get(&format!("/v1/sessions/{ann}/poll?ack={ack}")).await;
     assert_eq!(status, 404);
 }
 
 #[tokio::test]
 async fn a_session_nobody_reads_is_closed_as_a_slow_consumer() {
-    let s = TestServer::with_config(ServerConfig {
+    let (s, mut bob, ann, ack) = bob_and_polling_ann(ServerConfig {
         send_queue_frames: 8,
         ..ServerConfig::default()
     })
     .await;
-    s.create_room(json!({"id": ROOM})).await;
-    let (mut bob, _) = s.join(ROOM, "bob").await;
-    let mut ann = Poller::open(&s).await;
-    ann.send(json!({"type": "join", "room": ROOM, "name": "ann"}))
-        .await;
-    ann.until(|v| v["type"] == "joined").await;
-    bob.recv_event("presence.join").await;
     // Ann stops reading; bob says more than her session may keep.
     let mut seen = Vec::new();
     for i in 0..12 {
@@ -387,7 +397,7 @@ async fn a_session_nobody_reads_is_closed_as_a_slow_consumer() {
     assert!(
         wait_until(|| async { s.metric("plaza_slow_consumers_total").await >= Some(1.0) }).await
     );
-    let (status, _) = ann.poll_at(ann.ack).await;
+    let (status, _) = s.get(&format!("/v1/sessions/{ann}/poll?ack={ack}")).await;
     assert_eq!(status, 404, "the session ended");
     // Only bob is connected now; ann's room session is disconnected (and
     // resumable, as after any end: see the closed-session test).

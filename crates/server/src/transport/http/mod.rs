@@ -62,12 +62,7 @@ fn not_found() -> ApiError {
 /// `POST /v1/sessions`: opens a transport session.
 pub(crate) async fn open(State(node): State<Arc<Node>>) -> Response {
     if node.is_shutting_down() {
-        return ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            ErrorCode::ShuttingDown,
-            "shutting down",
-        )
-        .into_response();
+        return ApiError::shutting_down().into_response();
     }
     let id = plaza_broker::new_resume_token();
     let registry = Arc::downgrade(&node);
@@ -107,20 +102,27 @@ pub(crate) async fn close(State(node): State<Arc<Node>>, Path(id): Path<String>)
 pub(crate) async fn send(
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let Some(s) = node.http_sessions.get(&id) else {
         return not_found().into_response();
     };
-    let limit = node.config().max_frame_bytes.saturating_mul(4).max(1024);
-    if body.len() > limit.saturating_mul(16) {
+    // The body limit is the node's own (16 messages of the largest size), read
+    // here rather than by the framework's default limit, whose answer is not JSON.
+    let max = node
+        .config()
+        .max_frame_bytes
+        .saturating_mul(4)
+        .max(1024)
+        .saturating_mul(16);
+    let Ok(body) = axum::body::to_bytes(body, max).await else {
         return ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::FrameTooLarge,
-            format!("a body has at most {} bytes", limit.saturating_mul(16)),
+            format!("a body has at most {max} bytes"),
         )
         .into_response();
-    }
+    };
     let first = body.iter().copied().find(|b| !b.is_ascii_whitespace());
     let frames: Vec<Bytes> = if first == Some(b'[') {
         match serde_json::from_slice::<Vec<Box<RawValue>>>(&body) {

@@ -19,12 +19,7 @@ use crate::Node;
 /// [`serve_socket`].
 pub(crate) async fn upgrade(State(node): State<Arc<Node>>, mut req: Request) -> Response {
     if node.is_shutting_down() {
-        return ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            ErrorCode::ShuttingDown,
-            "shutting down",
-        )
-        .into_response();
+        return ApiError::shutting_down().into_response();
     }
     let h = req.headers();
     let is_upgrade = has_token(h, header::CONNECTION, "upgrade")
