@@ -14,6 +14,7 @@ mod session;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -356,7 +357,8 @@ pub(crate) async fn events(
                 let mut chunk = Vec::new();
                 let from = cursor;
                 for (pos, frame) in out.frames.iter().filter(|(p, _)| *p > from) {
-                    chunk.extend_from_slice(format!("id: {pos}\ndata: ").as_bytes());
+                    // Into the chunk itself: no string per frame.
+                    let _ = write!(chunk, "id: {pos}\ndata: ");
                     chunk.extend_from_slice(frame);
                     chunk.extend_from_slice(b"\n\n");
                     cursor = *pos;
