@@ -83,6 +83,13 @@ counters! {
     frames_in,
     /// Chat messages sent as replies (`reply_to`) while recording.
     chat_replies,
+    /// Bytes read at the users' sockets while recording (TCP payload: HTTP
+    /// headers and WebSocket framing included).
+    socket_bytes_in,
+    /// Bytes written at the users' sockets while recording.
+    socket_bytes_out,
+    /// HTTP requests the users' HTTP transports made while recording.
+    transport_requests,
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! - [`scenario`]: scenario files (YAML): parameters, phases, weighted flows, expectations.
 //! - [`schedule`]: phase stepping and arrival times, pure.
 //! - [`wsclient`]: a WebSocket client that receives without allocating per message.
+//! - [`transport`]: WebSocket or Plaza's HTTP transports behind one reader and writer, bytes counted at the socket.
 //! - [`driver`]: one module per protocol (Plaza, plain broadcast, ...).
 //! - [`session`]: connecting and the join handshake, shared by the runner and tests.
 //! - [`runner`]: runs a scenario against a target and counts.
@@ -38,6 +39,7 @@ pub mod schedule;
 pub mod session;
 pub mod sweep;
 pub mod targets;
+pub mod transport;
 pub mod wsclient;
 
 pub use raw::RawRun;

@@ -14,6 +14,9 @@ use crate::counts::Counts;
 pub struct RawRun {
     /// Driver name.
     pub driver: String,
+    /// What users connected over ([`crate::transport::Transport::name`]).
+    #[serde(default = "websocket")]
+    pub transport: String,
     /// Users this process ran.
     pub users: u64,
     /// What it counted.
@@ -69,6 +72,10 @@ pub struct RawRun {
     /// Packets over the loopback interface while recording.
     #[serde(default)]
     pub loopback_packets: Option<u64>,
+}
+
+fn websocket() -> String {
+    "websocket".into()
 }
 
 /// An empty histogram with the bounds every run uses: 1 µs to 1 h, three
@@ -163,6 +170,7 @@ mod tests {
         }
         RawRun {
             driver: "plaza".into(),
+            transport: "sse".into(),
             users,
             counts: Counts {
                 joined: users,
@@ -185,6 +193,9 @@ mod tests {
                 proximity_events: 0,
                 frames_in: 3,
                 chat_replies: 0,
+                socket_bytes_in: 300,
+                socket_bytes_out: 30,
+                transport_requests: users,
             },
             recorded_us: 1_000_000,
             errors: BTreeMap::from([("x".to_owned(), users)]),

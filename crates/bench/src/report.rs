@@ -73,6 +73,9 @@ pub struct Report {
     pub scenario: String,
     /// Driver (protocol) used.
     pub driver: String,
+    /// What users connected over (`websocket`, `sse`, `long-polling`, `polling`).
+    #[serde(default)]
+    pub transport: String,
     /// Scenario parameters after overrides.
     pub params: BTreeMap<String, serde_json::Value>,
     /// Users scheduled.
@@ -125,6 +128,23 @@ pub struct Report {
     /// Loopback packets per second while recording.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loopback_packets_per_s: Option<f64>,
+    /// Loopback bytes while recording, both ways, headers included: what
+    /// a capture (source document 004's Wireshark) counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loopback_bytes: Option<u64>,
+    /// Loopback packets while recording.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loopback_packets: Option<u64>,
+    /// Bytes the users read at their sockets while recording (TCP payload:
+    /// HTTP headers and WebSocket framing included).
+    #[serde(default)]
+    pub socket_bytes_in: u64,
+    /// Bytes the users wrote at their sockets while recording.
+    #[serde(default)]
+    pub socket_bytes_out: u64,
+    /// HTTP requests of the users' HTTP transports while recording.
+    #[serde(default)]
+    pub transport_requests: u64,
     /// Bytes sent per second while recording.
     pub bytes_out_per_s: f64,
     /// Delivery latency measured by observers.
@@ -301,6 +321,12 @@ impl Report {
             http_rt.as_ref().map(|l| l.p95_ms),
             true,
         );
+        check(
+            "loopback_bytes",
+            e.loopback_bytes_max,
+            i.loopback_bytes.map(|b| b as f64),
+            true,
+        );
         check("error_rate", e.error_rate, Some(error_rate), true);
         check("delivery_ratio", e.delivery_ratio, delivery_ratio, false);
         let passed = checks.iter().all(|c| c.passed);
@@ -312,6 +338,7 @@ impl Report {
         Report {
             scenario: scenario.name.clone(),
             driver: i.driver.clone(),
+            transport: i.transport.clone(),
             params: scenario
                 .params
                 .iter()
@@ -338,6 +365,11 @@ impl Report {
             chat_replies: c.chat_replies,
             loopback_bytes_per_s: i.loopback_bytes.map(per_s),
             loopback_packets_per_s: i.loopback_packets.map(per_s),
+            loopback_bytes: i.loopback_bytes,
+            loopback_packets: i.loopback_packets,
+            socket_bytes_in: c.socket_bytes_in,
+            socket_bytes_out: c.socket_bytes_out,
+            transport_requests: c.transport_requests,
             latency,
             request_rt,
             requests_ok: c.requests_ok,
@@ -416,6 +448,19 @@ impl Report {
             let _ = writeln!(
                 s,
                 "| loopback traffic, both ways, IP+TCP headers included (bytes/s, packets/s) | {b:.0}, {p:.0} |"
+            );
+        }
+        if let (Some(b), Some(p)) = (self.loopback_bytes, self.loopback_packets) {
+            let _ = writeln!(
+                s,
+                "| loopback traffic while recording, both ways, headers included (bytes, packets) | {b}, {p} |"
+            );
+        }
+        if self.socket_bytes_in + self.socket_bytes_out > 0 {
+            let _ = writeln!(
+                s,
+                "| at the users' sockets while recording ({}): bytes in, bytes out; HTTP requests | {}, {}; {} |",
+                self.transport, self.socket_bytes_in, self.socket_bytes_out, self.transport_requests
             );
         }
         if let Some(d) = self.ws_duration_s {

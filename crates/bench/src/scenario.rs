@@ -53,6 +53,11 @@ pub struct Scenario {
     /// drivers; received bytes are then counted compressed, as sent).
     #[serde(default)]
     pub compression: bool,
+    /// What users connect over: `websocket` (the default), or Plaza's HTTP
+    /// transports `sse`, `long-polling`, `polling` (`polling:<ms>`: asking
+    /// every `ms`; plain `polling` asks every second).
+    #[serde(default)]
+    pub transport: crate::transport::Transport,
     /// Phases, run one after the other.
     pub phases: Vec<Phase>,
     /// What virtual users do; each user gets one flow, chosen by weight.
@@ -159,6 +164,10 @@ pub enum Step {
         /// Payload size in bytes, about (timestamp and padding included).
         #[serde(default = "hundred")]
         bytes: usize,
+        /// A chat text to carry instead of padding (`bytes` is then
+        /// ignored): `{"bt":…,"vu":…,"text":"…"}`.
+        #[serde(default)]
+        text: Option<String>,
     },
     /// Send a request and wait for its response (matched by nonce).
     Request {
@@ -289,6 +298,9 @@ pub struct Expectations {
     pub error_rate: Option<f64>,
     /// Deliveries / expected deliveries at least this.
     pub delivery_ratio: Option<f64>,
+    /// Loopback bytes while recording (both ways, headers included) at most
+    /// this: a traffic budget, e.g. a source document's figure.
+    pub loopback_bytes_max: Option<f64>,
 }
 
 /// How the run ends after its last phase.
@@ -606,7 +618,8 @@ expect: { latency_mean_ms: 100, error_rate: 0.01 }
             Step::Publish {
                 channel: None,
                 event: None,
-                bytes: 120
+                bytes: 120,
+                text: None,
             }
         );
         assert_eq!(inner[1], Step::Think { ms: 5 });

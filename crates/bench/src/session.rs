@@ -5,7 +5,8 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 
 use crate::driver::{Driver, Handshake, JoinSpec};
-use crate::wsclient::{self, Incoming, WsReader, WsWriter};
+use crate::transport::{self, Endpoint, Reader, Transport, Writer};
+use crate::wsclient::Incoming;
 
 /// Connects to `addr` on the driver's WebSocket path.
 pub async fn connect(
@@ -13,27 +14,40 @@ pub async fn connect(
     host: &str,
     driver: &dyn Driver,
     bind: Option<IpAddr>,
-) -> io::Result<(WsReader, WsWriter)> {
-    connect_for(addr, host, driver, None, bind, false).await
+) -> io::Result<(Reader, Writer)> {
+    let at = Endpoint {
+        addr,
+        host,
+        bind,
+        tally: None,
+    };
+    connect_for(&at, driver, None, Transport::WebSocket, false).await
 }
 
-/// Connects to `addr` on the driver's WebSocket path for a user whose first
-/// join is to `room` ([`Driver::ws_path_for`]: Plaza names it in the URL, for
-/// a cluster's load balancer to route on), offering permessage-deflate if
-/// `deflate`.
+/// Connects to `at` over `transport` for a user whose first join is to
+/// `room` ([`Driver::ws_path_for`], [`Driver::sessions_path_for`]: Plaza
+/// names it in the URL, for a cluster's load balancer to route on), offering
+/// permessage-deflate if `deflate` (WebSocket).
 pub async fn connect_for(
-    addr: SocketAddr,
-    host: &str,
+    at: &Endpoint<'_>,
     driver: &dyn Driver,
     room: Option<&str>,
-    bind: Option<IpAddr>,
+    transport: Transport,
     deflate: bool,
-) -> io::Result<(WsReader, WsWriter)> {
-    wsclient::connect_with(addr, host, &driver.ws_path_for(room), bind, deflate).await
+) -> io::Result<(Reader, Writer)> {
+    let sessions = driver.sessions_path_for(room);
+    transport::connect(
+        at,
+        transport,
+        &driver.ws_path_for(room),
+        sessions.as_deref(),
+        deflate,
+    )
+    .await
 }
 
 /// The messages of the next read (at least one), answering pings meanwhile.
-pub async fn next_messages(r: &mut WsReader, w: &mut WsWriter) -> Result<Vec<Vec<u8>>, String> {
+pub async fn next_messages(r: &mut Reader, w: &mut Writer) -> Result<Vec<Vec<u8>>, String> {
     let mut out = Vec::new();
     while out.is_empty() {
         let mut pings: Vec<Vec<u8>> = Vec::new();
@@ -62,8 +76,8 @@ pub async fn next_messages(r: &mut WsReader, w: &mut WsWriter) -> Result<Vec<Vec
 /// Runs the join handshake. Returns the messages that arrived in the same
 /// read as the one completing the join, for the caller to count.
 pub async fn join(
-    r: &mut WsReader,
-    w: &mut WsWriter,
+    r: &mut Reader,
+    w: &mut Writer,
     driver: &dyn Driver,
     spec: &JoinSpec,
 ) -> Result<Vec<Vec<u8>>, String> {
@@ -96,7 +110,7 @@ pub async fn join(
     }
 }
 
-async fn send_all(w: &mut WsWriter, frames: Vec<String>) -> Result<(), String> {
+async fn send_all(w: &mut Writer, frames: Vec<String>) -> Result<(), String> {
     for f in frames {
         w.send_text(f.as_bytes())
             .await

@@ -8,12 +8,15 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use base64::Engine;
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
+
+use crate::transport::SocketTally;
 
 /// Bytes asked for per read.
 const READ_SIZE: usize = 64 * 1024;
@@ -41,6 +44,8 @@ pub struct WsReader {
     unparsed: bool,
     /// With permessage-deflate: reads compressed messages.
     inflater: Option<Inflater>,
+    /// Counts the bytes read.
+    tally: Option<Arc<SocketTally>>,
 }
 
 /// A connection's inflater (RFC 7692).
@@ -87,6 +92,8 @@ pub struct WsWriter {
     write: OwnedWriteHalf,
     mask: [u8; 4],
     out: Vec<u8>,
+    /// Counts the bytes written.
+    tally: Option<Arc<SocketTally>>,
 }
 
 /// Opens a WebSocket to `addr` (`host` for the Host header), optionally from
@@ -114,6 +121,19 @@ pub async fn connect_with(
     bind: Option<IpAddr>,
     deflate: bool,
 ) -> io::Result<(WsReader, WsWriter)> {
+    connect_counted(addr, host, path, bind, deflate, None).await
+}
+
+/// [`connect_with`], counting every byte read and written (the handshake
+/// included) in `tally`.
+pub async fn connect_counted(
+    addr: SocketAddr,
+    host: &str,
+    path: &str,
+    bind: Option<IpAddr>,
+    deflate: bool,
+    tally: Option<Arc<SocketTally>>,
+) -> io::Result<(WsReader, WsWriter)> {
     let stream = match bind {
         Some(ip) => {
             let socket = if addr.is_ipv4() {
@@ -139,6 +159,9 @@ pub async fn connect_with(
     );
     let (mut read, mut write) = stream.into_split();
     write.write_all(request.as_bytes()).await?;
+    if let Some(t) = &tally {
+        t.add_written(request.len());
+    }
     let mut buf = BytesMut::with_capacity(4096);
     let header_end = loop {
         if let Some(at) = memchr::memmem::find(&buf, b"\r\n\r\n") {
@@ -147,8 +170,12 @@ pub async fn connect_with(
         if buf.len() > 16 * 1024 {
             return Err(io::Error::other("handshake response too long"));
         }
-        if read.read_buf(&mut buf).await? == 0 {
+        let n = read.read_buf(&mut buf).await?;
+        if n == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        if let Some(t) = &tally {
+            t.add_read(n);
         }
     };
     let status_line = buf[..header_end]
@@ -180,11 +207,13 @@ pub async fn connect_with(
                 fresh_each_time,
                 out: Vec::new(),
             }),
+            tally: tally.clone(),
         },
         WsWriter {
             write,
             mask: rand::random(),
             out: Vec::with_capacity(256),
+            tally,
         },
     ))
 }
@@ -204,6 +233,9 @@ impl WsReader {
         let n = self.read.read_buf(&mut self.buf).await?;
         if n == 0 {
             return Ok(0);
+        }
+        if let Some(t) = &self.tally {
+            t.add_read(n);
         }
         self.parse(&mut on)?;
         Ok(n)
@@ -337,7 +369,11 @@ impl WsWriter {
         for (i, b) in self.out[from..].iter_mut().enumerate() {
             *b ^= self.mask[i & 3];
         }
-        self.write.write_all(&self.out).await
+        self.write.write_all(&self.out).await?;
+        if let Some(t) = &self.tally {
+            t.add_written(self.out.len());
+        }
+        Ok(())
     }
 }
 

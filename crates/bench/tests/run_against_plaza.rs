@@ -326,8 +326,9 @@ async fn http_steps_are_timed_and_unexpected_statuses_fail() {
     assert!(report.passed, "{:?}", report.checks);
 }
 
-/// The chat-replay scenario, short: `overrides` on top of a small room.
-async fn chat_replay(overrides: &[(&str, &str)]) -> plaza_bench::Report {
+/// Runs `bench/scenarios/{file}` with `set` against a fresh in-process
+/// Plaza that creates rooms on the first join, every user observing.
+async fn run_scenario_file(file: &str, set: &[(&str, &str)]) -> plaza_bench::Report {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let node = Node::new(
@@ -338,23 +339,15 @@ async fn chat_replay(overrides: &[(&str, &str)]) -> plaza_bench::Report {
         Arc::new(MemoryTicketStore::new()),
     );
     tokio::spawn(plaza_server::serve(node.clone(), listener));
-    let yaml = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../bench/scenarios/chat-replay.yaml"
+    let yaml = std::fs::read_to_string(format!(
+        "{}/../../bench/scenarios/{file}",
+        env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();
-    let set: Vec<(String, String)> = [
-        ("members", "24"),
-        ("arrival_rate", "100"),
-        ("chat_s", "3"),
-        ("per_stream_per_s", "4"),
-        ("reply_ratio", "0.5"),
-        ("volume", "6"),
-    ]
-    .iter()
-    .chain(overrides)
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
+    let set: Vec<(String, String)> = set
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     let scenario = Scenario::parse(&yaml, &set).unwrap();
     run(
         &scenario,
@@ -362,7 +355,7 @@ async fn chat_replay(overrides: &[(&str, &str)]) -> plaza_bench::Report {
             addr,
             host: addr.to_string(),
             driver: Arc::new(PlazaDriver),
-            observers_per_room: 24,
+            observers_per_room: 100,
             server_pid: None,
             bind: vec![],
             timeout: Duration::from_secs(10),
@@ -372,6 +365,23 @@ async fn chat_replay(overrides: &[(&str, &str)]) -> plaza_bench::Report {
     )
     .await
     .unwrap()
+}
+
+/// The chat-replay scenario, short: `overrides` on top of a small room.
+async fn chat_replay(overrides: &[(&str, &str)]) -> plaza_bench::Report {
+    let set: Vec<(&str, &str)> = [
+        ("members", "24"),
+        ("arrival_rate", "100"),
+        ("chat_s", "3"),
+        ("per_stream_per_s", "4"),
+        ("reply_ratio", "0.5"),
+        ("volume", "6"),
+    ]
+    .iter()
+    .chain(overrides)
+    .copied()
+    .collect();
+    run_scenario_file("chat-replay.yaml", &set).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -416,4 +426,97 @@ async fn chat_replay_holds_by_volume_answers_replies_at_once_and_loses_nothing()
         per_delivery(&packed),
         per_delivery(&held)
     );
+}
+
+/// Source document 004's transport chat, shortened, over `transport`.
+async fn transport_chat(transport: &str) -> plaza_bench::Report {
+    let set = [
+        ("transport", transport),
+        ("every_ms", "100"),
+        ("chat_s", "1"),
+        ("messages_each", "5"),
+        // Other tests share the loopback interface: no budget here.
+        ("budget", "1e12"),
+    ];
+    run_scenario_file("transport-chat.yaml", &set).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_transport_chat_runs_over_every_transport_and_counts_its_bytes() {
+    let mut by_transport = Vec::new();
+    for transport in ["websocket", "sse", "long-polling", "polling:200"] {
+        let r = transport_chat(transport).await;
+        assert_eq!(r.transport, transport);
+        assert!(r.errors.is_empty(), "{transport}: {:?}", r.errors);
+        assert_eq!(r.joined, 2, "{transport}");
+        // 2 users × 5 messages, each delivered to the other, acknowledged.
+        assert_eq!(r.publishes_total, 10, "{transport}: {r:#?}");
+        assert_eq!(r.deliveries_total, 10, "{transport}: {r:#?}");
+        assert_eq!(r.acks, 10, "{transport}");
+        assert!(r.passed, "{transport}: {:?}", r.checks);
+        // Timed at the receiver, whatever carried it.
+        assert_eq!(r.latency.as_ref().map(|l| l.count), Some(10), "{transport}");
+        assert!(
+            r.socket_bytes_in > 0 && r.socket_bytes_out > 0,
+            "{transport}"
+        );
+        by_transport.push((transport, r));
+    }
+    let requests = |t: &str| {
+        by_transport
+            .iter()
+            .find(|(name, _)| *name == t)
+            .map(|(_, r)| r.transport_requests)
+            .unwrap()
+    };
+    // A WebSocket makes no HTTP request once open; each HTTP transport
+    // sends every message as a request (10), and polls make more.
+    assert_eq!(requests("websocket"), 0);
+    assert_eq!(requests("sse"), 10);
+    assert!(requests("long-polling") > 10);
+    // Polling asks every 200 ms whatever happens: 2 users × about 5 polls.
+    assert!(
+        requests("polling:200") >= 10 + 2 * 4,
+        "{}",
+        requests("polling:200")
+    );
+    // What the server sends is framed more cheaply on a WebSocket than as
+    // HTTP answers.
+    let bytes_in = |t: &str| {
+        by_transport
+            .iter()
+            .find(|(name, _)| *name == t)
+            .map(|(_, r)| r.socket_bytes_in + r.socket_bytes_out)
+            .unwrap()
+    };
+    assert!(bytes_in("websocket") < bytes_in("sse"));
+    assert!(bytes_in("sse") < bytes_in("long-polling"));
+}
+
+#[tokio::test]
+async fn a_transport_the_protocol_lacks_is_refused_before_the_run() {
+    let yaml = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../bench/scenarios/transport-chat.yaml"
+    ))
+    .unwrap();
+    let scenario = Scenario::parse(&yaml, &[("transport".into(), "sse".into())]).unwrap();
+    let addr: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let err = run(
+        &scenario,
+        RunOptions {
+            addr,
+            host: addr.to_string(),
+            driver: Arc::new(plaza_bench::driver::BroadcastDriver),
+            observers_per_room: 2,
+            server_pid: None,
+            bind: vec![],
+            timeout: Duration::from_secs(1),
+            progress: None,
+            shard: None,
+        },
+    )
+    .await
+    .expect_err("refused");
+    assert!(err.to_string().contains("no sse transport"), "{err}");
 }

@@ -119,6 +119,11 @@ struct ServeArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     max_rooms: Option<usize>,
+    /// TCP connections held at once; beyond it new ones get 503 server_full
+    /// [default: 0, the open-files limit less 320].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_connections: Option<usize>,
     /// Default lock lease in ms [default: 30000].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -229,6 +234,13 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
     if let Some(dir) = &config.web_dir {
         config.web_dir =
             Some(plaza_server::config::check_web_dir(dir).map_err(std::io::Error::other)?);
+    }
+    // Every connection is a file: take the whole hard limit on open files
+    // (many systems start processes with a soft limit of 1,024), as the
+    // default `max_connections` is what it allows.
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(files) => tracing::debug!(files, "open-files limit"),
+        Err(e) => tracing::warn!(error = %e, "could not raise the open-files limit"),
     }
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;
     let addr = listener.local_addr()?;

@@ -46,6 +46,11 @@ pub struct ServerConfig {
     pub max_history_size: usize,
     /// Rooms this node holds at most.
     pub max_rooms: usize,
+    /// TCP connections this node holds at once (WebSockets, HTTP transport
+    /// requests and API calls alike); beyond it a new connection is answered
+    /// `503 server_full` and closed. 0: what the process's open-files limit
+    /// allows, less [`crate::admission::RESERVED_FILES`].
+    pub max_connections: usize,
     /// Default lock lease.
     pub lock_ttl_ms: u64,
     /// Longest lock lease.
@@ -98,6 +103,7 @@ impl Default for ServerConfig {
             max_members: 10_000,
             max_history_size: 100_000,
             max_rooms: 100_000,
+            max_connections: 0,
             lock_ttl_ms: 30_000,
             max_lock_ttl_ms: 600_000,
             shutdown_grace_ms: 5_000,

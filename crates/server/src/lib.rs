@@ -7,6 +7,7 @@
 //! into as few socket writes as possible). [`router`] wires the HTTP API and the
 //! WebSocket endpoint; [`serve`] runs them until shutdown.
 
+pub mod admission;
 mod api_error;
 mod clock;
 mod cluster;
@@ -64,7 +65,18 @@ pub async fn serve(node: Arc<Node>, listener: TcpListener) -> std::io::Result<()
             }
         }
     });
-    let app = router(node.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    let max_connections = match node.config().max_connections {
+        0 => admission::default_max_connections(),
+        n => n,
+    };
+    tracing::info!(max_connections, "admission");
+    let listener = admission::AdmissionListener::new(
+        listener,
+        max_connections,
+        node.metrics.connections_refused.clone(),
+        &node.config().node_id,
+    );
+    let app = router(node.clone()).into_make_service();
     let server =
         axum::serve(listener, app).with_graceful_shutdown(async move { token.cancelled().await });
     let grace = Duration::from_millis(node.config().shutdown_grace_ms);

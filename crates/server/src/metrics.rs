@@ -38,6 +38,8 @@ pub struct NodeMetrics {
     pub delivery_latency: Histogram,
     /// Connections closed because their send queue stayed full.
     pub slow_consumers: Counter,
+    /// Connections refused because the node held `max_connections`.
+    pub connections_refused: Counter,
     errors: Vec<(ErrorCode, Counter, Arc<TeeCounter>)>,
     /// The same counters, shareable.
     error_set: ErrorCounter,
@@ -93,6 +95,7 @@ impl NodeMetrics {
             bytes_in,
             bytes_out,
             slow_consumers: counter("plaza_slow_consumers_total").1,
+            connections_refused: counter("plaza_connections_refused_total").1,
             delivery_latency,
             error_set: ErrorCounter(
                 errors

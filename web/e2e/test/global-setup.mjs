@@ -3,10 +3,9 @@
 // the demo app test, so that neither sees the other's connections and rooms. Both serve the
 // demo app (web/demo/dist, built by `npm test`'s pretest script) with --web-dir when it is
 // built; the demo test fails with a clear message when it is not.
-import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { startPlaza as start, stopPlaza } from '../plaza-process.mjs';
 
 const binary = fileURLToPath(new URL('../../../target/debug/plaza', import.meta.url));
 const demoDist = fileURLToPath(new URL('../../demo/dist', import.meta.url));
@@ -15,21 +14,9 @@ const servers = [];
 
 /** Starts `plaza serve` with these extra arguments; resolves with its host:port. */
 async function startPlaza(extraArgs) {
-  const child = spawn(binary, ['serve', '--listen', '127.0.0.1:0', ...extraArgs], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-    env: { ...process.env, RUST_LOG: process.env.RUST_LOG ?? 'warn' },
-  });
+  const { addr, child } = await start(binary, extraArgs);
   servers.push(child);
-  return new Promise((resolve, reject) => {
-    const lines = createInterface({ input: child.stdout });
-    child.once('exit', (code) => reject(new Error(`plaza ${extraArgs.join(' ')} exited early with ${code}`)));
-    child.once('error', reject);
-    lines.once('line', (line) => {
-      const match = /open http:\/\/([^/\s]+)\//.exec(line);
-      if (match?.[1]) resolve(match[1]);
-      else reject(new Error(`unexpected first line from plaza: ${line}`));
-    });
-  });
+  return addr;
 }
 
 export async function setup(project) {
@@ -60,14 +47,5 @@ export async function setup(project) {
 }
 
 export async function teardown() {
-  await Promise.all(
-    servers.splice(0).map(async (child) => {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      const exited = new Promise((resolve) => child.once('exit', resolve));
-      child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
-      await exited;
-      clearTimeout(timer);
-    }),
-  );
+  await Promise.all(servers.splice(0).map(stopPlaza));
 }

@@ -22,3 +22,30 @@ export async function toClient(page, x, y) {
   expect(p, 'the room view is shown').toBeTruthy();
   return p;
 }
+
+/**
+ * Opens the demo at `base` (http://host:port) in `room` as `name`, with `?transport=` when given,
+ * and resolves once the page has joined.
+ */
+export async function enterDemo(page, base, room, name, transport, timeout = 15_000) {
+  await page.goto(`${base}/`);
+  await page.getByTestId('name-input').fill(name);
+  const query = transport === undefined ? '' : `&transport=${transport}`;
+  await page.goto(`${base}/?room=${room}${query}`);
+  await page.waitForFunction(() => window.__plaza.session() !== undefined, null, { timeout });
+}
+
+/** Sends `text` from `page`'s chat, as a user types and clicks Send. */
+export async function sayInChat(page, text) {
+  await page.getByTestId('chat-input').fill(text);
+  await page.getByTestId('chat-send').click();
+}
+
+/** Waits until `page`'s chat log shows the line `text` exactly. */
+export function waitChatLine(page, text, timeout = 15_000) {
+  return page.waitForFunction(
+    (t) => [...document.querySelectorAll('[data-testid="chat-log"] > li')].some((li) => li.textContent === t),
+    text,
+    { timeout },
+  );
+}

@@ -4,7 +4,7 @@
 // itself and chats with them. Waits poll the pages, never a fixed sleep.
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { launchChromium } from './browser.mjs';
-import { openTab } from './pages.mjs';
+import { enterDemo, openTab, sayInChat, waitChatLine } from './pages.mjs';
 
 const WAIT = { timeout: 15_000 };
 const addr = inject('demoAddr');
@@ -12,29 +12,9 @@ const missing = inject('demoMissing');
 const base = `http://${addr}`;
 const room = `transports-${Date.now().toString(36)}`;
 
-/** Opens the demo in `room` as `name`, with `?transport=` when given. */
-async function enter(page, name, transport) {
-  await page.goto(`${base}/`);
-  await page.getByTestId('name-input').fill(name);
-  const query = transport === undefined ? '' : `&transport=${transport}`;
-  await page.goto(`${base}/?room=${room}${query}`);
-  await page.waitForFunction(() => window.__plaza.session() !== undefined, null, WAIT);
-}
-
-/** Sends `text` from `page`'s chat. */
-async function say(page, text) {
-  await page.getByTestId('chat-input').fill(text);
-  await page.getByTestId('chat-send').click();
-}
-
-/** Waits until `page`'s chat log shows the line `text`. */
-function waitLine(page, text) {
-  return page.waitForFunction(
-    (t) => [...document.querySelectorAll('[data-testid="chat-log"] > li')].some((li) => li.textContent === t),
-    text,
-    WAIT,
-  );
-}
+const enter = (page, name, transport) => enterDemo(page, base, room, name, transport, WAIT.timeout);
+const say = sayInChat;
+const waitLine = (page, text) => waitChatLine(page, text, WAIT.timeout);
 
 describe('demo over HTTP transports', () => {
   let browser;

@@ -297,7 +297,7 @@ mod tests {
         addr: std::net::SocketAddr,
         d: &dyn Driver,
         room: &str,
-    ) -> (crate::wsclient::WsReader, crate::wsclient::WsWriter) {
+    ) -> (crate::transport::Reader, crate::transport::Writer) {
         let (mut r, mut w) = crate::session::connect(addr, &addr.to_string(), d, None)
             .await
             .unwrap();

@@ -113,6 +113,13 @@ pub trait Driver: Send + Sync {
         let _ = room;
         self.ws_path()
     }
+    /// Path (and query) where an HTTP transport session is opened for a user
+    /// whose first join is to `room`; `None` (the default): the protocol
+    /// has WebSocket only.
+    fn sessions_path_for(&self, room: Option<&str>) -> Option<String> {
+        let _ = room;
+        None
+    }
     /// Whether the publisher receives its own messages (then it counts as a
     /// recipient).
     fn echoes_sender(&self) -> bool {

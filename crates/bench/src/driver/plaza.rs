@@ -26,6 +26,15 @@ impl Driver for PlazaDriver {
         }
     }
 
+    /// `/v1/sessions?room=ID`: the same hint as the WebSocket URL's, which
+    /// the HTTP transport then repeats on every request of the session.
+    fn sessions_path_for(&self, room: Option<&str>) -> Option<String> {
+        Some(match room {
+            Some(room) => format!("/v1/sessions?room={}", query_escape(room)),
+            None => "/v1/sessions".into(),
+        })
+    }
+
     fn setup(
         &self,
         rooms: &[String],

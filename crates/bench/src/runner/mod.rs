@@ -26,6 +26,7 @@ use crate::raw::{histogram, RawRun};
 use crate::report::Report;
 use crate::scenario::Scenario;
 use crate::schedule::Schedule;
+use crate::transport::{SocketTally, Transport};
 use user::{joined_channels, rooms_joined, virtual_user};
 
 /// Where and how to run.
@@ -113,6 +114,10 @@ struct Shared {
     arrivals: Vec<Duration>,
     /// Users offer permessage-deflate.
     compression: bool,
+    /// What users connect over.
+    transport: Transport,
+    /// Bytes at the users' sockets, HTTP transport requests.
+    socket: Arc<SocketTally>,
     /// Per room: users of this process that have joined it.
     room_joined: Vec<AtomicU64>,
     opts: RunOptions,
@@ -233,6 +238,13 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
             *channel_sizes[room].entry(ch.clone()).or_insert(0) += 1;
         }
     }
+    if scenario.transport != Transport::WebSocket && opts.driver.sessions_path_for(None).is_none() {
+        return Err(RunError::Setup(format!(
+            "{} has no {} transport (WebSocket only)",
+            opts.driver.name(),
+            scenario.transport.name()
+        )));
+    }
     setup(&opts, scenario).await?;
     // The target is addressed directly: a proxy from the environment would
     // add a hop to what is measured and change the request line counted.
@@ -253,6 +265,8 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         arrivals: schedule.arrivals.clone(),
         room_joined: (0..rooms).map(|_| AtomicU64::new(0)).collect(),
         compression: scenario.compression,
+        transport: scenario.transport,
+        socket: Arc::new(SocketTally::default()),
         opts,
         rooms,
         room_sizes,
@@ -380,11 +394,20 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
                 .loopback
                 .zip(at_start.loopback)
                 .map(|((b, p), (b0, p0))| (b.saturating_sub(b0), p.saturating_sub(p0)));
+            let (read, written, requests) = shared.socket.load();
+            let c = &shared.counts;
+            c.socket_bytes_in
+                .store(read - at_start.socket.0, Ordering::Relaxed);
+            c.socket_bytes_out
+                .store(written - at_start.socket.1, Ordering::Relaxed);
+            c.transport_requests
+                .store(requests - at_start.socket.2, Ordering::Relaxed);
             resources.server_rss_kib = pid.and_then(procstat::rss_kib);
             resources.server_rss_max_kib = pid.map(|_| rss_max);
         }
         if recorded.is_some_and(|(from, _)| from == t) {
             at_start = CpuReading::take(pid);
+            at_start.socket = shared.socket.load();
         }
         let record = phase.is_some_and(|p| p.record);
         if let Some(p) = phase {
@@ -443,6 +466,7 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
     let last = |a: &AtomicU64| Some(a.load(Ordering::Relaxed)).filter(|&v| v != 0);
     Ok(RawRun {
         driver: shared.opts.driver.name().to_owned(),
+        transport: shared.transport.name(),
         users: my_users,
         counts: s.counts.load(),
         recorded_us: rec_len.as_micros() as u64,
@@ -490,6 +514,8 @@ struct CpuReading {
     server: Option<Duration>,
     own: Option<Duration>,
     loopback: Option<(u64, u64)>,
+    /// The users' socket bytes read and written, and transport requests.
+    socket: (u64, u64, u64),
 }
 
 impl CpuReading {
@@ -498,6 +524,7 @@ impl CpuReading {
             server: server_pid.and_then(|pid| procstat::cpu_time(Some(pid))),
             own: procstat::cpu_time(None),
             loopback: procstat::loopback(),
+            socket: (0, 0, 0),
         }
     }
 }

@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::driver::{self, Inbound};
-use crate::wsclient::{Incoming, WsReader, WsWriter};
+use crate::transport::{Reader, Writer};
+use crate::wsclient::Incoming;
 
 /// What one receiver counts between two flushes into the shared counters.
 pub(super) struct Tally {
@@ -164,8 +165,8 @@ impl Drop for LastReceipt<'_> {
 pub(super) async fn receive(
     shared: Arc<Shared>,
     vu: u64,
-    mut reader: WsReader,
-    writer: Arc<tokio::sync::Mutex<WsWriter>>,
+    mut reader: Reader,
+    writer: Arc<tokio::sync::Mutex<Writer>>,
     observer: bool,
     early: Vec<Vec<u8>>,
 ) {

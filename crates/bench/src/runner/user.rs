@@ -6,7 +6,7 @@ use std::pin::Pin;
 
 use super::http::http_call;
 use super::receive::receive;
-use super::ws_ops::{publish, request};
+use super::ws_ops::{publish, request, Body};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -14,7 +14,7 @@ use super::*;
 use crate::driver::JoinSpec;
 use crate::scenario::Step;
 use crate::session;
-use crate::wsclient::{WsReader, WsWriter};
+use crate::transport::{Endpoint, Reader, Writer};
 
 /// Room ids the flows join (the first `join` step of each flow), for room `r`.
 pub(super) fn rooms_joined(scenario: &Scenario, r: u64) -> Vec<String> {
@@ -75,7 +75,7 @@ pub(super) fn expand(template: &str, vu: u64, room: u64, flow: &str) -> String {
 
 /// One user's connection once joined.
 pub(super) struct Joined {
-    pub(super) writer: Arc<tokio::sync::Mutex<WsWriter>>,
+    pub(super) writer: Arc<tokio::sync::Mutex<Writer>>,
     pub(super) room: String,
     /// The channels joined besides the main one.
     pub(super) channels: Vec<String>,
@@ -103,7 +103,7 @@ pub(super) struct UserState {
     /// The room of the flow's first join, expanded: named in the WebSocket
     /// URL for a cluster's load balancer (`Driver::ws_path_for`).
     pub(super) first_room: Option<String>,
-    pub(super) conn: Option<(WsReader, WsWriter)>,
+    pub(super) conn: Option<(Reader, Writer)>,
     pub(super) joined: Option<Joined>,
     pub(super) out: String,
     /// Draws for `{rand:LO:HI}` templates, seeded by the user's index: runs repeat.
@@ -163,12 +163,17 @@ pub(super) async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &St
             let o = &shared.opts;
             let bind = (!o.bind.is_empty()).then(|| o.bind[(st.vu as usize) % o.bind.len()]);
             let room = st.first_room.as_deref();
+            let at = Endpoint {
+                addr: o.addr,
+                host: &o.host,
+                bind,
+                tally: Some(shared.socket.clone()),
+            };
             let fut = session::connect_for(
-                o.addr,
-                &o.host,
+                &at,
                 o.driver.as_ref(),
                 room,
-                bind,
+                shared.transport,
                 shared.compression,
             );
             match tokio::time::timeout(o.timeout, fut).await {
@@ -211,13 +216,18 @@ pub(super) async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &St
             channel,
             event,
             bytes,
+            text,
         } => {
+            let body = match text {
+                Some(t) => Body::Text(t),
+                None => Body::Padding(*bytes),
+            };
             publish(
                 shared,
                 st,
                 channel.as_deref(),
                 event.as_deref().unwrap_or("b"),
-                *bytes,
+                body,
             )
             .await
         }

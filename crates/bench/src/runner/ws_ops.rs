@@ -3,23 +3,37 @@
 use super::user::{expand_json, UserState};
 use super::*;
 
+/// What a publish carries besides its send time and sender.
+pub(super) enum Body<'a> {
+    /// Padding up to about this many bytes in all.
+    Padding(usize),
+    /// A chat text.
+    Text(&'a str),
+}
+
 pub(super) async fn publish(
     shared: &Arc<Shared>,
     st: &mut UserState,
     channel: Option<&str>,
     event: &str,
-    bytes: usize,
+    body: Body<'_>,
 ) -> bool {
     let Some(j) = &st.joined else {
         shared.error("publish: not joined");
         return false;
     };
     let sent = unix_micros();
-    let head = format!(r#"{{"bt":{sent},"vu":{},"p":""#, st.vu);
-    let pad = bytes.saturating_sub(head.len() + 2);
-    let mut payload = head;
-    payload.extend(std::iter::repeat_n('x', pad));
-    payload.push_str("\"}");
+    let payload = match body {
+        Body::Padding(bytes) => {
+            let head = format!(r#"{{"bt":{sent},"vu":{},"p":""#, st.vu);
+            let pad = bytes.saturating_sub(head.len() + 2);
+            let mut payload = head;
+            payload.extend(std::iter::repeat_n('x', pad));
+            payload.push_str("\"}");
+            payload
+        }
+        Body::Text(text) => serde_json::json!({"bt": sent, "vu": st.vu, "text": text}).to_string(),
+    };
     st.out.clear();
     shared
         .opts

@@ -292,3 +292,69 @@ async fn a_client_that_ignores_the_rate_limit_is_closed_with_4003() {
     // nobody else is affected
     assert_eq!(other.drain().await, Vec::<Value>::new());
 }
+
+/// The status and JSON body of a WebSocket upgrade the server answered
+/// without upgrading.
+fn refusal(e: tokio_tungstenite::tungstenite::Error) -> (u16, Value) {
+    match e {
+        tokio_tungstenite::tungstenite::Error::Http(resp) => {
+            let body = resp.body().clone().unwrap_or_default();
+            (
+                resp.status().as_u16(),
+                serde_json::from_slice(&body).unwrap_or(Value::Null),
+            )
+        }
+        other => panic!("expected an HTTP answer, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn beyond_max_connections_a_new_connection_gets_503_server_full_and_the_held_ones_go_on() {
+    let s = TestServer::with_config(ServerConfig {
+        max_connections: 3,
+        ..Default::default()
+    })
+    .await;
+    // The test's HTTP client keeps its connection open: one of the three.
+    let ((mut a, _), (mut b, _)) = pair(&s).await;
+
+    let refused = Client::try_connect(s.addr)
+        .await
+        .err()
+        .expect("the node is full");
+    let (status, body) = refusal(refused);
+    assert_eq!(status, 503);
+    assert_eq!(body["error"]["code"], "server_full", "{body}");
+    // A plain HTTP request is refused the same way, whole, then closed.
+    let mut raw = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    raw.write_all(b"GET /v1/rooms HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    raw.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+    assert!(answer.contains("retry-after: 5"), "{answer}");
+    assert!(
+        answer.contains(&format!("x-plaza-node: {}", s.node.config().node_id)),
+        "{answer}"
+    );
+    assert!(answer.ends_with("}"), "the JSON body is whole: {answer}");
+
+    // The members it holds are not touched.
+    let (ack, _) = a.publish(ROOM, "still", json!({"n": 1})).await;
+    assert_eq!(ack["type"], "ack");
+    let (ev, _) = b.recv_event("message").await;
+    assert_eq!(
+        (&ev["event"], &ev["data"]["n"]),
+        (&json!("still"), &json!(1))
+    );
+    assert_eq!(s.metric("plaza_connections_refused_total").await, Some(2.0));
+
+    // A connection that ends gives its place back.
+    drop(b);
+    assert!(
+        wait_until(|| async { Client::try_connect(s.addr).await.is_ok() }).await,
+        "a place came free"
+    );
+}

@@ -11,6 +11,8 @@ use hyper_util::rt::TokioIo;
 use plaza_protocol::ErrorCode;
 use tokio::net::TcpStream;
 
+use crate::admission::AdmittedStream;
+
 use super::{deflate, serve_socket};
 use crate::api_error::ApiError;
 use crate::Node;
@@ -68,15 +70,24 @@ pub(crate) async fn upgrade(State(node): State<Arc<Node>>, mut req: Request) -> 
     let on_upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
         match on_upgrade.await {
-            Ok(upgraded) => match hyper_util::server::conn::auto::upgrade::downcast::<
-                TokioIo<TcpStream>,
-            >(upgraded)
-            {
-                Ok(parts) => {
-                    serve_socket(node, parts.io.into_inner(), parts.read_buf, deflate).await
+            Ok(upgraded) => {
+                use hyper_util::server::conn::auto::upgrade::downcast;
+                // Plaza's WebSocket layer works on the TCP socket itself;
+                // the connection's place (admission) is held until it ends.
+                match downcast::<TokioIo<AdmittedStream>>(upgraded) {
+                    Ok(parts) => {
+                        let (stream, place) = parts.io.into_inner().into_parts();
+                        serve_socket(node, stream, parts.read_buf, deflate).await;
+                        drop(place);
+                    }
+                    Err(upgraded) => match downcast::<TokioIo<TcpStream>>(upgraded) {
+                        Ok(parts) => {
+                            serve_socket(node, parts.io.into_inner(), parts.read_buf, deflate).await
+                        }
+                        Err(_) => tracing::error!("upgraded connection is not a TCP stream"),
+                    },
                 }
-                Err(_) => tracing::error!("upgraded connection is not a TCP stream"),
-            },
+            }
             Err(e) => tracing::debug!(error = %e, "websocket upgrade failed"),
         }
     });

@@ -1,0 +1,256 @@
+//! Admission: how many connections a node holds at once, and what the next
+//! one gets when it is full.
+//!
+//! Every connection holds a file descriptor, and a process has a fixed number
+//! of them. A server that runs out cannot even accept the connection it would
+//! refuse (`accept` fails with `EMFILE`), so it stops answering at all while
+//! its other sockets, log files and Redis connections start failing too. Plaza
+//! keeps a margin instead: beyond `max_connections` a new connection is read
+//! up to its request head, answered `503` with a JSON error `server_full` and
+//! closed, and the connections the node holds are not touched.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use metrics::Counter;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The error code of a connection refused because the node is full.
+pub const SERVER_FULL: &str = "server_full";
+
+/// File descriptors kept for everything but client connections (the
+/// runtime, log files, Redis, files of `web_dir`), and for answering the
+/// connections refused.
+pub const RESERVED_FILES: u64 = 256 + MAX_REFUSING as u64;
+
+/// Refusals answered at once; beyond that a refused connection is closed
+/// without an answer (a flood must not take the descriptors that were kept).
+const MAX_REFUSING: usize = 64;
+
+/// How long a refused connection may take to send its request head.
+const REFUSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `max_connections` when the configuration leaves it 0: what the process's
+/// open-files limit allows after [`RESERVED_FILES`], at least 16.
+pub fn default_max_connections() -> usize {
+    let limit = open_files_limit().unwrap_or(1024);
+    limit.saturating_sub(RESERVED_FILES).max(16) as usize
+}
+
+/// The soft limit on open files of this process (`RLIMIT_NOFILE`), from
+/// `/proc/self/limits`; `None` where that cannot be read or is unlimited.
+pub fn open_files_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    parse_open_files(&limits)
+}
+
+fn parse_open_files(limits: &str) -> Option<u64> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A listener that admits at most a fixed number of connections at once.
+pub struct AdmissionListener {
+    inner: TcpListener,
+    open: Arc<Semaphore>,
+    refusing: Arc<Semaphore>,
+    refused: Counter,
+    /// Named in the refusal's `x-plaza-node`, as on every answer.
+    node_id: Arc<str>,
+}
+
+impl AdmissionListener {
+    /// Admits at most `max` connections of `inner` at once; each refusal is
+    /// counted in `refused` and answered as node `node_id`.
+    pub fn new(
+        inner: TcpListener,
+        max: usize,
+        refused: Counter,
+        node_id: &str,
+    ) -> AdmissionListener {
+        AdmissionListener {
+            inner,
+            open: Arc::new(Semaphore::new(max)),
+            refusing: Arc::new(Semaphore::new(MAX_REFUSING)),
+            refused,
+            node_id: node_id.into(),
+        }
+    }
+
+    /// The next admitted connection; refusals are answered meanwhile.
+    async fn next(&mut self) -> (AdmittedStream, SocketAddr) {
+        loop {
+            let (stream, addr) = match self.inner.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    accept_failed(e).await;
+                    continue;
+                }
+            };
+            match self.open.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    return (
+                        AdmittedStream {
+                            inner: stream,
+                            _permit: permit,
+                        },
+                        addr,
+                    )
+                }
+                Err(_) => {
+                    self.refused.increment(1);
+                    if let Ok(slot) = self.refusing.clone().try_acquire_owned() {
+                        let node = self.node_id.clone();
+                        tokio::spawn(async move {
+                            let refusal = refuse(stream, &node);
+                            let _ = tokio::time::timeout(REFUSE_TIMEOUT, refusal).await;
+                            drop(slot);
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Answers a connection the node has no room for: reads its request head
+/// (so that closing does not reset the answer away), then `503 server_full`.
+async fn refuse(mut stream: TcpStream, node: &str) -> io::Result<()> {
+    let mut head = [0u8; 4096];
+    let mut got = 0;
+    while got < head.len() {
+        let n = stream.read(&mut head[got..]).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        got += n;
+        if head[..got].windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    let body = serde_json::json!({"error": {
+        "code": SERVER_FULL,
+        "message": "this node holds as many connections as it may; try again later or another node",
+    }})
+    .to_string();
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nretry-after: 5\r\nx-plaza-node: {node}\r\n\
+         connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(answer.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+/// Waits after an accept error that is not the client's doing (`EMFILE`:
+/// the process is out of descriptors), so the loop does not spin.
+async fn accept_failed(e: io::Error) {
+    if matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+    ) {
+        return;
+    }
+    tracing::error!(error = %e, "accept failed; retrying in 1 s");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+impl axum::serve::Listener for AdmissionListener {
+    type Io = AdmittedStream;
+    type Addr = SocketAddr;
+
+    fn accept(&mut self) -> impl std::future::Future<Output = (Self::Io, Self::Addr)> + Send {
+        self.next()
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+}
+
+/// An admitted connection: its place is given back when it is dropped.
+pub struct AdmittedStream {
+    inner: TcpStream,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// An admitted connection's place, given back when dropped.
+pub struct ConnectionPlace(#[allow(dead_code)] OwnedSemaphorePermit);
+
+impl AdmittedStream {
+    /// The socket, and its place to hold for as long as it is used.
+    pub fn into_parts(self) -> (TcpStream, ConnectionPlace) {
+        (self.inner, ConnectionPlace(self._permit))
+    }
+}
+
+impl AsyncRead for AdmittedStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for AdmittedStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_open_files_limit_is_read_from_proc_limits() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                      Max processes             95000                95000                processes \n\
+                      Max open files            20000                20000                files     \n";
+        assert_eq!(parse_open_files(limits), Some(20_000));
+        let unlimited =
+            "Max open files            unlimited            unlimited            files\n";
+        assert_eq!(parse_open_files(unlimited), None);
+        assert!(open_files_limit().is_some(), "this process has a limit");
+        assert!(default_max_connections() >= 16);
+    }
+}
