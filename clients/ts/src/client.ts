@@ -29,6 +29,14 @@ export interface PlazaClientOptions {
   transports?: TransportName[];
   /** How long a transport may take to open before the next is tried (default 5000 ms). */
   openTimeoutMs?: number;
+  /**
+   * On a fallback transport, how often to try the first one again (default 30000 ms; 0: never).
+   * When it opens, the rooms move over at a quiet moment (no request waiting for its answer):
+   * each resumes on the new connection, which takes its session over on the server, and the old
+   * connection is closed once the server has let go of it. The app sees the same events, once,
+   * in order; only {@link PlazaClient.transportName} and the `transport` event tell.
+   */
+  upgradeProbeMs?: number;
 }
 
 /** Events of a {@link PlazaClient}, with their listener arguments. */
@@ -39,6 +47,8 @@ export type ClientEvents = {
   open: [];
   reconnecting: [{ attempt: number; delayMs: number }];
   closed: [];
+  /** The connection moved to another transport without dropping (an upgrade). */
+  transport: [TransportName];
   /** An `error` frame not about a room (e.g. `rate_limited`, `bad_json`). */
   error: [PlazaError];
 };
@@ -73,6 +83,12 @@ export class PlazaClient extends Emitter<ClientEvents> {
   /** The transport being tried or used (an index into `transports`). */
   private transportIndex = 0;
   private openTimer: ReturnType<typeof setTimeout> | undefined;
+  private readonly upgradeProbeMs: number;
+  /** Trying the first transport again while on a fallback (see `upgradeProbeMs`). */
+  private upgrade: Upgrade | undefined;
+  private upgradeTimer: ReturnType<typeof setTimeout> | undefined;
+  /** The connection rooms moved away from, read until the server lets go of it. */
+  private retiring: Retiring | undefined;
 
   constructor(url: string, options: PlazaClientOptions = {}) {
     super();
@@ -81,6 +97,7 @@ export class PlazaClient extends Emitter<ClientEvents> {
     this.url = parsed.toString();
     this.transports = options.transports?.length ? [...options.transports] : ['websocket', 'sse', 'polling'];
     this.openTimeoutMs = options.openTimeoutMs ?? 5000;
+    this.upgradeProbeMs = options.upgradeProbeMs ?? 30_000;
     // Without WebSocket (and none given) only the HTTP transports can work.
     this.WebSocketImpl = this.transports.includes('websocket')
       ? resolveWebSocket(options.WebSocket)
@@ -150,6 +167,8 @@ export class PlazaClient extends Emitter<ClientEvents> {
     if (this.currentState === 'closed') return;
     clearTimeout(this.reconnectTimer);
     clearTimeout(this.openTimer);
+    this.stopUpgrade();
+    this.finishRetiring();
     const socket = this.socket;
     this.socket = undefined;
     if (socket) {
@@ -212,7 +231,13 @@ export class PlazaClient extends Emitter<ClientEvents> {
       this.setState('open');
       for (const waiter of this.openWaiters.splice(0)) waiter.resolve();
       for (const room of this.rooms.values()) room._sendJoin();
+      this.scheduleUpgrade();
     };
+    this.attach(socket, () => opened);
+  }
+
+  /** Routes `socket`'s messages and its end (`opened()`: whether it had opened). */
+  private attach(socket: WebSocketLike, opened: () => boolean): void {
     socket.onmessage = (ev) => {
       if (this.socket === socket) this.onMessage(ev.data);
     };
@@ -221,9 +246,131 @@ export class PlazaClient extends Emitter<ClientEvents> {
     };
     socket.onclose = () => {
       if (this.socket !== socket) return;
-      if (opened) this.onSocketLost(socket);
+      if (opened()) this.onSocketLost(socket);
       else this.onNotOpened(socket);
     };
+  }
+
+  /** On a fallback transport: tries the first one again in `upgradeProbeMs`. */
+  private scheduleUpgrade(): void {
+    clearTimeout(this.upgradeTimer);
+    if (this.transportIndex === 0 || this.upgradeProbeMs <= 0 || this.currentState !== 'open') return;
+    this.upgradeTimer = setTimeout(() => this.probeUpgrade(), this.upgradeProbeMs);
+  }
+
+  private probeUpgrade(): void {
+    if (this.currentState !== 'open' || this.transportIndex === 0 || this.upgrade) return;
+    let probe: WebSocketLike;
+    try {
+      probe = new (transportConstructor(this.transports[0]!, this.WebSocketImpl))(this.url);
+    } catch {
+      this.scheduleUpgrade();
+      return;
+    }
+    const upgrade: Upgrade = { socket: probe, timer: undefined, waits: 0 };
+    this.upgrade = upgrade;
+    const fail = () => {
+      if (this.upgrade !== upgrade) return;
+      this.stopUpgrade();
+      this.scheduleUpgrade();
+    };
+    upgrade.timer = setTimeout(fail, this.openTimeoutMs);
+    probe.onmessage = () => undefined;
+    probe.onerror = () => undefined;
+    probe.onclose = fail;
+    probe.onopen = () => {
+      if (this.upgrade !== upgrade) return;
+      clearTimeout(upgrade.timer);
+      this.moveWhenQuiet(upgrade);
+    };
+  }
+
+  /**
+   * Moves the rooms to the probe once nothing waits for an answer on the current connection
+   * (a request in flight could be answered on either); gives up after ~10 s of traffic.
+   */
+  private moveWhenQuiet(upgrade: Upgrade): void {
+    if (this.upgrade !== upgrade) return;
+    const old = this.socket;
+    const busy =
+      old === undefined ||
+      (old.bufferedAmount ?? 0) > 0 ||
+      [...this.rooms.values()].some((room) => room._busy());
+    if (!busy) {
+      this.upgrade = undefined;
+      this.move(old, upgrade.socket);
+      return;
+    }
+    if (++upgrade.waits > UPGRADE_QUIET_WAITS) {
+      this.stopUpgrade();
+      this.scheduleUpgrade();
+      return;
+    }
+    upgrade.timer = setTimeout(() => this.moveWhenQuiet(upgrade), UPGRADE_QUIET_PAUSE_MS);
+  }
+
+  /** The rooms resume on `next`; `old` is read until the server has taken every room from it. */
+  private move(old: WebSocketLike, next: WebSocketLike): void {
+    this.finishRetiring();
+    const rooms = [...this.rooms.values()];
+    const retiring: Retiring = { socket: old, rooms: rooms.length, timer: undefined };
+    this.retiring = retiring;
+    old.onopen = () => undefined;
+    old.onerror = () => undefined;
+    old.onclose = () => {
+      if (this.retiring === retiring) this.retiring = undefined;
+    };
+    old.onmessage = (ev) => this.onRetiringMessage(retiring, ev.data);
+    retiring.timer = setTimeout(() => this.finishRetiring(), RETIRE_TIMEOUT_MS);
+    this.socket = next;
+    this.transportIndex = 0;
+    this.attach(next, () => true);
+    for (const room of rooms) room._beginMove();
+    for (const room of rooms) room._sendJoin();
+    this.emit('transport', this.transportName);
+    if (rooms.length === 0) this.finishRetiring();
+  }
+
+  /**
+   * A frame on the connection the rooms left: what it still carries from before the move
+   * (events, acks, answers) counts, once (rooms drop what they already have by seq); the
+   * server's `closed` with `resumed_elsewhere` marks a room taken over; errors are about what
+   * the resume does again.
+   */
+  private onRetiringMessage(retiring: Retiring, data: unknown): void {
+    if (this.retiring !== retiring) return;
+    const frame = parseFrame(data);
+    if (frame === undefined) return;
+    switch (frame.type) {
+      case 'closed':
+        if (frame.reason === 'resumed_elsewhere' && --retiring.rooms <= 0) this.finishRetiring();
+        return;
+      case 'error':
+      case 'joined':
+      case 'resync':
+        return;
+      default:
+        this.onFrame(frame);
+    }
+  }
+
+  private finishRetiring(): void {
+    const retiring = this.retiring;
+    if (!retiring) return;
+    this.retiring = undefined;
+    clearTimeout(retiring.timer);
+    detach(retiring.socket);
+    retiring.socket.close(1000);
+  }
+
+  private stopUpgrade(): void {
+    clearTimeout(this.upgradeTimer);
+    const upgrade = this.upgrade;
+    if (!upgrade) return;
+    this.upgrade = undefined;
+    clearTimeout(upgrade.timer);
+    detach(upgrade.socket);
+    upgrade.socket.close(1000);
   }
 
   /** `socket` could not open: the next transport at once, or after the last a backoff. */
@@ -242,6 +389,8 @@ export class PlazaClient extends Emitter<ClientEvents> {
   private onSocketLost(socket: WebSocketLike, gate?: Promise<unknown>): void {
     if (this.socket !== socket) return;
     this.socket = undefined;
+    this.stopUpgrade();
+    this.finishRetiring();
     for (const room of [...this.rooms.values()]) room._onDisconnect();
     if (this.currentState === 'closed') return;
     if (!this.backoff) {
@@ -264,15 +413,11 @@ export class PlazaClient extends Emitter<ClientEvents> {
   }
 
   private onMessage(data: unknown): void {
-    const text = messageText(data);
-    if (text === undefined) return;
-    let frame: ServerFrame;
-    try {
-      frame = JSON.parse(text) as ServerFrame;
-    } catch {
-      return;
-    }
-    if (typeof frame !== 'object' || frame === null) return;
+    const frame = parseFrame(data);
+    if (frame !== undefined) this.onFrame(frame);
+  }
+
+  private onFrame(frame: ServerFrame): void {
     const roomId = 'room' in frame ? frame.room : frame.type === 'error' ? frame.ref?.room : undefined;
     const room = roomId === undefined ? undefined : this.rooms.get(roomId);
     if (room) room._handle(frame);
@@ -285,6 +430,40 @@ export class PlazaClient extends Emitter<ClientEvents> {
     this.emit('state', state);
     // `reconnecting` is emitted with its attempt and delay by onSocketLost.
     if (state === 'connecting' || state === 'open' || state === 'closed') this.emit(state);
+  }
+}
+
+/** A probe of the first transport, open or opening. */
+interface Upgrade {
+  socket: WebSocketLike;
+  timer: ReturnType<typeof setTimeout> | undefined;
+  /** Pauses waited for a quiet moment. */
+  waits: number;
+}
+
+/** A connection the rooms moved away from. */
+interface Retiring {
+  socket: WebSocketLike;
+  /** Rooms the server has not reported taken over yet. */
+  rooms: number;
+  timer: ReturnType<typeof setTimeout> | undefined;
+}
+
+/** An upgrade waits for a quiet moment this often, this far apart, then tries later. */
+const UPGRADE_QUIET_WAITS = 40;
+const UPGRADE_QUIET_PAUSE_MS = 250;
+/** The longest a left connection is read after a move. */
+const RETIRE_TIMEOUT_MS = 10_000;
+
+/** A message's server frame; `undefined` for what is not a JSON object. */
+function parseFrame(data: unknown): ServerFrame | undefined {
+  const text = messageText(data);
+  if (text === undefined) return undefined;
+  try {
+    const frame = JSON.parse(text) as unknown;
+    return typeof frame === 'object' && frame !== null ? (frame as ServerFrame) : undefined;
+  } catch {
+    return undefined;
   }
 }
 

@@ -91,6 +91,11 @@ abstract class HttpSocket implements WebSocketLike {
     return url;
   }
 
+  /** Frames queued or being posted. */
+  get bufferedAmount(): number {
+    return this.queued.length + (this.sending ? 1 : 0);
+  }
+
   send(data: string): void {
     if (this.readyState !== OPEN) return;
     this.queued.push(data);

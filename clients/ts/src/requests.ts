@@ -32,6 +32,13 @@ export class PendingRequests {
     this.pending.set(nonce, { resolve: late, reject: () => undefined, timer: undefined });
   }
 
+  /** Requests waiting for their answer within their timeout. */
+  inFlight(): number {
+    let n = 0;
+    for (const pending of this.pending.values()) if (pending.timer !== undefined) n += 1;
+    return n;
+  }
+
   /** Stops waiting for `nonce` (a request that was never sent). */
   forget(nonce: number): void {
     this.pending.delete(nonce);

@@ -564,6 +564,22 @@ export class RoomHandle extends Emitter<RoomEvents> {
     this.requests.dropSent((nonce) => this.outbox.some((f) => f.type === 'request' && f.nonce === nonce));
   }
 
+  /**
+   * @internal The connection is moving to another transport: what the app sends waits for the
+   * resume on the new one (nothing waits for an answer: see {@link _busy}).
+   */
+  _beginMove(): void {
+    if (this.status === 'ended') return;
+    if (this.status === 'live') this.status = 'rejoining';
+    clearTimeout(this.joinRetry);
+    this.joinGeneration++;
+  }
+
+  /** @internal Whether the room waits for something a move could lose: a join or an answer. */
+  _busy(): boolean {
+    return this.status === 'joining' || this.status === 'rejoining' || this.requests.inFlight() > 0;
+  }
+
   /** @internal The client was closed. */
   _onClientClosed(): void {
     if (this.status === 'ended') {

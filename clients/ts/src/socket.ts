@@ -4,6 +4,8 @@
  */
 export interface WebSocketLike {
   readonly readyState: number;
+  /** Bytes (or, for the HTTP transports, frames) given to `send` and not handed on yet. */
+  readonly bufferedAmount?: number;
   send(data: string): void;
   close(code?: number, reason?: string): void;
   onopen: Handler<never> | null;

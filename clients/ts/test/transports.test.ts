@@ -2,6 +2,7 @@
 // WebSocket (join, publish and ack, receive, resume without loss), and a client whose
 // WebSocket cannot open falls back by itself.
 import { describe, expect, it } from 'vitest';
+import { WebSocket } from 'ws';
 import type { TransportName, WebSocketLike } from '../src/index.js';
 import { gate, newClient, next, uniqueRoom } from './helpers.js';
 
@@ -90,4 +91,61 @@ describe('fallback', () => {
     expect(client.transportName).toBe('polling');
     expect(joined.live).toBe(true);
   });
+});
+
+describe('upgrade', () => {
+  it.each<TransportName>(['sse', 'polling'])(
+    'moves from %s back to WebSocket once it opens, losing and repeating nothing, unseen by the others',
+    async (fallback) => {
+      const room = uniqueRoom();
+      // WebSocket is blocked until `open` is set, as behind a proxy that starts letting it through.
+      let open = false;
+      class SometimesBlocked extends WebSocket {
+        constructor(url: string) {
+          super(open ? url : 'ws://127.0.0.1:9/v1/ws');
+        }
+      }
+      const mover = newClient({
+        room,
+        WebSocket: SometimesBlocked as unknown as typeof WebSocket,
+        transports: ['websocket', fallback],
+        upgradeProbeMs: 100,
+      });
+      const ws = newClient({ room });
+      const roomM = await mover.join(room, { name: 'ann' });
+      expect(mover.transportName).toBe(fallback);
+      const roomW = await ws.join(room, { name: 'bob' });
+      const flaps: string[] = [];
+      roomW.on('presence', (p) => flaps.push(p.kind));
+
+      // Bob publishes all along; Ann must see each message once, in order, across the move.
+      const seen: number[] = [];
+      roomM.on('message', (m) => seen.push(m.seq));
+      const sent: number[] = [];
+      let publishing = true;
+      const publisher = (async () => {
+        while (publishing) sent.push((await roomW.publish('chat', sent.length)).seq);
+      })();
+      await new Promise((r) => setTimeout(r, 150));
+      const moved = new Promise<TransportName>((resolve) => mover.on('transport', resolve));
+      open = true;
+      expect(await moved).toBe('websocket');
+      expect(mover.transportName).toBe('websocket');
+      // The mover publishes over the new connection, and it is acknowledged.
+      const mine = next(roomW, 'message');
+      const ack = await roomM.publish('chat', 'from the new connection');
+      expect((await mine).seq).toBe(ack.seq);
+      await new Promise((r) => setTimeout(r, 150));
+      publishing = false;
+      await publisher;
+      const last = sent[sent.length - 1]!;
+      await expect.poll(() => seen[seen.length - 1], { timeout: 5000 }).toBe(last);
+      expect(seen.filter((s) => s !== ack.seq)).toEqual(sent.filter((s) => s !== ack.seq));
+      expect(new Set(seen).size).toBe(seen.length);
+      expect(sent.length).toBeGreaterThan(5);
+      // Bob saw no one leave or arrive: the session moved, it did not drop.
+      expect(flaps).toEqual([]);
+      expect(mover.state).toBe('open');
+    },
+  );
 });

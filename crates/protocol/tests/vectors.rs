@@ -52,8 +52,8 @@ fn vectors() -> BTreeMap<String, Vector> {
         let entry = entry.unwrap();
         let side = entry.file_name().into_string().unwrap();
         assert!(
-            side == "client" || side == "server",
-            "protocol/vectors/{side}: only client/ and server/ belong here"
+            side == "client" || side == "server" || side == "http",
+            "protocol/vectors/{side}: only client/, server/ and http/ belong here"
         );
         for file in fs::read_dir(entry.path()).unwrap() {
             let file = file.unwrap();
@@ -69,9 +69,16 @@ fn vectors() -> BTreeMap<String, Vector> {
             let obj = v
                 .as_object()
                 .unwrap_or_else(|| panic!("{name}: not an object"));
+            // An HTTP exchange (http/): a request and its response, shown as
+            // they are in the doc; the server's tests replay them.
+            let keys: &[&str] = if side == "http" {
+                &["description", "request", "response"]
+            } else {
+                &["description", "frame", "error"]
+            };
             for key in obj.keys() {
                 assert!(
-                    ["description", "frame", "error"].contains(&key.as_str()),
+                    keys.contains(&key.as_str()),
                     "{name}: unexpected key {key:?}"
                 );
             }
@@ -80,10 +87,18 @@ fn vectors() -> BTreeMap<String, Vector> {
                 description.is_some_and(|d| !d.trim().is_empty()),
                 "{name}: needs a description"
             );
-            let frame = obj
-                .get("frame")
-                .cloned()
-                .unwrap_or_else(|| panic!("{name}: needs a frame"));
+            let frame = if side == "http" {
+                let part = |k: &str| {
+                    obj.get(k)
+                        .cloned()
+                        .unwrap_or_else(|| panic!("{name}: needs a {k}"))
+                };
+                json!({"request": part("request"), "response": part("response")})
+            } else {
+                obj.get("frame")
+                    .cloned()
+                    .unwrap_or_else(|| panic!("{name}: needs a frame"))
+            };
             let error = obj.get("error").map(|e| {
                 assert_eq!(side, "client", "{name}: only client vectors have an error");
                 e.as_str()

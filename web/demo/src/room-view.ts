@@ -70,11 +70,15 @@ export class RoomView {
     const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
     // `?transport=sse` (or `polling`, `websocket`) forces one transport; by default the client
     // tries WebSocket, then SSE, then long polling.
-    const forced = new URL(location.href).searchParams.get('transport');
+    const params = new URL(location.href).searchParams;
+    const forced = params.get('transport');
     const transports = TRANSPORTS.find((t) => t === forced);
+    // `?upgrade_ms=N`: on a fallback, try WebSocket again every N ms (the client's default is 30 s).
+    const upgradeMs = Number(params.get('upgrade_ms') ?? Number.NaN);
     this.client = new PlazaClient(`${scheme}://${location.host}/v1/ws`, {
       room: roomId,
       ...(transports === undefined ? {} : { transports: [transports] }),
+      ...(Number.isFinite(upgradeMs) && upgradeMs > 0 ? { upgradeProbeMs: upgradeMs } : {}),
     });
 
     const room = () => this.room;

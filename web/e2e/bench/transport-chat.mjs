@@ -55,9 +55,8 @@ try {
   browser = await launchChromium();
   const errors = [];
   const pages = [await openTab(browser, 'a', errors), await openTab(browser, 'b', errors)];
-  const transport = opts.transport === 'websocket' ? undefined : opts.transport;
-  await enterDemo(pages[0], base, room, 'ann', transport ?? 'websocket');
-  await enterDemo(pages[1], base, room, 'bob', transport ?? 'websocket');
+  await enterDemo(pages[0], base, room, 'ann', { transport: opts.transport });
+  await enterDemo(pages[1], base, room, 'bob', { transport: opts.transport });
   const used = await Promise.all(pages.map((p) => p.evaluate(() => window.__plaza.transport())));
   if (used.some((t) => t !== opts.transport)) throw new Error(`pages run over ${used.join(', ')}`);
   // Let joining settle (presence, the first polls) before the minute starts.

@@ -24,14 +24,15 @@ export async function toClient(page, x, y) {
 }
 
 /**
- * Opens the demo at `base` (http://host:port) in `room` as `name`, with `?transport=` when given,
- * and resolves once the page has joined.
+ * Opens the demo at `base` (http://host:port) in `room` as `name`, with `?transport=` when
+ * `transport` is given and `query` (e.g. `upgrade_ms=300`) added, and resolves once the page has
+ * joined.
  */
-export async function enterDemo(page, base, room, name, transport, timeout = 15_000) {
+export async function enterDemo(page, base, room, name, { transport, query, timeout = 15_000 } = {}) {
   await page.goto(`${base}/`);
   await page.getByTestId('name-input').fill(name);
-  const query = transport === undefined ? '' : `&transport=${transport}`;
-  await page.goto(`${base}/?room=${room}${query}`);
+  const extra = (transport === undefined ? '' : `&transport=${transport}`) + (query === undefined ? '' : `&${query}`);
+  await page.goto(`${base}/?room=${room}${extra}`);
   await page.waitForFunction(() => window.__plaza.session() !== undefined, null, { timeout });
 }
 

@@ -12,7 +12,7 @@ const missing = inject('demoMissing');
 const base = `http://${addr}`;
 const room = `transports-${Date.now().toString(36)}`;
 
-const enter = (page, name, transport) => enterDemo(page, base, room, name, transport, WAIT.timeout);
+const enter = (page, name, transport) => enterDemo(page, base, room, name, { transport, timeout: WAIT.timeout });
 const say = sayInChat;
 const waitLine = (page, text) => waitChatLine(page, text, WAIT.timeout);
 
@@ -37,9 +37,11 @@ describe('demo over HTTP transports', () => {
     blocked = await openTab(browser, 'blocked', errors);
     await blocked.addInitScript(() => {
       const Native = window.WebSocket;
-      // A WebSocket to Plaza goes nowhere: port 9 on loopback refuses it.
+      // A WebSocket to Plaza goes nowhere (port 9 on loopback refuses it) until the test lets
+      // it through, as a proxy that starts allowing WebSocket would.
+      window.__blockWebSocket = true;
       window.WebSocket = function (url, protocols) {
-        const target = String(url).includes('/v1/ws') ? 'ws://127.0.0.1:9/' : url;
+        const target = window.__blockWebSocket && String(url).includes('/v1/ws') ? 'ws://127.0.0.1:9/' : url;
         return new Native(target, protocols);
       };
       window.WebSocket.prototype = Native.prototype;
@@ -63,14 +65,24 @@ describe('demo over HTTP transports', () => {
     await waitLine(sse, 'sam: over events');
   });
 
-  it('a page whose WebSocket is blocked falls back to SSE by itself', async () => {
-    await enter(blocked, 'bea');
+  it('a page whose WebSocket is blocked falls back to SSE by itself, and moves back when it can', async () => {
+    await enterDemo(blocked, base, room, 'bea', { query: 'upgrade_ms=300', timeout: WAIT.timeout });
     expect(await blocked.evaluate(() => window.__plaza.transport())).toBe('sse');
     await say(blocked, 'no websocket here');
     await waitLine(sse, 'bea: no websocket here');
     await waitLine(polling, 'bea: no websocket here');
     await say(polling, 'welcome');
     await waitLine(blocked, 'pol: welcome');
+
+    // WebSocket gets through: the page moves back to it by itself and chats on.
+    await blocked.evaluate(() => {
+      window.__blockWebSocket = false;
+    });
+    await blocked.waitForFunction(() => window.__plaza.transport() === 'websocket', null, WAIT);
+    await say(blocked, 'websocket again');
+    await waitLine(sse, 'bea: websocket again');
+    await say(sse, 'seen that');
+    await waitLine(blocked, 'sam: seen that');
     // The browser itself reports each refused WebSocket on the console; nothing else may fail.
     expect(errors.filter((e) => !e.startsWith("blocked console: WebSocket connection to 'ws://127.0.0.1:9/' failed"))).toEqual([]);
   });

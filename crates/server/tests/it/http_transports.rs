@@ -466,3 +466,200 @@ async fn a_stream_cannot_go_back_before_what_the_bound_let_go() {
         .unwrap();
     assert_eq!(r.status(), 200);
 }
+
+#[tokio::test]
+async fn only_the_transport_id_opens_a_session_and_it_is_never_shown_to_others() {
+    let (s, mut bob, ann_id, ann_ack) = bob_and_polling_ann(ServerConfig::default()).await;
+    // What bob knows of ann: her public room session id (the address of
+    // direct messages), from her presence.
+    let (status, rooms) = s.get(&format!("/v1/rooms/{ROOM}")).await;
+    assert_eq!(status, 200, "{rooms}");
+    let shown = rooms.to_string();
+    assert!(!shown.contains(&ann_id), "the room lists no transport id");
+    let (ev, _) = {
+        let mut mallory = Poller::open(&s).await;
+        mallory
+            .send(json!({"type": "join", "room": ROOM, "name": "mallory"}))
+            .await;
+        let joined = mallory.until(|v| v["type"] == "joined").await;
+        assert!(!joined.to_string().contains(&ann_id), "{joined}");
+        let ann_public = joined["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == "ann")
+            .expect("ann is listed")["session"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        // Ann's public id, a near miss of her transport id, and mallory's
+        // own id with another suffix open nothing, from any connection.
+        let mut near = ann_id.clone();
+        let last = near.pop().unwrap();
+        near.push(if last == 'A' { 'B' } else { 'A' });
+        for forged in [
+            ann_public.as_str(),
+            near.as_str(),
+            &format!("{}x", mallory.id),
+        ] {
+            for path in [
+                format!("/v1/sessions/{forged}/poll?ack=0&wait_ms=0"),
+                format!("/v1/sessions/{forged}/events"),
+            ] {
+                let (status, body) = s.get(&path).await;
+                assert_eq!(status, 404, "{path}: {body}");
+                assert_eq!(body["error"]["code"], "transport_not_found", "{path}");
+            }
+            let (status, body) = s
+                .post(
+                    &format!("/v1/sessions/{forged}/send"),
+                    &json!({"type": "publish", "room": ROOM, "event": "x", "data": 1}),
+                )
+                .await;
+            assert_eq!(status, 404, "{body}");
+            let (status, _) = s.delete(&format!("/v1/sessions/{forged}")).await;
+            assert_eq!(status, 404);
+        }
+        bob.recv_event("presence.join").await
+    };
+    assert_eq!(ev["member"]["name"], "mallory");
+    // Nothing was published in ann's name, and ann's session is intact:
+    // whoever holds the id (the secret, like a bearer token) reads on, here
+    // from a new connection of a new HTTP client.
+    let fresh = reqwest::Client::new();
+    let r = fresh
+        .get(s.url(&format!(
+            "/v1/sessions/{ann_id}/poll?ack={ann_ack}&wait_ms=0"
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    let frames = body["frames"].as_array().unwrap();
+    assert!(
+        frames
+            .iter()
+            .all(|f| !(f["type"] == "event" && f["event"] == "x")),
+        "{body}"
+    );
+    assert!(
+        frames
+            .iter()
+            .any(|f| f["kind"] == "presence.join" && f["member"]["name"] == "mallory"),
+        "ann saw mallory arrive: {body}"
+    );
+}
+
+/// Checks `actual` against a documented `expected` value in which a string
+/// `"<name>"` stands for any value the server chose: bound to it the first
+/// time, the same value every other time.
+fn check_documented(
+    expected: &Value,
+    actual: &Value,
+    bound: &mut std::collections::HashMap<String, Value>,
+    at: &str,
+) {
+    if let Some(name) = expected
+        .as_str()
+        .filter(|s| s.len() > 2 && s.starts_with('<') && s.ends_with('>'))
+    {
+        assert!(
+            !actual.is_object() && !actual.is_array(),
+            "{at}: {name} stands for a value, got {actual}"
+        );
+        let was = bound
+            .entry(name.to_owned())
+            .or_insert_with(|| actual.clone());
+        assert_eq!(was, actual, "{at}: {name} is not the same value as before");
+        return;
+    }
+    match (expected, actual) {
+        (Value::Object(e), Value::Object(a)) => {
+            let (ek, ak): (Vec<_>, Vec<_>) = (e.keys().collect(), a.keys().collect());
+            assert_eq!(ek, ak, "{at}: fields");
+            for (k, ev) in e {
+                check_documented(ev, &a[k], bound, &format!("{at}.{k}"));
+            }
+        }
+        (Value::Array(e), Value::Array(a)) => {
+            assert_eq!(e.len(), a.len(), "{at}: length of {actual}");
+            for (i, (ev, av)) in e.iter().zip(a).enumerate() {
+                check_documented(ev, av, bound, &format!("{at}[{i}]"));
+            }
+        }
+        _ => assert_eq!(expected, actual, "{at}"),
+    }
+}
+
+/// `text` with every bound `<name>` replaced by its value.
+fn with_bound(text: &str, bound: &std::collections::HashMap<String, Value>) -> String {
+    let mut out = text.to_owned();
+    for (name, v) in bound {
+        let v = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+        out = out.replace(name.as_str(), &v);
+    }
+    out
+}
+
+#[tokio::test]
+async fn the_documented_http_exchanges_happen_as_documented() {
+    let s = TestServer::start().await;
+    s.create_room(json!({"id": "lobby"})).await;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../protocol/vectors/http");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    // In the order of their numbers: one session from opening to end.
+    files.sort_by_key(|p| {
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        name.split('-').next().unwrap().parse::<u32>().unwrap()
+    });
+    assert!(files.len() >= 5, "{files:?}");
+    let http = reqwest::Client::new();
+    let mut bound = std::collections::HashMap::new();
+    for file in files {
+        let at = file.file_name().unwrap().to_string_lossy().into_owned();
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        let (req, want) = (&v["request"], &v["response"]);
+        let method =
+            reqwest::Method::from_bytes(req["method"].as_str().unwrap().as_bytes()).unwrap();
+        let path = with_bound(req["path"].as_str().unwrap(), &bound);
+        assert!(!path.contains('<'), "{at}: {path} uses an unbound value");
+        let mut call = http.request(method, s.url(&path));
+        for (k, h) in req["headers"].as_object().into_iter().flatten() {
+            call = call.header(k.as_str(), h.as_str().unwrap());
+        }
+        if let Some(body) = req.get("body") {
+            call = call.json(body);
+        }
+        let mut resp = call.send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), want["status"], "{at}");
+        for (k, h) in want["headers"].as_object().into_iter().flatten() {
+            assert_eq!(resp.headers()[k.as_str()], h.as_str().unwrap(), "{at}: {k}");
+        }
+        if let Some(text) = want["text"].as_str() {
+            // A stream: what it has sent once the documented part is there.
+            let text = with_bound(text, &bound);
+            let mut got = Vec::new();
+            while got.len() < text.len() {
+                let chunk = tokio::time::timeout(crate::support::WAIT, resp.chunk())
+                    .await
+                    .unwrap_or_else(|_| panic!("{at}: the stream stopped at {got:?}"))
+                    .unwrap()
+                    .unwrap_or_else(|| panic!("{at}: the stream ended"));
+                got.extend_from_slice(&chunk);
+            }
+            assert_eq!(String::from_utf8_lossy(&got), text, "{at}");
+        } else if let Some(body) = want.get("body") {
+            let got: Value = resp.json().await.unwrap();
+            check_documented(body, &got, &mut bound, &at);
+        } else {
+            assert_eq!(resp.text().await.unwrap(), "", "{at}: no body");
+        }
+    }
+    for name in ["<session>", "<member>", "<resume_token>", "<epoch>"] {
+        assert!(bound.contains_key(name), "{name} was bound");
+    }
+}

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Source document 004's capacity test with the tool it used: Tsung drives a local `plaza serve`
+# over WebSocket (bench/tsung/capacity.xml). Users arrive at RATE per second for ARRIVAL_S
+# seconds, join one room and idle; then one message is published and timed to every member.
+#
+#   bench/tsung/run.sh RATE [ARRIVAL_S]        e.g. bench/tsung/run.sh 10        (the document: 10, 20, 40, 80; 300 s)
+#
+# Environment: BIN (the plaza binary, default target/release/plaza), PORT (7700), SERVER_CPU (0) and
+# TSUNG_CPU (1) for taskset, OUT (default /tmp/plaza-tsung-RATE), PLAZA_ARGS (more `plaza serve`
+# arguments, e.g. "--max-connections 5000").
+# Needs tsung (Debian: apt-get install tsung) and curl. Prints a summary and writes it, with
+# Tsung's logs and the server's RSS samples, under OUT.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+rate=${1:?usage: bench/tsung/run.sh RATE [ARRIVAL_S]}
+arrival_s=${2:-300}
+plaza=${BIN:-target/release/plaza}
+port=${PORT:-7700}
+out=${OUT:-/tmp/plaza-tsung-$rate}
+room=capacity
+hold_s=20
+
+command -v tsung >/dev/null || { echo "tsung is missing: apt-get install tsung" >&2; exit 2; }
+[ -x "$plaza" ] || { echo "$plaza is missing: cargo build --release -p plaza" >&2; exit 2; }
+rm -rf "$out"
+mkdir -p "$out"
+
+# Tsung starts its client VMs on this host by name (Erlang's node name), without ssh.
+host=$(uname -n)
+sed -e "s/@RATE@/$rate/g" -e "s/@ARRIVAL_S@/$arrival_s/g" \
+  -e "s/@LOAD_S@/$((arrival_s + 1 + 5 + hold_s))/g" -e "s/@HOLD_S@/$hold_s/g" \
+  -e "s/@HOST@/$host/g" -e "s/@MAXUSERS@/9000/g" -e "s/@ROOM@/$room/g" \
+  -e "s/@SERVER_IP@/127.0.0.1/g" -e "s/@SERVER_PORT@/$port/g" \
+  bench/tsung/capacity.xml >"$out/capacity.xml"
+
+# shellcheck disable=SC2086
+PLAZA_LOG=warn taskset -c "${SERVER_CPU:-0}" "$plaza" serve --listen "127.0.0.1:$port" \
+  ${PLAZA_ARGS:-} >"$out/plaza.log" 2>&1 &
+server=$!
+sampler=
+cleanup() {
+  [ -n "$sampler" ] && kill "$sampler" 2>/dev/null || true
+  kill "$server" 2>/dev/null || true
+  wait "$server" 2>/dev/null || true
+}
+trap cleanup EXIT
+for _ in $(seq 100); do
+  curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break
+  kill -0 "$server" 2>/dev/null || { echo "plaza exited: see $out/plaza.log" >&2; exit 1; }
+  sleep 0.1
+done
+# Without presence events (each join would reach every member: O(n²)), and room for everyone.
+curl -sf -X POST "http://127.0.0.1:$port/v1/rooms" -H 'content-type: application/json' \
+  -d "{\"id\": \"$room\", \"options\": {\"presence\": false, \"max_members\": 1000000}}" >/dev/null
+
+# The server's RSS (KiB) and open connections, every second: unix time, rss, connections.
+(
+  while kill -0 "$server" 2>/dev/null; do
+    rss=$(awk '/^VmRSS/ {print $2}' "/proc/$server/status" 2>/dev/null || echo 0)
+    conns=$(curl -s --max-time 1 "http://127.0.0.1:$port/metrics" | awk '$1 == "plaza_connections" {print $2}')
+    echo "$(date +%s.%N) $rss ${conns:-?}"
+    sleep 1
+  done
+) >"$out/server.tsv" &
+sampler=$!
+
+start=$(date +%s)
+taskset -c "${TSUNG_CPU:-1}" tsung -f "$out/capacity.xml" -l "$out" start >"$out/tsung.out" 2>&1 || true
+log=$(find "$out" -name tsung.log | head -1)
+dump=$(find "$out" -name tsung.dump | head -1)
+[ -n "$log" ] && [ -n "$dump" ] || { echo "tsung left no log: see $out/tsung.out" >&2; exit 1; }
+refused=$(curl -s "http://127.0.0.1:$port/metrics" | awk '$1 == "plaza_connections_refused_total" {print $2}')
+healthy=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz" || true)
+
+# The broadcast: the announcer is the user that got an `ack`; its publish is its last send
+# before that. Every other user's first `event` is its receipt. Times are Tsung's, in seconds.
+awk -F: '
+  /^Send:/ { last_send[$3] = $2 }
+  /^Recv:/ && /"type":"ack"/ && !sent { sent = last_send[$3]; announcer = $3 }
+  /^Recv:/ && /"type":"event"/ && !($3 in got) { got[$3] = $2 }
+  END { if (sent) for (p in got) if (p != announcer) printf "%.3f\n", (got[p] - sent) * 1000 }' "$dump" |
+  sort -n >"$out/broadcast-ms.txt"
+awk '{ d[NR] = $1 } END {
+    if (NR == 0) { print "received by 0 members"; exit }
+    p50 = int(NR * 0.50); if (p50 < 1) p50 = 1
+    p99 = int(NR * 0.99); if (p99 < 1) p99 = 1
+    printf "received by %d members: first %.1f ms, p50 %.1f ms, p99 %.1f ms, last %.1f ms\n", NR, d[1], d[p50], d[p99], d[NR]
+  }' "$out/broadcast-ms.txt" >"$out/broadcast.txt"
+broadcast=$(cat "$out/broadcast.txt")
+
+# Tsung's counters: the run's total of each error kind and of WebSocket handshakes, and the
+# most concurrent users and connections (the lines are "stats: NAME INTERVAL TOTAL", and for
+# users and connected "stats: NAME NOW MAX").
+stats=$(awk '/^stats: / { v[$2] = $4; if ($2 == "users" || $2 == "connected") if ($4 > max[$2]) max[$2] = $4 }
+  END { for (k in v) if (k ~ /^error/ || k ~ /^websocket/) printf "%s=%s ", k, v[k];
+        printf "users_started=%s max_users=%s max_connected=%s", v["users_count"], max["users"], max["connected"] }' "$log")
+
+# RSS: at the start and just before the broadcast (the last sample before arrivals ended).
+rss_start=$(awk 'NR == 1 {print $2}' "$out/server.tsv")
+read -r rss_held conns_held < <(awk -v t="$((start + arrival_s + 3))" '$1 <= t {r = $2; c = $3} END {print r, c}' "$out/server.tsv")
+rss_max=$(awk '$2 > m {m = $2} END {print m}' "$out/server.tsv")
+per_conn=$(awk -v a="$rss_start" -v b="$rss_held" -v c="$conns_held" 'BEGIN { if (c > 0) printf "%.2f", (b - a) / c; else print "?" }')
+
+{
+  echo "rate=$rate/s arrival_s=$arrival_s"
+  echo "connections held (plaza_connections before the broadcast): $conns_held"
+  echo "tsung: $stats"
+  echo "refused by plaza (503 server_full): ${refused:-0}; /healthz after: $healthy"
+  echo "server RSS KiB: start $rss_start, before the broadcast $rss_held, max $rss_max; per connection $per_conn KiB"
+  echo "broadcast: $broadcast"
+} | tee "$out/summary.txt"
