@@ -6,8 +6,11 @@
 #   bench/tsung/run.sh RATE [ARRIVAL_S]        e.g. bench/tsung/run.sh 10        (the document: 10, 20, 40, 80; 300 s)
 #
 # Environment: BIN (the plaza binary, default target/release/plaza), PORT (7700), SERVER_CPU (0) and
-# TSUNG_CPU (1) for taskset, OUT (default /tmp/plaza-tsung-RATE), PLAZA_ARGS (more `plaza serve`
-# arguments, e.g. "--max-connections 5000").
+# TSUNG_CPU (1) for taskset, OUT (default /tmp/plaza-tsung-RATE), SERVE_ARGS (more `plaza serve`
+# arguments, e.g. "--max-connections 5000"), HOLD_S (20: how long the announcer stays after its
+# message; the test ends then), ALLOW_REFUSED=1 (an availability run: refusals are expected).
+# Exit status 0 when every member held received the broadcast and Tsung counted no error
+# (refusals aside with ALLOW_REFUSED=1), 3 when not, 1 or 2 when the test could not run.
 # Needs tsung (Debian: apt-get install tsung) and curl. Prints a summary and writes it, with
 # Tsung's logs and the server's RSS samples, under OUT.
 set -euo pipefail
@@ -19,7 +22,7 @@ plaza=${BIN:-target/release/plaza}
 port=${PORT:-7700}
 out=${OUT:-/tmp/plaza-tsung-$rate}
 room=capacity
-hold_s=20
+hold_s=${HOLD_S:-20}
 
 command -v tsung >/dev/null || { echo "tsung is missing: apt-get install tsung" >&2; exit 2; }
 [ -x "$plaza" ] || { echo "$plaza is missing: cargo build --release -p plaza" >&2; exit 2; }
@@ -28,15 +31,20 @@ mkdir -p "$out"
 
 # Tsung starts its client VMs on this host by name (Erlang's node name), without ssh.
 host=$(uname -n)
+# The announcer arrives at 0 and waits in steps of 5 s; it speaks at least 5 s after the last
+# arrival (at 1 + arrival_s).
+waits=$(((1 + arrival_s + 5 + 4) / 5))
+speak_at=$((waits * 5))
 sed -e "s/@RATE@/$rate/g" -e "s/@ARRIVAL_S@/$arrival_s/g" \
-  -e "s/@LOAD_S@/$((arrival_s + 1 + 5 + hold_s))/g" -e "s/@HOLD_S@/$hold_s/g" \
+  -e "s/@LOAD_S@/$((speak_at + hold_s + 10))/g" -e "s/@HOLD_S@/$hold_s/g" \
+  -e "s/@ANNOUNCER_WAITS@/$waits/g" \
   -e "s/@HOST@/$host/g" -e "s/@MAXUSERS@/9000/g" -e "s/@ROOM@/$room/g" \
   -e "s/@SERVER_IP@/127.0.0.1/g" -e "s/@SERVER_PORT@/$port/g" \
   bench/tsung/capacity.xml >"$out/capacity.xml"
 
 # shellcheck disable=SC2086
 PLAZA_LOG=warn taskset -c "${SERVER_CPU:-0}" "$plaza" serve --listen "127.0.0.1:$port" \
-  ${PLAZA_ARGS:-} >"$out/plaza.log" 2>&1 &
+  ${SERVE_ARGS:-} >"$out/plaza.log" 2>&1 &
 server=$!
 sampler=
 cleanup() {
@@ -91,22 +99,53 @@ broadcast=$(cat "$out/broadcast.txt")
 
 # Tsung's counters: the run's total of each error kind and of WebSocket handshakes, and the
 # most concurrent users and connections (the lines are "stats: NAME INTERVAL TOTAL", and for
-# users and connected "stats: NAME NOW MAX").
+# users and connected "stats: NAME NOW MAX"). `error_abort` is the controller stopping the
+# sessions still idling when the load's duration is over: the planned end, counted once.
 stats=$(awk '/^stats: / { v[$2] = $4; if ($2 == "users" || $2 == "connected") if ($4 > max[$2]) max[$2] = $4 }
   END { for (k in v) if (k ~ /^error/ || k ~ /^websocket/) printf "%s=%s ", k, v[k];
         printf "users_started=%s max_users=%s max_connected=%s", v["users_count"], max["users"], max["connected"] }' "$log")
 
 # RSS: at the start and just before the broadcast (the last sample before arrivals ended).
 rss_start=$(awk 'NR == 1 {print $2}' "$out/server.tsv")
-read -r rss_held conns_held < <(awk -v t="$((start + arrival_s + 3))" '$1 <= t {r = $2; c = $3} END {print r, c}' "$out/server.tsv")
+# (Tsung's times and the samples' are both unix time.)
+announced=$(awk -F: '/^Send:/ { last[$3] = $2 } /^Recv:/ && /"type":"ack"/ { print int(last[$3]); exit }' "$dump")
+read -r rss_held conns_held < <(awk -v t="${announced:-$((start + speak_at))}" '$1 <= t {r = $2; c = $3} END {print r, c}' "$out/server.tsv")
+# The document's "MTBF": how long the node took every connection before it refused one.
+first_refusal=$(awk -F: '/^Send:/ && !t0 { t0 = $2 } /^Recv:/ && /HTTP\/1.1 503/ { printf "%.1f", $2 - t0; exit }' "$dump")
 rss_max=$(awk '$2 > m {m = $2} END {print m}' "$out/server.tsv")
-per_conn=$(awk -v a="$rss_start" -v b="$rss_held" -v c="$conns_held" 'BEGIN { if (c > 0) printf "%.2f", (b - a) / c; else print "?" }')
+per_conn=$(awk -v a="$rss_start" -v b="$rss_held" -v c="$conns_held" 'BEGIN { if (c + 0 > 0) printf "%.2f", (b - a) / c; else print "?" }')
 
 {
   echo "rate=$rate/s arrival_s=$arrival_s"
   echo "connections held (plaza_connections before the broadcast): $conns_held"
   echo "tsung: $stats"
-  echo "refused by plaza (503 server_full): ${refused:-0}; /healthz after: $healthy"
+  echo "refused by plaza (503 server_full): ${refused:-0}${first_refusal:+, the first $first_refusal s after the first arrival}; /healthz after: $healthy"
   echo "server RSS KiB: start $rss_start, before the broadcast $rss_held, max $rss_max; per connection $per_conn KiB"
   echo "broadcast: $broadcast"
 } | tee "$out/summary.txt"
+
+count() { awk -v k="$1" '/^stats: / && $2 == k { v = $4 } END { print v + 0 }' "$log"; }
+handshakes=$(count websocket_succ)
+received=$(awk 'END { print NR }' "$out/broadcast-ms.txt")
+# Tsung counts a refused handshake twice: websocket_fail and error_unknown.
+errors=$(awk '/^stats: error_/ && $2 != "error_abort" && $2 != "error_unknown" { v[$2] = $4 }
+  END { s = 0; for (k in v) s += v[k]; print s }' "$log")
+failed=$(count websocket_fail)
+unknown=$(count error_unknown)
+status=0
+if [ "$received" -ne $((handshakes - 1)) ]; then
+  echo "FAILED: $received of $((handshakes - 1)) members received the broadcast" >&2
+  status=3
+fi
+if [ "${ALLOW_REFUSED:-0}" = 1 ]; then
+  # Every failed handshake is a refusal Plaza counted, and nothing else failed.
+  if [ "$failed" -ne "${refused:-0}" ] || [ "$unknown" -ne "$failed" ] || [ "$errors" -ne 0 ]; then
+    echo "FAILED: $failed handshakes failed, $errors other errors, ${refused:-0} refusals by plaza" >&2
+    status=3
+  fi
+elif [ "$((errors + failed + unknown))" -ne 0 ] || [ "${refused:-0}" != 0 ]; then
+  echo "FAILED: $errors errors, $failed failed handshakes, ${refused:-0} refusals" >&2
+  status=3
+fi
+[ "$healthy" = 200 ] || { echo "FAILED: /healthz answered $healthy after the test" >&2; status=3; }
+exit "$status"

@@ -7,7 +7,9 @@
 //! its other sockets, log files and Redis connections start failing too. Plaza
 //! keeps a margin instead: beyond `max_connections` a new connection is read
 //! up to its request head, answered `503` with a JSON error `server_full` and
-//! closed, and the connections the node holds are not touched.
+//! closed, and the connections the node holds are not touched. Monitoring
+//! still works on a full node: `GET /metrics` and `GET /healthz` are answered
+//! from the same margin, then closed.
 
 use std::io;
 use std::net::SocketAddr;
@@ -59,6 +61,10 @@ fn parse_open_files(limits: &str) -> Option<u64> {
         .ok()
 }
 
+/// What a full node still answers: for a request path, the content type and
+/// body of a `200`, or `None` to refuse.
+pub type AnswerWhenFull = Arc<dyn Fn(&str) -> Option<(&'static str, String)> + Send + Sync>;
+
 /// A listener that admits at most a fixed number of connections at once.
 pub struct AdmissionListener {
     inner: TcpListener,
@@ -67,16 +73,19 @@ pub struct AdmissionListener {
     refused: Counter,
     /// Named in the refusal's `x-plaza-node`, as on every answer.
     node_id: Arc<str>,
+    when_full: AnswerWhenFull,
 }
 
 impl AdmissionListener {
     /// Admits at most `max` connections of `inner` at once; each refusal is
-    /// counted in `refused` and answered as node `node_id`.
+    /// counted in `refused` and answered as node `node_id`, but for the
+    /// `GET` requests `when_full` answers.
     pub fn new(
         inner: TcpListener,
         max: usize,
         refused: Counter,
         node_id: &str,
+        when_full: AnswerWhenFull,
     ) -> AdmissionListener {
         AdmissionListener {
             inner,
@@ -84,6 +93,7 @@ impl AdmissionListener {
             refusing: Arc::new(Semaphore::new(MAX_REFUSING)),
             refused,
             node_id: node_id.into(),
+            when_full,
         }
     }
 
@@ -108,24 +118,32 @@ impl AdmissionListener {
                     )
                 }
                 Err(_) => {
-                    self.refused.increment(1);
-                    if let Ok(slot) = self.refusing.clone().try_acquire_owned() {
-                        let node = self.node_id.clone();
-                        tokio::spawn(async move {
-                            let refusal = refuse(stream, &node);
-                            let _ = tokio::time::timeout(REFUSE_TIMEOUT, refusal).await;
-                            drop(slot);
-                        });
-                    }
+                    let Ok(slot) = self.refusing.clone().try_acquire_owned() else {
+                        self.refused.increment(1);
+                        continue;
+                    };
+                    let (node, when_full) = (self.node_id.clone(), self.when_full.clone());
+                    let refused = self.refused.clone();
+                    tokio::spawn(async move {
+                        let answer = answer_full(stream, &node, &when_full, &refused);
+                        let _ = tokio::time::timeout(REFUSE_TIMEOUT, answer).await;
+                        drop(slot);
+                    });
                 }
             }
         }
     }
 }
 
-/// Answers a connection the node has no room for: reads its request head
-/// (so that closing does not reset the answer away), then `503 server_full`.
-async fn refuse(mut stream: TcpStream, node: &str) -> io::Result<()> {
+/// Answers a connection the node has no room for: reads its request head (so
+/// that closing does not reset the answer away), then `503 server_full`, or
+/// what `when_full` answers for a `GET` of its path.
+async fn answer_full(
+    mut stream: TcpStream,
+    node: &str,
+    when_full: &AnswerWhenFull,
+    refused: &Counter,
+) -> io::Result<()> {
     let mut head = [0u8; 4096];
     let mut got = 0;
     while got < head.len() {
@@ -138,15 +156,30 @@ async fn refuse(mut stream: TcpStream, node: &str) -> io::Result<()> {
             break;
         }
     }
-    let body = serde_json::json!({"error": {
-        "code": SERVER_FULL,
-        "message": "this node holds as many connections as it may; try again later or another node",
-    }})
-    .to_string();
+    let answered = std::str::from_utf8(&head[..got])
+        .ok()
+        .and_then(|h| h.lines().next())
+        .and_then(|line| line.strip_prefix("GET "))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|path| when_full(path));
+    let (status, content_type, body) = match answered {
+        Some((content_type, body)) => ("200 OK", content_type, body),
+        None => {
+            refused.increment(1);
+            let body = serde_json::json!({"error": {
+                "code": SERVER_FULL,
+                "message": "this node holds as many connections as it may; try again later or another node",
+            }});
+            (
+                "503 Service Unavailable",
+                "application/json",
+                body.to_string(),
+            )
+        }
+    };
     let answer = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nretry-after: 5\r\nx-plaza-node: {node}\r\n\
-         connection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\
+         retry-after: 5\r\nx-plaza-node: {node}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(answer.as_bytes()).await?;

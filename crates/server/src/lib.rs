@@ -75,6 +75,18 @@ pub async fn serve(node: Arc<Node>, listener: TcpListener) -> std::io::Result<()
         max_connections,
         node.metrics.connections_refused.clone(),
         &node.config().node_id,
+        {
+            // A full node can still be watched.
+            let node = Arc::downgrade(&node);
+            Arc::new(move |path: &str| {
+                let node = node.upgrade()?;
+                match path {
+                    "/metrics" => Some(("text/plain; version=0.0.4", node.render_metrics())),
+                    "/healthz" => Some(("application/json", r#"{"status":"ok"}"#.to_owned())),
+                    _ => None,
+                }
+            })
+        },
     );
     let app = router(node.clone()).into_make_service();
     let server =

@@ -350,6 +350,23 @@ async fn beyond_max_connections_a_new_connection_gets_503_server_full_and_the_he
         (&json!("still"), &json!(1))
     );
     assert_eq!(s.metric("plaza_connections_refused_total").await, Some(2.0));
+    // A full node can still be watched: /metrics and /healthz are answered (and closed),
+    // here from new connections.
+    for path in ["/metrics", "/healthz"] {
+        let mut raw = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+        raw.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        raw.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{path}: {answer}");
+        if path == "/metrics" {
+            assert!(
+                answer.contains("plaza_connections_refused_total 2"),
+                "{answer}"
+            );
+        }
+    }
 
     // A connection that ends gives its place back.
     drop(b);
