@@ -17,7 +17,7 @@ fi
 # which a non-root PATH may lack). The status page's browser test (web/e2e) drives Debian's
 # chromium at /usr/bin/chromium (playwright-core never downloads a browser).
 missing=()
-for prog in redis-server nginx haproxy; do
+for prog in redis-server nginx haproxy tsung curl; do
   if ! PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" command -v "$prog" >/dev/null; then
     missing+=("$prog")
   fi
@@ -26,9 +26,9 @@ if [ ! -x /usr/bin/chromium ]; then
   missing+=(chromium)
 fi
 if ((${#missing[@]})); then
-  log "installing redis-server, nginx, haproxy and chromium (missing: ${missing[*]})"
+  log "installing redis-server, nginx, haproxy, tsung, curl and chromium (missing: ${missing[*]})"
   if ! command -v apt-get >/dev/null; then
-    echo "missing ${missing[*]} and no apt-get: install redis-server, nginx, haproxy and chromium" >&2
+    echo "missing ${missing[*]} and no apt-get: install redis-server, nginx, haproxy, tsung, curl and chromium" >&2
     exit 1
   elif [ "$(id -u)" -eq 0 ]; then
     sudo=()
@@ -36,12 +36,12 @@ if ((${#missing[@]})); then
     sudo=(sudo)
   else
     echo "missing ${missing[*]}, and not root without sudo: install the Debian packages" \
-      "redis-server nginx haproxy chromium, then run this again" >&2
+      "redis-server nginx haproxy tsung curl chromium, then run this again" >&2
     exit 1
   fi
   ${sudo[@]+"${sudo[@]}"} apt-get update
   ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends redis-server nginx haproxy chromium
+    apt-get install -y --no-install-recommends redis-server nginx haproxy tsung curl chromium
 fi
 
 # The workspace's debug build needs about 3 GB (target/); say what there is, so that a full
@@ -109,10 +109,29 @@ if [ "$status" -eq 0 ]; then
   e2e_summary=$(sed 's/\x1b\[[0-9;]*m//g' "$e2e_out" | grep -E '^ *Tests +' | tail -1 | sed -E 's/^ *Tests +//' || true)
   [ -n "$e2e_summary" ] || e2e_summary="no vitest summary (see the output above)"
 fi
+# Source document 004's capacity test with the tool it used (Tsung, bench/tsung/), briefly:
+# 5 s of arrivals; then with a connection limit below the arrivals, refused cleanly while the
+# members held still get the broadcast. (The full runs are in docs/benchmarks.md.)
+tsung_summary="not run"
+if [ "$status" -eq 0 ]; then
+  log "Tsung against plaza serve (bench/tsung/run.sh, 5 s of arrivals; then over a connection limit)"
+  set +e
+  BIN=target/debug/plaza PORT=17700 HOLD_S=3 OUT=/tmp/plaza-ci-tsung bench/tsung/run.sh 20 5 &&
+    BIN=target/debug/plaza PORT=17700 HOLD_S=3 OUT=/tmp/plaza-ci-tsung-full ALLOW_REFUSED=1 \
+      SERVE_ARGS="--max-connections 40" bench/tsung/run.sh 20 5
+  status=$?
+  set -e
+  if [ "$status" -eq 0 ]; then
+    tsung_summary="passed ($(head -2 /tmp/plaza-ci-tsung/summary.txt | tail -1); over the limit: $(grep -o 'refused by plaza[^;]*' /tmp/plaza-ci-tsung-full/summary.txt))"
+  else
+    tsung_summary="FAILED (see the output above)"
+  fi
+fi
 passed=$(grep -E '^test result:' "$out" | awk '{s += $4} END {print s + 0}')
 failed=$(grep -E '^test result:' "$out" | awk '{s += $6} END {print s + 0}')
 echo
 echo "Summary: ${passed} passed, ${failed} failed"
 echo "TypeScript client (vitest): ${ts_summary}"
 echo "Demo and status page in chromium (web/e2e, vitest): ${e2e_summary}"
+echo "Tsung capacity test: ${tsung_summary}"
 exit "$status"

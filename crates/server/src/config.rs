@@ -49,7 +49,7 @@ pub struct ServerConfig {
     /// TCP connections this node holds at once (WebSockets, HTTP transport
     /// requests and API calls alike); beyond it a new connection is answered
     /// `503 server_full` and closed. 0: what the process's open-files limit
-    /// allows, less [`crate::admission::RESERVED_FILES`].
+    /// allows, less [`crate::listener::RESERVED_FILES`].
     pub max_connections: usize,
     /// Default lock lease.
     pub lock_ttl_ms: u64,

@@ -7,7 +7,6 @@
 //! into as few socket writes as possible). [`router`] wires the HTTP API and the
 //! WebSocket endpoint; [`serve`] runs them until shutdown.
 
-pub mod admission;
 mod api_error;
 mod clock;
 mod cluster;
@@ -15,6 +14,7 @@ pub mod config;
 mod connection;
 mod directory;
 mod http;
+pub mod listener;
 pub mod metrics;
 mod node;
 pub mod outbox;
@@ -66,11 +66,11 @@ pub async fn serve(node: Arc<Node>, listener: TcpListener) -> std::io::Result<()
         }
     });
     let max_connections = match node.config().max_connections {
-        0 => admission::default_max_connections(),
+        0 => listener::default_max_connections(),
         n => n,
     };
-    tracing::info!(max_connections, "admission");
-    let listener = admission::AdmissionListener::new(
+    tracing::info!(max_connections, "connection limit");
+    let listener = listener::LimitedListener::new(
         listener,
         max_connections,
         node.metrics.connections_refused.clone(),

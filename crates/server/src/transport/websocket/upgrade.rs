@@ -11,7 +11,7 @@ use hyper_util::rt::TokioIo;
 use plaza_protocol::ErrorCode;
 use tokio::net::TcpStream;
 
-use crate::admission::AdmittedStream;
+use crate::listener::AdmittedStream;
 
 use super::{deflate, serve_socket};
 use crate::api_error::ApiError;
@@ -73,7 +73,7 @@ pub(crate) async fn upgrade(State(node): State<Arc<Node>>, mut req: Request) -> 
             Ok(upgraded) => {
                 use hyper_util::server::conn::auto::upgrade::downcast;
                 // Plaza's WebSocket layer works on the TCP socket itself;
-                // the connection's place (admission) is held until it ends.
+                // the connection's place (see listener.rs) is held until it ends.
                 match downcast::<TokioIo<AdmittedStream>>(upgraded) {
                     Ok(parts) => {
                         let (stream, place) = parts.io.into_inner().into_parts();

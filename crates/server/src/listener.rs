@@ -1,5 +1,5 @@
-//! Admission: how many connections a node holds at once, and what the next
-//! one gets when it is full.
+//! The node's TCP listener: how many connections a node holds at once, and
+//! what the next one gets when it is full.
 //!
 //! Every connection holds a file descriptor, and a process has a fixed number
 //! of them. A server that runs out cannot even accept the connection it would
@@ -66,7 +66,7 @@ fn parse_open_files(limits: &str) -> Option<u64> {
 pub type AnswerWhenFull = Arc<dyn Fn(&str) -> Option<(&'static str, String)> + Send + Sync>;
 
 /// A listener that admits at most a fixed number of connections at once.
-pub struct AdmissionListener {
+pub struct LimitedListener {
     inner: TcpListener,
     open: Arc<Semaphore>,
     refusing: Arc<Semaphore>,
@@ -76,7 +76,7 @@ pub struct AdmissionListener {
     when_full: AnswerWhenFull,
 }
 
-impl AdmissionListener {
+impl LimitedListener {
     /// Admits at most `max` connections of `inner` at once; each refusal is
     /// counted in `refused` and answered as node `node_id`, but for the
     /// `GET` requests `when_full` answers.
@@ -86,8 +86,8 @@ impl AdmissionListener {
         refused: Counter,
         node_id: &str,
         when_full: AnswerWhenFull,
-    ) -> AdmissionListener {
-        AdmissionListener {
+    ) -> LimitedListener {
+        LimitedListener {
             inner,
             open: Arc::new(Semaphore::new(max)),
             refusing: Arc::new(Semaphore::new(MAX_REFUSING)),
@@ -201,7 +201,7 @@ async fn accept_failed(e: io::Error) {
     tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
-impl axum::serve::Listener for AdmissionListener {
+impl axum::serve::Listener for LimitedListener {
     type Io = AdmittedStream;
     type Addr = SocketAddr;
 
