@@ -277,12 +277,12 @@ fn space_matches_the_model(ops: Vec<Op>) -> Result<(), TestCaseError> {
 fn a_member_that_leaves_and_comes_back_starts_its_pairs_afresh() {
     let ops = vec![
         Op::Join(5, 0.0, 0.0),
-        Op::Jump(5, 1292.459_195_450_771_4, 1495.113_786_288_381_6),
-        Op::Join(2, 1280.300_591_309_61, 1483.344_251_486_036_2),
+        Op::Jump(5, 1292.4591954507714, 1495.1137862883816),
+        Op::Join(2, 1280.30059130961, 1483.3442514860362),
         Op::Advance(1000),
-        Op::Jump(5, 1613.937_237_378_191_6, 1240.488_671_777_107_6),
+        Op::Jump(5, 1613.9372373781916, 1240.4886717771076),
         Op::Leave(2),
-        Op::Join(2, 1577.101_885_280_365_9, 1246.349_389_489_889_8),
+        Op::Join(2, 1577.1018852803659, 1246.3493894898898),
     ];
     space_matches_the_model(ops).unwrap();
 }
