@@ -44,6 +44,23 @@ describe.each<TransportName>(['sse', 'polling'])('forced %s', (transport) => {
     expect(roomH.lastSeq).toBe(ack2.seq);
   });
 
+  it('answers requests by nonce and refuses what it must, as on WebSocket', async () => {
+    const room = uniqueRoom();
+    const http = newClient({ room, transports: [transport] });
+    const ws = newClient({ room });
+    const roomH = await http.join(room, { name: 'ann' });
+    const roomW = await ws.join(room, { name: 'bob' });
+    const created = next(roomW, 'entity');
+    const note = await roomH.createEntity('note', { text: 'buy milk' });
+    const seen = await created;
+    expect(seen.kind === 'entity.created' && seen.entity.id).toBe(note.id);
+    await roomH.acquireLock(note.id, { ttlMs: 10_000 });
+    await expect(roomW.acquireLock(note.id)).rejects.toMatchObject({ code: 'lock_held' });
+    await expect(roomH.request('entity.fly', {})).rejects.toMatchObject({ code: 'unknown_op' });
+    await roomH.releaseLock(note.id);
+    await roomW.acquireLock(note.id);
+  });
+
   it('resumes after its transport session is lost, with nothing missed', async () => {
     const room = uniqueRoom();
     const http = newClient({ room, transports: [transport] });

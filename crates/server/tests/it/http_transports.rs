@@ -321,6 +321,14 @@ async fn bad_requests_get_clear_errors_and_harm_nothing() {
     ] {
         assert_eq!((status, code(&body)), (404, json!("transport_not_found")));
     }
+    // No session at all: reading the collection, or an empty id.
+    let (status, body) = s.get("/v1/sessions").await;
+    assert_eq!((status, code(&body)), (405, json!("method_not_allowed")));
+    for path in ["/v1/sessions//poll", "/v1/sessions//events"] {
+        let (status, body) = s.get(path).await;
+        assert_eq!(status, 404, "{path}: {body}");
+        assert!(code(&body).is_string(), "{path}: a JSON error: {body}");
+    }
     // A malformed batch; a bad ack; a bad Last-Event-ID; positions never sent.
     let (status, body) = s
         .post_raw(&format!("/v1/sessions/{}/send", ann.id), "[{\"type\": ")
@@ -662,4 +670,98 @@ async fn the_documented_http_exchanges_happen_as_documented() {
     for name in ["<session>", "<member>", "<resume_token>", "<epoch>"] {
         assert!(bound.contains_key(name), "{name} was bound");
     }
+}
+
+/// What a client sends in one request over an HTTP transport session and
+/// what answers it: requests by nonce (answered, refused), a lock held
+/// against another member, and the error frames of bad frames.
+const REQUESTS: &str = r#"[
+  {"type": "request", "room": "http", "nonce": 1, "op": "entity.create", "args": {"kind": "note", "data": {"t": "hi"}}},
+  {"type": "request", "room": "http", "nonce": 2, "op": "entity.fly", "args": {}},
+  {"type": "request", "room": "http", "nonce": 3, "op": "lock.acquire", "args": {"object": "board"}},
+  {"type": "warp"},
+  {"type": "publish", "room": "elsewhere", "event": "x", "data": 1}
+]"#;
+
+/// Whether `frames` hold every answer to [`REQUESTS`]: three responses (in any
+/// order: the connection answers an unknown op at once, the room the others)
+/// and two errors.
+fn has_request_answers(frames: &[Value]) -> bool {
+    let count = |t: &str| frames.iter().filter(|f| f["type"] == t).count();
+    count("response") >= 3 && count("error") >= 2
+}
+
+/// Checks the answers to [`REQUESTS`] in `frames` (the member's frames after
+/// they were sent, in order).
+fn check_request_answers(frames: &[Value]) {
+    let mut responses: Vec<&Value> = frames.iter().filter(|f| f["type"] == "response").collect();
+    responses.sort_by_key(|r| r["nonce"].as_u64());
+    let nonces: Vec<&Value> = responses.iter().map(|r| &r["nonce"]).collect();
+    assert_eq!(nonces, [&json!(1), &json!(2), &json!(3)], "{frames:?}");
+    assert_eq!(responses[0]["ok"], true, "{}", responses[0]);
+    assert_eq!(responses[0]["result"]["entity"]["data"]["t"], "hi");
+    assert_eq!(responses[1]["ok"], false);
+    assert_eq!(responses[1]["error"]["code"], "unknown_op");
+    assert_eq!(responses[2]["ok"], true, "{}", responses[2]);
+    let errors: Vec<&Value> = frames.iter().filter(|f| f["type"] == "error").collect();
+    let codes: Vec<&Value> = errors.iter().map(|e| &e["code"]).collect();
+    assert_eq!(
+        codes,
+        [&json!("unknown_type"), &json!("not_joined")],
+        "{frames:?}"
+    );
+}
+
+#[tokio::test]
+async fn requests_are_answered_by_nonce_and_bad_frames_get_error_frames_over_long_polling() {
+    let (s, mut bob, ann_id, ack) = bob_and_polling_ann(ServerConfig::default()).await;
+    let mut ann = Poller {
+        s: &s,
+        id: ann_id,
+        ack,
+        pending: Default::default(),
+    };
+    let (status, body) = s
+        .post_raw(&format!("/v1/sessions/{}/send", ann.id), REQUESTS)
+        .await;
+    assert_eq!((status, body), (202, json!({"accepted": 5})));
+    let mut frames = Vec::new();
+    while !has_request_answers(&frames) {
+        frames.push(ann.until(|_| true).await);
+    }
+    check_request_answers(&frames);
+    // The lock ann took holds against bob; the entity she made reached him.
+    let (r, before) = bob
+        .request(ROOM, json!(9), "lock.acquire", json!({"object": "board"}))
+        .await;
+    assert_eq!(r["error"]["code"], "lock_held", "{r}");
+    assert!(
+        before.iter().any(|e| e["kind"] == "entity.created"),
+        "{before:?}"
+    );
+}
+
+#[tokio::test]
+async fn requests_are_answered_by_nonce_and_bad_frames_get_error_frames_over_sse() {
+    let s = TestServer::start().await;
+    s.create_room(json!({"id": ROOM})).await;
+    let ann = Poller::open(&s).await;
+    let url = s.url(&format!("/v1/sessions/{}/events", ann.id));
+    let mut stream = s.http.get(&url).send().await.unwrap();
+    ann.send(json!({"type": "join", "room": ROOM, "name": "ann"}))
+        .await;
+    let joined = read_events(&mut stream, 1).await;
+    assert_eq!(joined[0].1["type"], "joined");
+    let (status, _) = s
+        .post_raw(&format!("/v1/sessions/{}/send", ann.id), REQUESTS)
+        .await;
+    assert_eq!(status, 202);
+    // 3 responses and 2 errors (the requester is not sent the events of its own changes).
+    let frames: Vec<Value> = read_events(&mut stream, 5)
+        .await
+        .into_iter()
+        .map(|(_, f)| f)
+        .collect();
+    assert!(has_request_answers(&frames), "{frames:?}");
+    check_request_answers(&frames);
 }
