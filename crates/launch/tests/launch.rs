@@ -112,11 +112,8 @@ fn rendered_templates_are_valid_configurations() {
             .lines()
             .find(|l| !l.trim_start().starts_with('#') && l.contains("{{"));
         assert_eq!(left, None, "{kind}: placeholder left");
-        // Backends: WebSocket and HTTP; HAProxy also one for HTTP transport sessions.
-        let backends = match kind {
-            LbKind::Nginx => 2,
-            LbKind::Haproxy => 3,
-        };
+        // Backends: WebSocket, HTTP transport sessions and the rest of HTTP.
+        let backends = 3;
         for up in &ups {
             assert_eq!(
                 text.matches(&up.to_string()).count(),

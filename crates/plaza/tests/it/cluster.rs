@@ -654,10 +654,12 @@ async fn http_call(
     )
 }
 
-/// A long-polling member through the balancer: every request carries the room hint.
+/// A long-polling member through the balancer: every request carries the room hint, if it
+/// has one.
 struct Poller {
     lb: std::net::SocketAddr,
-    room: String,
+    /// `room=<hint>&`, or nothing.
+    hint: String,
     id: String,
     node: String,
     ack: u64,
@@ -667,12 +669,17 @@ struct Poller {
 
 impl Poller {
     async fn open(lb: std::net::SocketAddr, room: &str) -> Poller {
+        Self::open_with_hint(lb, Some(room)).await
+    }
+
+    async fn open_with_hint(lb: std::net::SocketAddr, room: Option<&str>) -> Poller {
+        let hint = room.map(|r| format!("room={r}&")).unwrap_or_default();
         let (status, node, body) =
-            http_call(lb, "POST", &format!("/v1/sessions?room={room}"), None).await;
+            http_call(lb, "POST", &format!("/v1/sessions?{hint}"), None).await;
         assert_eq!(status, 201, "{body}");
         Poller {
             lb,
-            room: room.to_owned(),
+            hint,
             id: body["session"].as_str().unwrap().to_owned(),
             node,
             ack: 0,
@@ -681,7 +688,7 @@ impl Poller {
     }
 
     async fn send(&self, frame: Value) -> u16 {
-        let path = format!("/v1/sessions/{}/send?room={}", self.id, self.room);
+        let path = format!("/v1/sessions/{}/send?{}", self.id, self.hint);
         let (status, node, _) = http_call(self.lb, "POST", &path, Some(&frame)).await;
         if status == 202 {
             assert_eq!(node, self.node, "every request reaches the session's node");
@@ -699,8 +706,8 @@ impl Poller {
                 }
             }
             let path = format!(
-                "/v1/sessions/{}/poll?room={}&ack={}",
-                self.id, self.room, self.ack
+                "/v1/sessions/{}/poll?{}ack={}",
+                self.id, self.hint, self.ack
             );
             let (status, node, body) = http_call(self.lb, "GET", &path, None).await;
             if status != 200 {
@@ -754,6 +761,19 @@ async fn http_sessions_stick_to_their_node_and_resume_after_its_death(lb: LbKind
     bob.pump_until(LIMIT, |m| m.all_acked()).await;
     let hello = ann.until(|v| v["kind"] == "message").await.unwrap();
     assert_eq!(hello["data"], "hello");
+    // A client that gives no room hint: its session sticks to one node all the same.
+    let mut carl = Poller::open_with_hint(lb_addr, None).await;
+    for i in 0..6 {
+        let frame = if i == 0 {
+            json!({"type": "join", "room": room, "name": "carl"})
+        } else {
+            json!({"type": "ping", "ts": i})
+        };
+        assert_eq!(carl.send(frame).await, 202, "request {i}");
+        carl.until(|v| v["type"] == "joined" || v["type"] == "pong")
+            .await
+            .unwrap_or_else(|status| panic!("poll {i}: {status}"));
+    }
 
     // Ann's node dies; bob says something meanwhile.
     cluster.kill_node(victim).unwrap();
