@@ -168,16 +168,49 @@ struct ServeArgs {
     api_key: Option<String>,
 }
 
+/// `PLAZA_*` environment variables that are not settings: PLAZA_CONFIG names the file and
+/// PLAZA_LOG the log filter.
+const ENV_NOT_SETTINGS: [&str; 2] = ["config", "log"];
+
 fn load_config(args: &ServeArgs) -> Result<ServerConfig, Box<figment::Error>> {
     let mut fig = Figment::from(Serialized::defaults(ServerConfig::default()));
     if let Some(path) = &args.config {
         fig = fig.merge(Toml::file_exact(path));
     }
-    // PLAZA_CONFIG names the file and PLAZA_LOG the log filter: neither is a setting.
-    fig.merge(Env::prefixed("PLAZA_").ignore(&["config", "log"]))
-        .merge(Serialized::defaults(args))
-        .extract()
-        .map_err(Box::new)
+    // Only the settings' names: a deployment's own PLAZA_* variables (PLAZA_BIN in a script,
+    // say) are not Plaza's to refuse; `unknown_plaza_env` names them for a warning.
+    let settings = setting_names();
+    fig.merge(Env::prefixed("PLAZA_").filter(move |key| {
+        settings
+            .iter()
+            .any(|s| key.as_str().eq_ignore_ascii_case(s))
+    }))
+    .merge(Serialized::defaults(args))
+    .extract()
+    .map_err(Box::new)
+}
+
+/// The settings' names (`max_members`, ...), as environment keys are read: lowercase.
+fn setting_names() -> Vec<String> {
+    let defaults = serde_json::to_value(ServerConfig::default()).expect("the config serializes");
+    defaults
+        .as_object()
+        .map(|o| o.keys().map(|k| k.to_ascii_lowercase()).collect())
+        .unwrap_or_default()
+}
+
+/// The `PLAZA_*` variables of `vars` that are neither settings nor PLAZA_CONFIG / PLAZA_LOG.
+fn unknown_plaza_env(vars: impl Iterator<Item = (String, String)>) -> Vec<String> {
+    let settings = setting_names();
+    let mut unknown: Vec<String> = vars
+        .filter_map(|(k, _)| {
+            let key = k.strip_prefix("PLAZA_")?.to_ascii_lowercase();
+            let known = settings.contains(&key) || ENV_NOT_SETTINGS.contains(&key.as_str());
+            (!known).then_some(k)
+        })
+        .collect();
+    unknown.sort();
+    unknown
 }
 
 fn main() -> std::process::ExitCode {
@@ -272,6 +305,10 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
             node.id()
         ),
         None => println!("Plaza is running: open http://{addr}/ (WebSocket at ws://{addr}/v1/ws)"),
+    }
+    // After the first line, which scripts read for the address.
+    for name in unknown_plaza_env(std::env::vars()) {
+        tracing::warn!("ignoring {name}: not a Plaza setting (see `plaza serve --help`)");
     }
     let signals = {
         let node = node.clone();

@@ -200,3 +200,42 @@ fn a_short_api_key_stops_serve_and_a_good_one_guards_management_calls() {
     assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
     assert!(refused.contains("\"unauthorized\""), "{refused}");
 }
+
+#[test]
+fn a_deployments_own_plaza_variables_are_warned_about_not_refused() {
+    use std::io::{BufRead, BufReader};
+    // PLAZA_BIN and PLAZA_ARGS as a deployment script would set them, beside a real setting.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plaza"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("PLAZA_BIN", "/opt/plaza/bin/plaza")
+        .env("PLAZA_ARGS", "--anything")
+        .env("PLAZA_MAX_MEMBERS", "3")
+        .env("PLAZA_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    assert!(first.starts_with("Plaza is running"), "{first}");
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    // The setting took; the others are named in warnings, after the address line.
+    let created = http_post(&addr, "/v1/rooms", r#"{"id":"e"}"#);
+    assert!(created.contains("\"max_members\":3"), "{created}");
+    let mut warnings = String::new();
+    for _ in 0..2 {
+        out.read_line(&mut warnings).unwrap();
+    }
+    assert!(warnings.contains("ignoring PLAZA_ARGS"), "{warnings}");
+    assert!(warnings.contains("ignoring PLAZA_BIN"), "{warnings}");
+    assert!(!warnings.contains("PLAZA_MAX_MEMBERS") && !warnings.contains("PLAZA_LOG"));
+    child.kill().unwrap();
+    let _ = child.wait();
+}
