@@ -190,6 +190,42 @@ pub struct DecodeError {
     pub message: String,
     /// The frame's `type`, when it could be read.
     pub frame_type: Option<String>,
+    /// Its `room`, when the frame is a JSON object with a string `room`.
+    pub room: Option<String>,
+    /// Its client message id, for a `publish` with a string `id`.
+    pub id: Option<String>,
+}
+
+impl DecodeError {
+    fn new(code: ErrorCode, message: String, frame_type: Option<String>) -> DecodeError {
+        DecodeError {
+            code,
+            message,
+            frame_type,
+            room: None,
+            id: None,
+        }
+    }
+
+    /// Adds what the frame says of itself that an error's `ref` names (its
+    /// `room`, and a publish's `id`), read leniently: only on the error path.
+    fn naming(mut self, bytes: &[u8]) -> DecodeError {
+        #[derive(Deserialize)]
+        struct Names {
+            #[serde(default)]
+            room: serde_json::Value,
+            #[serde(default)]
+            id: serde_json::Value,
+        }
+        if let Ok(names) = serde_json::from_slice::<Names>(bytes) {
+            let text = |v: serde_json::Value| v.as_str().map(str::to_owned);
+            self.room = text(names.room);
+            if self.frame_type.as_deref() == Some("publish") {
+                self.id = text(names.id);
+            }
+        }
+        self
+    }
 }
 
 #[derive(Deserialize)]
@@ -213,29 +249,43 @@ pub fn decode(bytes: &[u8]) -> Result<ClientFrame, DecodeError> {
         .iter()
         .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
     if first != Some(&b'{') {
-        return Err(DecodeError {
-            code: ErrorCode::BadJson,
-            message: "frame is not a JSON object".into(),
-            frame_type: None,
-        });
+        return Err(DecodeError::new(
+            ErrorCode::BadJson,
+            "frame is not a JSON object".into(),
+            None,
+        ));
     }
-    let head: TypeOnly = serde_json::from_slice(bytes).map_err(|e| DecodeError {
-        code: ErrorCode::BadJson,
-        message: format!("frame is not a JSON object: {e}"),
-        frame_type: None,
+    // A binary message is not checked as UTF-8 by the WebSocket layer, and
+    // serde skips what it ignores unchecked: every frame is JSON text.
+    if let Err(e) = std::str::from_utf8(bytes) {
+        return Err(DecodeError::new(
+            ErrorCode::BadJson,
+            format!("frame is not UTF-8: {e}"),
+            None,
+        ));
+    }
+    let head: TypeOnly = serde_json::from_slice(bytes).map_err(|e| {
+        DecodeError::new(
+            ErrorCode::BadJson,
+            format!("frame is not a JSON object: {e}"),
+            None,
+        )
     })?;
     let Some(frame_type) = head.frame_type else {
-        return Err(DecodeError {
-            code: ErrorCode::UnknownType,
-            message: "frame has no \"type\" field".into(),
-            frame_type: None,
-        });
+        return Err(DecodeError::new(
+            ErrorCode::UnknownType,
+            "frame has no \"type\" field".into(),
+            None,
+        ));
     };
     fn body<'de, T: Deserialize<'de>>(bytes: &'de [u8], t: &str) -> Result<T, DecodeError> {
-        serde_json::from_slice(bytes).map_err(|e| DecodeError {
-            code: ErrorCode::InvalidFrame,
-            message: format!("invalid {t} frame: {e}"),
-            frame_type: Some(t.to_owned()),
+        serde_json::from_slice(bytes).map_err(|e| {
+            DecodeError::new(
+                ErrorCode::InvalidFrame,
+                format!("invalid {t} frame: {e}"),
+                Some(t.to_owned()),
+            )
+            .naming(bytes)
         })
     }
     let t = frame_type.as_ref();
@@ -247,21 +297,22 @@ pub fn decode(bytes: &[u8]) -> Result<ClientFrame, DecodeError> {
             let req = body::<Request>(bytes, t)?;
             let n = req.nonce.get().as_bytes()[0];
             if !(n == b'"' || n == b'-' || n.is_ascii_digit()) {
-                return Err(DecodeError {
-                    code: ErrorCode::InvalidFrame,
-                    message: "invalid request frame: nonce must be a string or a number".into(),
-                    frame_type: Some(t.to_owned()),
-                });
+                return Err(DecodeError::new(
+                    ErrorCode::InvalidFrame,
+                    "invalid request frame: nonce must be a string or a number".into(),
+                    Some(t.to_owned()),
+                )
+                .naming(bytes));
             }
             Ok(ClientFrame::Request(req))
         }
         "direct" => body::<Direct>(bytes, t).map(ClientFrame::Direct),
         "ping" => body::<Ping>(bytes, t).map(ClientFrame::Ping),
-        other => Err(DecodeError {
-            code: ErrorCode::UnknownType,
-            message: format!("unknown frame type {other:?}"),
-            frame_type: Some(other.to_owned()),
-        }),
+        other => Err(DecodeError::new(
+            ErrorCode::UnknownType,
+            format!("unknown frame type {other:?}"),
+            Some(other.to_owned()),
+        )),
     }
 }
 

@@ -30,6 +30,10 @@ pub(crate) struct Connection {
     refused_in_a_row: u32,
     /// Joined rooms and this connection's session in each.
     rooms: JoinedRooms,
+    /// Rooms deleted while this connection was in them, the latest last (at most
+    /// `max_rooms_per_connection`): frames for them are answered `room_not_found` (a `leave`,
+    /// `left`) until the id is joined again, not `not_joined` as for a room never joined.
+    deleted: Vec<String>,
 }
 
 impl Connection {
@@ -42,6 +46,7 @@ impl Connection {
             outbox,
             control,
             rooms: JoinedRooms::default(),
+            deleted: Vec::new(),
         }
     }
 
@@ -93,7 +98,8 @@ impl Connection {
             Err(e) => {
                 let r = e.frame_type.map(|t| ErrorRef {
                     frame: Some(t),
-                    ..Default::default()
+                    room: e.room,
+                    id: e.id,
                 });
                 return self.error(e.code, e.message, r);
             }
@@ -103,6 +109,9 @@ impl Connection {
             ClientFrame::Leave(l) => {
                 let pending = self.pending(Waiter::Leave);
                 let Some((room, session)) = self.rooms.remove(&l.room) else {
+                    if self.was_deleted(&l.room) {
+                        return pending.answer_left(&l.room);
+                    }
                     return self.leave_not_joined(l.room);
                 };
                 let cmd = RoomCommand::client(Intent::Leave { session }, pending);
@@ -114,7 +123,8 @@ impl Connection {
             ClientFrame::Publish(p) => {
                 let pending = self.pending(Waiter::Publish(p.id.clone()));
                 let Some((_, session)) = self.rooms.get(&p.room) else {
-                    return pending.refuse(&p.room, not_joined(), &self.errors());
+                    let e = self.not_in(&p.room);
+                    return pending.refuse(&p.room, e, &self.errors());
                 };
                 let params = PublishParams {
                     channel: p.channel,
@@ -145,7 +155,8 @@ impl Connection {
                     }
                 };
                 let Some((_, session)) = self.rooms.get(&r.room) else {
-                    return pending.refuse(&r.room, not_joined(), &self.errors());
+                    let e = self.not_in(&r.room);
+                    return pending.refuse(&r.room, e, &self.errors());
                 };
                 let intent = Intent::Request {
                     session: session.clone(),
@@ -158,7 +169,8 @@ impl Connection {
             ClientFrame::Direct(d) => {
                 let pending = self.pending(Waiter::Direct);
                 let Some((_, session)) = self.rooms.get(&d.room) else {
-                    return pending.refuse(&d.room, not_joined(), &self.errors());
+                    let e = self.not_in(&d.room);
+                    return pending.refuse(&d.room, e, &self.errors());
                 };
                 let intent = Intent::Direct {
                     session: session.clone(),
@@ -191,8 +203,33 @@ impl Connection {
         };
         if let Err(cmd) = room.send(cmd).await {
             self.rooms.remove(room_id);
+            self.note_deleted(room_id);
             cmd.refuse(room_id, room_deleted(room_id), &self.errors());
         }
+    }
+
+    /// Why a frame for `room`, which this connection is not in, is refused.
+    fn not_in(&self, room: &str) -> RoomError {
+        if self.was_deleted(room) {
+            room_deleted(room)
+        } else {
+            not_joined()
+        }
+    }
+
+    fn was_deleted(&self, room: &str) -> bool {
+        self.deleted.iter().any(|r| r == room)
+    }
+
+    fn note_deleted(&mut self, room: &str) {
+        if self.was_deleted(room) {
+            return;
+        }
+        let keep = self.node.config().max_rooms_per_connection.max(1);
+        if self.deleted.len() >= keep {
+            self.deleted.remove(0);
+        }
+        self.deleted.push(room.to_owned());
     }
 
     async fn join(&mut self, j: client::Join) {
@@ -210,7 +247,17 @@ impl Connection {
         }
         // Checks that need no ticket come first, so a refused join does not
         // spend the ticket.
-        self.rooms.retain(|room| !room.is_closed());
+        let mut gone = Vec::new();
+        self.rooms.retain(|room| {
+            let open = !room.is_closed();
+            if !open {
+                gone.push(room.id().to_owned());
+            }
+            open
+        });
+        for room in gone {
+            self.note_deleted(&room);
+        }
         for room in self.control.take_evicted() {
             self.rooms.remove(&room);
         }
@@ -273,6 +320,7 @@ impl Connection {
         }
         match answer.await {
             Ok(Ok(session)) => {
+                self.deleted.retain(|r| r != room.id());
                 self.rooms.insert(room, session);
             }
             Ok(Err(e)) => self.error(e.code, e.message, Some(r)),

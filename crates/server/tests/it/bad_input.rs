@@ -343,5 +343,41 @@ async fn binary_frames_are_read_like_text() {
     ))
     .await;
     assert_eq!(a.recv_type("error").await["code"], "bad_json");
+    // Invalid UTF-8 inside a string of an object is not JSON text either, wherever it is
+    // (a payload the server would otherwise pass on unread, a field it reads): bad_json,
+    // no ref, nothing published.
+    let head = format!(r#"{{"type":"publish","room":"{ROOM}","#);
+    for (inside, tail) in [
+        (r#""event":"e","data":""#, &b"\xff\"}"[..]),
+        (r#""data":1,"event":""#, &b"\xc3\x28\"}"[..]),
+    ] {
+        let mut bytes = format!("{head}{inside}").into_bytes();
+        bytes.extend_from_slice(tail);
+        a.send_message(tokio_tungstenite::tungstenite::Message::binary(bytes))
+            .await;
+        let err = a.recv_type("error").await;
+        assert_eq!(err["code"], "bad_json", "{err}");
+        assert!(err.get("ref").is_none(), "{err}");
+    }
+    room_still_works(&mut a, &mut b).await;
+}
+
+#[tokio::test]
+async fn a_publish_that_fails_to_decode_is_named_by_its_room_and_id() {
+    let s = TestServer::start().await;
+    let ((mut a, _), (mut b, _)) = setup(&s).await;
+    a.send(json!({"type": "publish", "room": ROOM, "event": 5, "data": 1, "id": "m-5"}))
+        .await;
+    let err = a.recv_type("error").await;
+    assert_eq!(err["code"], "invalid_frame");
+    assert_eq!(
+        err["ref"],
+        json!({"frame": "publish", "room": ROOM, "id": "m-5"})
+    );
+    // Names that are not strings are left out, not guessed.
+    a.send(json!({"type": "publish", "room": 7, "event": "e", "id": ["x"]}))
+        .await;
+    let err = a.recv_type("error").await;
+    assert_eq!(err["ref"], json!({"frame": "publish"}), "{err}");
     room_still_works(&mut a, &mut b).await;
 }

@@ -109,14 +109,32 @@ async fn deleting_a_room_closes_it_for_its_members() {
     assert_api_error(status, &v, 404, "room_not_found");
     assert_eq!(s.get("/v1/rooms").await.1, json!({"rooms": []}));
 
-    // The room is gone for its former members.
-    a.send(json!({"type": "publish", "room": "r", "event": "x"}))
+    // The room is gone for its former members, for every frame, not only the first.
+    for i in 0..3 {
+        a.send(json!({"type": "publish", "room": "r", "event": "x", "id": format!("m{i}")}))
+            .await;
+        let e = a.recv_type("error").await;
+        assert_eq!(e["code"], "room_not_found", "publish {i}: {e}");
+        assert_eq!(
+            e["ref"],
+            json!({"frame": "publish", "room": "r", "id": format!("m{i}")})
+        );
+    }
+    a.send(json!({"type": "direct", "room": "r", "to": "x", "event": "hi"}))
         .await;
-    let e = a.recv_type("error").await;
-    assert_eq!(e["code"], "room_not_found", "{e}");
-    let (r, _) = b.request("r", json!("n"), "entity.create", json!({})).await;
-    assert_eq!(r["ok"], false, "{r}");
-    assert_eq!(r["error"]["code"], "room_not_found", "{r}");
+    assert_eq!(a.recv_type("error").await["code"], "room_not_found");
+    for n in ["n1", "n2"] {
+        let (r, _) = b.request("r", json!(n), "entity.create", json!({})).await;
+        assert_eq!(r["ok"], false, "{r}");
+        assert_eq!(r["error"]["code"], "room_not_found", "{r}");
+    }
+    // A leave is answered `left`, also after other frames found the room gone.
+    a.send(json!({"type": "leave", "room": "r"})).await;
+    assert_eq!(a.recv().await, json!({"type": "left", "room": "r"}));
+    // A room this connection was never in is still `not_joined`.
+    a.send(json!({"type": "publish", "room": "never", "event": "x"}))
+        .await;
+    assert_eq!(a.recv_type("error").await["code"], "not_joined");
     b.send(json!({"type": "join", "room": "r", "name": "bob"}))
         .await;
     assert_eq!(b.recv_type("error").await["code"], "room_not_found");

@@ -389,3 +389,53 @@ async fn a_connection_whose_session_was_taken_over_can_join_again() {
     let again = a1.recv_type("joined").await;
     assert_ne!(again["session"], ja["session"]);
 }
+
+#[tokio::test]
+async fn a_drop_in_the_middle_of_a_replay_loses_nothing_when_last_seq_follows_the_events() {
+    let s = TestServer::start().await;
+    s.create_room(json!({"id": ROOM})).await;
+    let mut c = s.join_all(ROOM, &["ann", "bob"]).await;
+    let (mut b, _) = c.pop().unwrap();
+    let (a, ja) = c.pop().unwrap();
+    let sa = ja["session"].clone();
+    let last_seq = ja["seq"].as_u64().unwrap();
+    drop(a);
+    await_leave(&mut b, &sa, "disconnected").await;
+    let mut missed = Vec::new();
+    for i in 0..5 {
+        let (ack, _) = b.publish(ROOM, "chat", json!({"n": i})).await;
+        missed.push(ack["seq"].as_u64().unwrap());
+    }
+
+    // Ann resumes and gets two of the five missed messages before dropping again.
+    let (mut a2, j) = s.join_with(resume_frame(&ja, "ann", last_seq)).await;
+    assert_eq!(j["resumed"], true, "{j}");
+    // The resumed joined's seq is the room's position, past everything still to come:
+    // counting it would skip what the drop cuts off.
+    assert!(j["seq"].as_u64().unwrap() > *missed.last().unwrap(), "{j}");
+    // (What came before the drop: bob's arrival, then messages.)
+    let mut got = Vec::new();
+    let mut last_seen = last_seq;
+    while got.len() < 2 {
+        let ev = a2.recv_type("event").await;
+        last_seen = ev["seq"].as_u64().unwrap();
+        if ev["kind"] == "message" {
+            got.push(last_seen);
+        }
+    }
+    drop(a2);
+    await_leave(&mut b, &sa, "disconnected").await;
+
+    // The rule in docs/protocol.md: last_seq is the last event seen, not the joined's seq.
+    let (mut a3, j) = s.join_with(resume_frame(&ja, "ann", last_seen)).await;
+    assert_eq!(j["resumed"], true, "{j}");
+    let mut messages = Vec::new();
+    while messages.len() < missed.len() - got.len() {
+        let ev = a3.recv_type("event").await;
+        if ev["kind"] == "message" {
+            messages.push(ev["seq"].as_u64().unwrap());
+        }
+    }
+    got.extend(messages);
+    assert_eq!(got, missed, "every missed message once, in order");
+}
