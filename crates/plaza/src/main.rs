@@ -160,6 +160,12 @@ struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     #[serde(skip_serializing_if = "Option::is_none")]
     web_dir: Option<PathBuf>,
+    /// Web pages that may connect, comma-separated origins (e.g.
+    /// https://app.example.org); others get 403 origin_not_allowed. Clients
+    /// that send no Origin are not concerned [default: any].
+    #[arg(long, value_name = "ORIGINS", value_delimiter = ',')]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allowed_origins: Option<Vec<String>>,
     /// The secret (at least 16 bytes) that creating and deleting rooms and minting
     /// tickets must present as `Authorization: Bearer <key>`; better given as
     /// PLAZA_API_KEY than on the command line [default: none, those calls are open].
@@ -262,6 +268,15 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
             "api_key is {} bytes: use at least {} (e.g. `openssl rand -hex 24`)",
             config.api_key.len(),
             plaza_server::config::MIN_API_KEY_LEN
+        )));
+    }
+    if let Some(bad) = config
+        .allowed_origins
+        .iter()
+        .find(|o| !plaza_server::origin::valid_entry(o))
+    {
+        return Err(std::io::Error::other(format!(
+            "allowed_origins: {bad:?} is not an origin (scheme://host[:port], no path) nor *"
         )));
     }
     if let Some(dir) = &config.web_dir {

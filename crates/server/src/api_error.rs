@@ -11,7 +11,7 @@ use serde_json::json;
 
 /// An HTTP error: status plus `{"error":{"code","message"}}`.
 pub(crate) struct ApiError {
-    status: StatusCode,
+    pub(crate) status: StatusCode,
     /// An [`ErrorCode`]'s wire string, or a code of an HTTP-only service (e.g.
     /// the trajectory filters' `invalid_csv`).
     code: &'static str,

@@ -68,6 +68,10 @@ pub struct ServerConfig {
     /// Cluster mode: the Redis URL (e.g. `redis://127.0.0.1:6379/`) that the
     /// nodes share; empty for embedded mode.
     pub redis: String,
+    /// Web pages (origins, `https://app.example.org`) that may open a
+    /// WebSocket or a transport session; empty (the default) or `*`: any.
+    /// Requests without `Origin` (not from a browser) are not concerned.
+    pub allowed_origins: Vec<String>,
     /// A web app directory (e.g. a Vite build's `dist/`) to serve at `/`:
     /// `GET /` answers its `index.html`, and any path no API route matches
     /// is looked up as a file under it. `None` serves the built-in demo page
@@ -112,6 +116,7 @@ impl Default for ServerConfig {
             room_linger_ms: 30_000,
             redis: String::new(),
             web_dir: None,
+            allowed_origins: Vec::new(),
             api_key: String::new(),
         }
     }

@@ -17,6 +17,7 @@ mod http;
 pub mod listener;
 pub mod metrics;
 mod node;
+pub mod origin;
 pub mod outbox;
 mod room;
 mod status;

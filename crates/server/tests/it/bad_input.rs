@@ -381,3 +381,27 @@ async fn a_publish_that_fails_to_decode_is_named_by_its_room_and_id() {
     assert_eq!(err["ref"], json!({"frame": "publish"}), "{err}");
     room_still_works(&mut a, &mut b).await;
 }
+
+#[tokio::test]
+async fn a_request_to_v1_ws_that_is_no_websocket_upgrade_gets_a_json_error() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = TestServer::start().await;
+    let ask = |head: &'static str| async move {
+        let mut tcp = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+        tcp.write_all(head.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        tcp.read_to_string(&mut out).await.unwrap();
+        out
+    };
+    let plain = ask("GET /v1/ws HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await;
+    assert!(plain.starts_with("HTTP/1.1 400 "), "{plain}");
+    assert!(plain.contains(r#""code":"invalid_request""#), "{plain}");
+    let old = ask(
+        "GET /v1/ws HTTP/1.1\r\nhost: x\r\nconnection: upgrade, close\r\nupgrade: websocket\r\n\
+         sec-websocket-version: 8\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    )
+    .await;
+    assert!(old.starts_with("HTTP/1.1 426 "), "{old}");
+    assert!(old.contains("sec-websocket-version: 13"), "{old}");
+    assert!(old.contains(r#""code":"invalid_request""#), "{old}");
+}

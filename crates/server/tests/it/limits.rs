@@ -375,3 +375,43 @@ async fn beyond_max_connections_a_new_connection_gets_503_server_full_and_the_he
         "a place came free"
     );
 }
+
+#[tokio::test]
+async fn only_allowed_origins_open_websockets_and_transport_sessions() {
+    let s = TestServer::with_config(ServerConfig {
+        allowed_origins: vec!["https://app.example.org".into()],
+        ..Default::default()
+    })
+    .await;
+    s.create_room(json!({"id": ROOM})).await;
+    let ws = |origin: Option<&'static str>| {
+        let addr = s.addr;
+        async move {
+            use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+            let mut req = format!("ws://{addr}/v1/ws").into_client_request().unwrap();
+            if let Some(o) = origin {
+                req.headers_mut().insert("origin", o.parse().unwrap());
+            }
+            tokio_tungstenite::connect_async(req).await
+        }
+    };
+    // A page of another site is refused, with the documented JSON error.
+    let (status, body) = refusal(ws(Some("https://evil.example")).await.expect_err("refused"));
+    assert_eq!(status, 403);
+    assert_eq!(body["error"]["code"], "origin_not_allowed", "{body}");
+    // The app's page and clients that are no web page get in.
+    assert!(ws(Some("https://app.example.org")).await.is_ok());
+    assert!(ws(None).await.is_ok());
+    // The same for the HTTP transports.
+    let open = |origin: &'static str| {
+        s.http
+            .post(s.url("/v1/sessions"))
+            .header("origin", origin)
+            .send()
+    };
+    let r = open("https://evil.example").await.unwrap();
+    assert_eq!(r.status(), 403);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "origin_not_allowed");
+    assert_eq!(open("https://app.example.org").await.unwrap().status(), 201);
+}

@@ -61,9 +61,12 @@ fn not_found() -> ApiError {
 }
 
 /// `POST /v1/sessions`: opens a transport session.
-pub(crate) async fn open(State(node): State<Arc<Node>>) -> Response {
+pub(crate) async fn open(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
     if node.is_shutting_down() {
         return ApiError::shutting_down().into_response();
+    }
+    if let Err(e) = crate::origin::check(&headers, &node.config().allowed_origins) {
+        return e.into_response();
     }
     let id = plaza_broker::new_resume_token();
     let registry = Arc::downgrade(&node);

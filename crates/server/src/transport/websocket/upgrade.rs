@@ -24,6 +24,9 @@ pub(crate) async fn upgrade(State(node): State<Arc<Node>>, mut req: Request) -> 
         return ApiError::shutting_down().into_response();
     }
     let h = req.headers();
+    if let Err(e) = crate::origin::check(h, &node.config().allowed_origins) {
+        return e.into_response();
+    }
     let is_upgrade = has_token(h, header::CONNECTION, "upgrade")
         && h.get(header::UPGRADE)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
