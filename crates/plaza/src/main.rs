@@ -124,6 +124,12 @@ struct ServeArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     max_connections: Option<usize>,
+    /// TCP connections one client address may hold; beyond it new ones get
+    /// 429 too_many_connections (behind a balancer, limit there instead)
+    /// [default: 0, no limit].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_connections_per_ip: Option<usize>,
     /// Default lock lease in ms [default: 30000].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -51,6 +51,11 @@ pub struct ServerConfig {
     /// `503 server_full` and closed. 0: what the process's open-files limit
     /// allows, less [`crate::listener::RESERVED_FILES`].
     pub max_connections: usize,
+    /// TCP connections one client address may hold at once; beyond it a new
+    /// one is answered `429 too_many_connections`. 0 (the default): no
+    /// limit. Behind a balancer every client has the balancer's address:
+    /// limit there instead.
+    pub max_connections_per_ip: usize,
     /// Default lock lease.
     pub lock_ttl_ms: u64,
     /// Longest lock lease.
@@ -108,6 +113,7 @@ impl Default for ServerConfig {
             max_history_size: 100_000,
             max_rooms: 100_000,
             max_connections: 0,
+            max_connections_per_ip: 0,
             lock_ttl_ms: 30_000,
             max_lock_ttl_ms: 600_000,
             shutdown_grace_ms: 5_000,

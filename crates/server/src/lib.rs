@@ -88,7 +88,8 @@ pub async fn serve(node: Arc<Node>, listener: TcpListener) -> std::io::Result<()
                 }
             })
         },
-    );
+    )
+    .per_ip(node.config().max_connections_per_ip);
     let app = router(node.clone()).into_make_service();
     let server =
         axum::serve(listener, app).with_graceful_shutdown(async move { token.cancelled().await });

@@ -12,7 +12,7 @@
 //! from the same margin, then closed.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -25,6 +25,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The error code of a connection refused because the node is full.
 pub const SERVER_FULL: &str = "server_full";
+
+/// The error code of a connection refused because its address holds
+/// `max_connections_per_ip` connections.
+pub const TOO_MANY_CONNECTIONS: &str = "too_many_connections";
 
 /// File descriptors kept for everything but client connections (the
 /// runtime, log files, Redis, files of `web_dir`), and for answering the
@@ -74,6 +78,42 @@ pub struct LimitedListener {
     /// Named in the refusal's `x-plaza-node`, as on every answer.
     node_id: Arc<str>,
     when_full: AnswerWhenFull,
+    /// Connections each client address may hold (0: no limit), and how many
+    /// each holds.
+    per_ip: usize,
+    by_ip: Arc<std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>>,
+}
+
+/// Why a connection is refused.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    /// The node holds `max_connections`.
+    Full,
+    /// Its address holds `max_connections_per_ip`.
+    TooManyFromAddress,
+}
+
+impl Refusal {
+    fn status(self) -> &'static str {
+        match self {
+            Refusal::Full => "503 Service Unavailable",
+            Refusal::TooManyFromAddress => "429 Too Many Requests",
+        }
+    }
+
+    fn body(self) -> String {
+        let (code, message) = match self {
+            Refusal::Full => (
+                SERVER_FULL,
+                "this node holds as many connections as it may; try again later or another node",
+            ),
+            Refusal::TooManyFromAddress => (
+                TOO_MANY_CONNECTIONS,
+                "this address holds as many connections as one address may; close one first",
+            ),
+        };
+        serde_json::json!({"error": {"code": code, "message": message}}).to_string()
+    }
 }
 
 impl LimitedListener {
@@ -94,7 +134,33 @@ impl LimitedListener {
             refused,
             node_id: node_id.into(),
             when_full,
+            per_ip: 0,
+            by_ip: Default::default(),
         }
+    }
+
+    /// Also admits at most `max` connections from one client address at
+    /// once (0: no limit); beyond it `429 too_many_connections`.
+    pub fn per_ip(mut self, max: usize) -> LimitedListener {
+        self.per_ip = max;
+        self
+    }
+
+    /// A place for a connection from `ip`, if its address may hold one more.
+    fn take_ip_slot(&self, ip: IpAddr) -> Result<Option<IpSlot>, Refusal> {
+        if self.per_ip == 0 {
+            return Ok(None);
+        }
+        let mut by_ip = self.by_ip.lock().unwrap_or_else(|p| p.into_inner());
+        let held = by_ip.entry(ip).or_insert(0);
+        if *held >= self.per_ip {
+            return Err(Refusal::TooManyFromAddress);
+        }
+        *held += 1;
+        Ok(Some(IpSlot {
+            ip,
+            by_ip: self.by_ip.clone(),
+        }))
     }
 
     /// The next admitted connection; refusals are answered meanwhile.
@@ -107,17 +173,27 @@ impl LimitedListener {
                     continue;
                 }
             };
-            match self.open.clone().try_acquire_owned() {
-                Ok(permit) => {
+            let admitted = self
+                .open
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| Refusal::Full)
+                .and_then(|permit| Ok((permit, self.take_ip_slot(addr.ip())?)));
+            match admitted {
+                Ok((permit, ip)) => {
+                    let place = ConnectionPlace {
+                        _permit: permit,
+                        _ip: ip,
+                    };
                     return (
                         AdmittedStream {
                             inner: stream,
-                            _permit: permit,
+                            place,
                         },
                         addr,
-                    )
+                    );
                 }
-                Err(_) => {
+                Err(why) => {
                     let Ok(slot) = self.refusing.clone().try_acquire_owned() else {
                         self.refused.increment(1);
                         continue;
@@ -125,7 +201,7 @@ impl LimitedListener {
                     let (node, when_full) = (self.node_id.clone(), self.when_full.clone());
                     let refused = self.refused.clone();
                     tokio::spawn(async move {
-                        let answer = answer_full(stream, &node, &when_full, &refused);
+                        let answer = refuse(stream, why, &node, &when_full, &refused);
                         let _ = tokio::time::timeout(REFUSE_TIMEOUT, answer).await;
                         drop(slot);
                     });
@@ -135,11 +211,13 @@ impl LimitedListener {
     }
 }
 
-/// Answers a connection the node has no room for: reads its request head (so
-/// that closing does not reset the answer away), then `503 server_full`, or
-/// what `when_full` answers for a `GET` of its path.
-async fn answer_full(
+/// Answers a connection the node does not take: reads its request head (so
+/// that closing does not reset the answer away), then the refusal (`503
+/// server_full`, `429 too_many_connections`), or what `when_full` answers for
+/// a `GET` of its path.
+async fn refuse(
     mut stream: TcpStream,
+    why: Refusal,
     node: &str,
     when_full: &AnswerWhenFull,
     refused: &Counter,
@@ -166,15 +244,7 @@ async fn answer_full(
         Some((content_type, body)) => ("200 OK", content_type, body),
         None => {
             refused.increment(1);
-            let body = serde_json::json!({"error": {
-                "code": SERVER_FULL,
-                "message": "this node holds as many connections as it may; try again later or another node",
-            }});
-            (
-                "503 Service Unavailable",
-                "application/json",
-                body.to_string(),
-            )
+            (why.status(), "application/json", why.body())
         }
     };
     let answer = format!(
@@ -217,16 +287,39 @@ impl axum::serve::Listener for LimitedListener {
 /// An admitted connection: its place is given back when it is dropped.
 pub struct AdmittedStream {
     inner: TcpStream,
-    _permit: OwnedSemaphorePermit,
+    place: ConnectionPlace,
 }
 
-/// An admitted connection's place, given back when dropped.
-pub struct ConnectionPlace(#[allow(dead_code)] OwnedSemaphorePermit);
+/// An admitted connection's place (in the node, and in its address's
+/// share), given back when dropped.
+pub struct ConnectionPlace {
+    _permit: OwnedSemaphorePermit,
+    _ip: Option<IpSlot>,
+}
+
+/// One of an address's connections.
+struct IpSlot {
+    ip: IpAddr,
+    by_ip: Arc<std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut by_ip = self.by_ip.lock().unwrap_or_else(|p| p.into_inner());
+        if let std::collections::hash_map::Entry::Occupied(mut held) = by_ip.entry(self.ip) {
+            *held.get_mut() -= 1;
+            // An address that holds nothing takes no memory.
+            if *held.get() == 0 {
+                held.remove();
+            }
+        }
+    }
+}
 
 impl AdmittedStream {
     /// The socket, and its place to hold for as long as it is used.
     pub fn into_parts(self) -> (TcpStream, ConnectionPlace) {
-        (self.inner, ConnectionPlace(self._permit))
+        (self.inner, self.place)
     }
 }
 

@@ -415,3 +415,54 @@ async fn only_allowed_origins_open_websockets_and_transport_sessions() {
     assert_eq!(body["error"]["code"], "origin_not_allowed");
     assert_eq!(open("https://app.example.org").await.unwrap().status(), 201);
 }
+
+/// One `GET path` with `Connection: close` from local address `from`: the whole answer.
+async fn get_from(s: &TestServer, from: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let mut tcp = socket.connect(s.addr).await.unwrap();
+    tcp.write_all(
+        format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = String::new();
+    tcp.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+#[tokio::test]
+async fn one_address_holds_at_most_max_connections_per_ip_and_others_are_not_affected() {
+    let s = TestServer::with_config(ServerConfig {
+        max_connections_per_ip: 3,
+        ..Default::default()
+    })
+    .await;
+    // 127.0.0.1 holds three: the test's HTTP client and two members.
+    let ((mut a, _), (b, _)) = pair(&s).await;
+    let refused = get_from(&s, "127.0.0.1", "/v1/rooms").await;
+    assert!(refused.starts_with("HTTP/1.1 429 "), "{refused}");
+    assert!(
+        refused.contains(r#""code":"too_many_connections""#),
+        "{refused}"
+    );
+    // Another address is not affected, nor are the members held.
+    let other = get_from(&s, "127.0.0.2", "/v1/rooms").await;
+    assert!(other.starts_with("HTTP/1.1 200 "), "{other}");
+    let (ack, _) = a.publish(ROOM, "still", json!(1)).await;
+    assert_eq!(ack["type"], "ack");
+    // A connection that ends gives its address's place back.
+    drop(b);
+    assert!(
+        wait_until(|| async {
+            get_from(&s, "127.0.0.1", "/healthz")
+                .await
+                .starts_with("HTTP/1.1 200 ")
+                && get_from(&s, "127.0.0.1", "/v1/rooms")
+                    .await
+                    .starts_with("HTTP/1.1 200 ")
+        })
+        .await
+    );
+}
