@@ -53,17 +53,27 @@ cleanup() {
   wait "$server" 2>/dev/null || true
 }
 trap cleanup EXIT
+up=
 for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break
   kill -0 "$server" 2>/dev/null || { echo "plaza exited: see $out/plaza.log" >&2; exit 1; }
+  if curl -sf "http://127.0.0.1:$port/healthz" >/dev/null; then up=1; break; fi
   sleep 0.1
 done
+# (Also: a server already on the port would answer while ours failed to bind.)
+sleep 0.2
+if [ -z "$up" ] || ! kill -0 "$server" 2>/dev/null; then
+  echo "plaza did not start on port $port: see $out/plaza.log" >&2
+  exit 1
+fi
 # Without presence events (each join would reach every member: O(n²)), and room for everyone.
 curl -sf -X POST "http://127.0.0.1:$port/v1/rooms" -H 'content-type: application/json' \
-  -d "{\"id\": \"$room\", \"options\": {\"presence\": false, \"max_members\": 1000000}}" >/dev/null
+  -d "{\"id\": \"$room\", \"options\": {\"presence\": false, \"max_members\": 1000000}}" >/dev/null ||
+  { echo "could not create the room" >&2; exit 1; }
 
 # The server's RSS (KiB) and open connections, every second: unix time, rss, connections.
 (
+  # A sample that fails (a busy moment) is a gap, not the end of sampling.
+  set +e +o pipefail
   while kill -0 "$server" 2>/dev/null; do
     rss=$(awk '/^VmRSS/ {print $2}' "/proc/$server/status" 2>/dev/null || echo 0)
     conns=$(curl -s --max-time 1 "http://127.0.0.1:$port/metrics" | awk '$1 == "plaza_connections" {print $2}')
@@ -78,7 +88,7 @@ taskset -c "${TSUNG_CPU:-1}" tsung -f "$out/capacity.xml" -l "$out" start >"$out
 log=$(find "$out" -name tsung.log | head -1)
 dump=$(find "$out" -name tsung.dump | head -1)
 [ -n "$log" ] && [ -n "$dump" ] || { echo "tsung left no log: see $out/tsung.out" >&2; exit 1; }
-refused=$(curl -s "http://127.0.0.1:$port/metrics" | awk '$1 == "plaza_connections_refused_total" {print $2}')
+refused=$(curl -s "http://127.0.0.1:$port/metrics" | awk '$1 == "plaza_connections_refused_total" {print $2}' || true)
 healthy=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz" || true)
 
 # The broadcast: the announcer is the user that got an `ack`; its publish is its last send
@@ -132,14 +142,21 @@ errors=$(awk '/^stats: error_/ && $2 != "error_abort" && $2 != "error_unknown" {
   END { s = 0; for (k in v) s += v[k]; print s }' "$log")
 failed=$(count websocket_fail)
 unknown=$(count error_unknown)
+# Error frames Plaza sent to any user (a join or ping refused, say).
+error_frames=$(grep -a -c '^Recv:.*"type":"error"' "$dump" || true)
 status=0
+if [ "$error_frames" -ne 0 ]; then
+  echo "FAILED: $error_frames error frames from plaza (see $dump)" >&2
+  status=3
+fi
 if [ "$received" -ne $((handshakes - 1)) ]; then
   echo "FAILED: $received of $((handshakes - 1)) members received the broadcast" >&2
   status=3
 fi
 if [ "${ALLOW_REFUSED:-0}" = 1 ]; then
   # Every failed handshake is a refusal Plaza counted, and nothing else failed.
-  if [ "$failed" -ne "${refused:-0}" ] || [ "$unknown" -ne "$failed" ] || [ "$errors" -ne 0 ]; then
+  if [ "${refused:-0}" -eq 0 ] || [ "$failed" -ne "${refused:-0}" ] || [ "$unknown" -ne "$failed" ] ||
+    [ "$errors" -ne 0 ]; then
     echo "FAILED: $failed handshakes failed, $errors other errors, ${refused:-0} refusals by plaza" >&2
     status=3
   fi

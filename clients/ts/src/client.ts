@@ -34,7 +34,9 @@ export interface PlazaClientOptions {
    * When it opens, the rooms move over at a quiet moment (no request waiting for its answer):
    * each resumes on the new connection, which takes its session over on the server, and the old
    * connection is closed once the server has let go of it. The app sees the same events, once,
-   * in order; only {@link PlazaClient.transportName} and the `transport` event tell.
+   * in order; {@link PlazaClient.transportName} and the `transport` event tell, and each room
+   * is briefly not `live` and emits `joined` (resumed) and `members` again, as after a
+   * reconnect.
    */
   upgradeProbeMs?: number;
 }
@@ -313,22 +315,28 @@ export class PlazaClient extends Emitter<ClientEvents> {
   private move(old: WebSocketLike, next: WebSocketLike): void {
     this.finishRetiring();
     const rooms = [...this.rooms.values()];
-    const retiring: Retiring = { socket: old, rooms: rooms.length, timer: undefined };
+    // Rooms that ended (a leave waiting for `left`) are not taken over: not waited for.
+    const moving = rooms.filter((room) => !room._ended()).length;
+    const retiring: Retiring = { socket: old, rooms: moving, timer: undefined };
     this.retiring = retiring;
     old.onopen = () => undefined;
     old.onerror = () => undefined;
     old.onclose = () => {
-      if (this.retiring === retiring) this.retiring = undefined;
+      if (this.retiring !== retiring) return;
+      clearTimeout(retiring.timer);
+      this.retiring = undefined;
     };
     old.onmessage = (ev) => this.onRetiringMessage(retiring, ev.data);
-    retiring.timer = setTimeout(() => this.finishRetiring(), RETIRE_TIMEOUT_MS);
+    retiring.timer = setTimeout(() => {
+      if (this.retiring === retiring) this.finishRetiring();
+    }, RETIRE_TIMEOUT_MS);
     this.socket = next;
     this.transportIndex = 0;
     this.attach(next, () => true);
     for (const room of rooms) room._beginMove();
     for (const room of rooms) room._sendJoin();
     this.emit('transport', this.transportName);
-    if (rooms.length === 0) this.finishRetiring();
+    if (moving === 0) this.finishRetiring();
   }
 
   /**
@@ -343,7 +351,9 @@ export class PlazaClient extends Emitter<ClientEvents> {
     if (frame === undefined) return;
     switch (frame.type) {
       case 'closed':
-        if (frame.reason === 'resumed_elsewhere' && --retiring.rooms <= 0) this.finishRetiring();
+        // `resumed_elsewhere` marks a room taken over; another end (`room_deleted`) is news.
+        if (frame.reason !== 'resumed_elsewhere') this.onFrame(frame);
+        if (--retiring.rooms <= 0) this.finishRetiring();
         return;
       case 'error':
       case 'joined':

@@ -15,7 +15,11 @@ import type { Handler, WebSocketConstructor, WebSocketLike } from './socket.js';
 /** The transports a client can use, in the default order of preference. */
 export type TransportName = 'websocket' | 'sse' | 'polling';
 
-/** A session still read by a request the client gave up is retried this often, this far apart. */
+/**
+ * A session still read by a request the client gave up (409), or a request a full node refused
+ * (503, `server_full`: the session's node holds as many connections as it may, and one comes
+ * free soon), is retried this often, this far apart.
+ */
 const BUSY_RETRIES = 40;
 const BUSY_PAUSE_MS = 250;
 
@@ -105,6 +109,7 @@ abstract class HttpSocket implements WebSocketLike {
   /** Posts what is queued, in order, one request at a time. */
   private async flush(): Promise<void> {
     this.sending = true;
+    let full = 0;
     while (this.queued.length > 0 && this.readyState === OPEN) {
       const batch = this.queued.splice(0);
       const body = batch.length === 1 ? batch[0]! : `[${batch.join(',')}]`;
@@ -115,10 +120,17 @@ abstract class HttpSocket implements WebSocketLike {
           body,
           signal: this.stop.signal,
         });
+        if (res.status === 503 && ++full <= BUSY_RETRIES) {
+          // Refused whole, before anything was handled: the same frames again, first.
+          this.queued.unshift(...batch);
+          await pause(BUSY_PAUSE_MS);
+          continue;
+        }
         if (res.status !== 202) {
           this.end();
           break;
         }
+        full = 0;
       } catch {
         this.end();
         break;
@@ -154,7 +166,7 @@ export class SseSocket extends HttpSocket {
           headers: { 'last-event-id': String(this.position), accept: 'text/event-stream' },
           signal: this.stop.signal,
         });
-        if (res.status === 409 && ++failures <= BUSY_RETRIES) {
+        if ((res.status === 409 || res.status === 503) && ++failures <= BUSY_RETRIES) {
           // The stream that dropped is still reading on the server until it notices.
           await pause(BUSY_PAUSE_MS);
           continue;
@@ -204,7 +216,7 @@ export class PollSocket extends HttpSocket {
     while (this.readyState === OPEN) {
       try {
         const res = await fetch(this.url('/poll', { ack: String(this.position) }), { signal: this.stop.signal });
-        if (res.status === 409 && ++failures <= BUSY_RETRIES) {
+        if ((res.status === 409 || res.status === 503) && ++failures <= BUSY_RETRIES) {
           // A poll whose answer was lost is still waiting on the server until it notices.
           await pause(BUSY_PAUSE_MS);
           continue;

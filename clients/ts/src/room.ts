@@ -89,6 +89,8 @@ export class RoomHandle extends Emitter<RoomEvents> {
   private readonly requests = new PendingRequests();
   /** Frames (requests, directs) waiting until the room is live again. */
   private readonly outbox: ClientFrame[] = [];
+  /** The connection is moving to another transport: the resume join went on the new one. */
+  private moving = false;
   private joinWaiter: { resolve: (room: RoomHandle) => void; reject: (err: PlazaError) => void } | undefined;
   private leaveWaiter: (() => void) | undefined;
   /** The delivery policy sent with each join (changed by {@link RoomHandle.updatePolicy}). */
@@ -472,7 +474,9 @@ export class RoomHandle extends Emitter<RoomEvents> {
    */
   leave(): Promise<void> {
     if (this.status === 'ended') return Promise.resolve();
-    const wasLive = this.status === 'live';
+    // During a move the resume join is on its way on the new connection: a leave sent after
+    // it is handled after it, and answered `left`.
+    const wasLive = this.status === 'live' || this.moving;
     this.end(new PlazaError('closed', 'left the room'));
     if (!wasLive || !this.transport.send({ type: 'leave', room: this.room })) {
       this.transport.forget(this.room);
@@ -559,6 +563,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
       return;
     }
     if (this.status === 'live') this.status = 'rejoining';
+    this.moving = false;
     clearTimeout(this.joinRetry);
     this.joinGeneration++;
     this.requests.dropSent((nonce) => this.outbox.some((f) => f.type === 'request' && f.nonce === nonce));
@@ -570,14 +575,28 @@ export class RoomHandle extends Emitter<RoomEvents> {
    */
   _beginMove(): void {
     if (this.status === 'ended') return;
+    this.moving = true;
     if (this.status === 'live') this.status = 'rejoining';
     clearTimeout(this.joinRetry);
     this.joinGeneration++;
   }
 
-  /** @internal Whether the room waits for something a move could lose: a join or an answer. */
+  /**
+   * @internal Whether the room waits for something a move could lose: a join, an answer, or
+   * the `left` of a leave.
+   */
   _busy(): boolean {
-    return this.status === 'joining' || this.status === 'rejoining' || this.requests.inFlight() > 0;
+    return (
+      this.status === 'joining' ||
+      this.status === 'rejoining' ||
+      this.requests.inFlight() > 0 ||
+      this.leaveWaiter !== undefined
+    );
+  }
+
+  /** @internal Whether the handle has ended (left, closed). */
+  _ended(): boolean {
+    return this.status === 'ended';
   }
 
   /** @internal The client was closed. */
@@ -601,11 +620,14 @@ export class RoomHandle extends Emitter<RoomEvents> {
       case 'event':
         this.onEvent(frame);
         break;
-      case 'batch':
-        // Held by the delivery policy: each event as if it had come alone, then the boundary.
-        for (const e of frame.events) this.onEvent(e);
-        this.emit('batch', frame.events);
+      case 'batch': {
+        // Held by the delivery policy: each event as if it had come alone, then the boundary;
+        // what already came (on the other connection, during a move) is not told again.
+        const fresh = frame.events.filter((e) => e.seq > this.seq);
+        for (const e of fresh) this.onEvent(e);
+        if (fresh.length > 0) this.emit('batch', fresh);
         break;
+      }
       case 'ack':
         this.onAck(frame);
         break;
@@ -634,6 +656,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
   }
 
   private onJoined(frame: JoinedFrame): void {
+    this.moving = false;
     if (this.status === 'ended') return;
     this.token = frame.resume_token;
     this.sessionId = frame.session;

@@ -166,3 +166,34 @@ describe('upgrade', () => {
     },
   );
 });
+
+describe('upgrade and leave', () => {
+  it('a leave while the rooms move is sent after the resume and answered', async () => {
+    const room = uniqueRoom();
+    let open = false;
+    class SometimesBlocked extends WebSocket {
+      constructor(url: string) {
+        super(open ? url : 'ws://127.0.0.1:9/v1/ws');
+      }
+    }
+    const mover = newClient({
+      room,
+      WebSocket: SometimesBlocked as unknown as typeof WebSocket,
+      transports: ['websocket', 'sse'],
+      upgradeProbeMs: 50,
+    });
+    const ws = newClient({ room });
+    const roomM = await mover.join(room, { name: 'ann' });
+    const roomW = await ws.join(room, { name: 'bob' });
+    const gone = next(roomW, 'presence', (p) => p.kind === 'presence.leave');
+    // The moment the move starts (the resume join is on its way), the app leaves.
+    const left = new Promise<void>((resolve) => {
+      mover.on('transport', () => void roomM.leave().then(resolve));
+    });
+    open = true;
+    await left;
+    const leave = await gone;
+    expect(leave.kind === 'presence.leave' && leave.reason).toBe('left');
+    expect(roomW.members.map((m) => m.name)).toEqual(['bob']);
+  });
+});

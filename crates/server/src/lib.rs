@@ -81,9 +81,30 @@ pub async fn serve(node: Arc<Node>, listener: TcpListener) -> std::io::Result<()
             let node = Arc::downgrade(&node);
             Arc::new(move |path: &str| {
                 let node = node.upgrade()?;
+                let json = "application/json";
                 match path {
-                    "/metrics" => Some(("text/plain; version=0.0.4", node.render_metrics())),
-                    "/healthz" => Some(("application/json", r#"{"status":"ok"}"#.to_owned())),
+                    "/metrics" => {
+                        Some(("200 OK", "text/plain; version=0.0.4", node.render_metrics()))
+                    }
+                    "/healthz" => Some(("200 OK", json, r#"{"status":"ok"}"#.to_owned())),
+                    // A full node serves what it holds: a balancer must not take it out (and
+                    // send its sessions' requests elsewhere). The broker is not asked here.
+                    "/readyz" => {
+                        let draining = node.is_shutting_down();
+                        let body = serde_json::json!({
+                            "ready": !draining,
+                            "broker": node.broker_kind(),
+                            "node": node.id(),
+                            "shutting_down": draining,
+                            "full": true,
+                        });
+                        let status = if draining {
+                            "503 Service Unavailable"
+                        } else {
+                            "200 OK"
+                        };
+                        Some((status, json, body.to_string()))
+                    }
                     _ => None,
                 }
             })

@@ -65,9 +65,10 @@ fn parse_open_files(limits: &str) -> Option<u64> {
         .ok()
 }
 
-/// What a full node still answers: for a request path, the content type and
-/// body of a `200`, or `None` to refuse.
-pub type AnswerWhenFull = Arc<dyn Fn(&str) -> Option<(&'static str, String)> + Send + Sync>;
+/// What a full node still answers: for a request path, the status line
+/// (`200 OK`), content type and body, or `None` to refuse.
+pub type AnswerWhenFull =
+    Arc<dyn Fn(&str) -> Option<(&'static str, &'static str, String)> + Send + Sync>;
 
 /// A listener that admits at most a fixed number of connections at once.
 pub struct LimitedListener {
@@ -239,17 +240,23 @@ async fn refuse(
         .and_then(|h| h.lines().next())
         .and_then(|line| line.strip_prefix("GET "))
         .and_then(|rest| rest.split(' ').next())
+        .map(|target| target.split('?').next().unwrap_or_default())
         .and_then(|path| when_full(path));
     let (status, content_type, body) = match answered {
-        Some((content_type, body)) => ("200 OK", content_type, body),
+        Some(answer) => answer,
         None => {
             refused.increment(1);
             (why.status(), "application/json", why.body())
         }
     };
+    let retry = if status.starts_with("200") {
+        ""
+    } else {
+        "retry-after: 5\r\n"
+    };
     let answer = format!(
         "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\
-         retry-after: 5\r\nx-plaza-node: {node}\r\nconnection: close\r\n\r\n{body}",
+         {retry}x-plaza-node: {node}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(answer.as_bytes()).await?;

@@ -117,6 +117,7 @@ impl Connection {
                 let cmd = RoomCommand::client(Intent::Leave { session }, pending);
                 if let Err(cmd) = room.send(cmd).await {
                     // The room was deleted meanwhile: the member is out all the same.
+                    self.note_deleted(&l.room);
                     cmd.refuse(&l.room, room_deleted(&l.room), &self.errors());
                 }
             }

@@ -352,7 +352,7 @@ async fn beyond_max_connections_a_new_connection_gets_503_server_full_and_the_he
     assert_eq!(s.metric("plaza_connections_refused_total").await, Some(2.0));
     // A full node can still be watched: /metrics and /healthz are answered (and closed),
     // here from new connections.
-    for path in ["/metrics", "/healthz"] {
+    for path in ["/metrics", "/healthz", "/readyz?full=1"] {
         let mut raw = tokio::net::TcpStream::connect(s.addr).await.unwrap();
         raw.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
             .await
@@ -366,6 +366,12 @@ async fn beyond_max_connections_a_new_connection_gets_503_server_full_and_the_he
                 "{answer}"
             );
         }
+        if path.starts_with("/readyz") {
+            // A balancer must not take a full node out: it serves what it holds.
+            assert!(answer.contains(r#""full":true"#), "{answer}");
+            assert!(answer.contains(r#""ready":true"#), "{answer}");
+        }
+        assert!(!answer.contains("retry-after"), "{answer}");
     }
 
     // A connection that ends gives its place back.
