@@ -27,7 +27,7 @@ pub use entities::{Entity, EntityStore};
 pub use error::RoomError;
 pub use history::{HistoryEntry, RoomLog, Scope};
 pub use locks::{LockLease, LockTable};
-pub use rate::TokenBucket;
+pub use rate::{RatePerKey, TokenBucket};
 pub use room::{
     Delivery, Held, JoinParams, Joined, Member, PublishParams, Published, RequestOutcome, Resume,
     Room,

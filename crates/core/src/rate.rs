@@ -43,9 +43,78 @@ impl TokenBucket {
     }
 }
 
+/// One token bucket per key (a client address, say), created full on a key's
+/// first take. Keys whose bucket has filled up again are forgotten once more
+/// than `keep` keys are known: such a key behaves the same when it comes back.
+#[derive(Debug)]
+pub struct RatePerKey<K> {
+    per_second: u32,
+    burst: u32,
+    keep: usize,
+    buckets: std::collections::HashMap<K, TokenBucket>,
+}
+
+impl<K: std::hash::Hash + Eq> RatePerKey<K> {
+    /// `per_second` takes per key, `burst` at once; about `keep` keys kept.
+    pub fn new(per_second: u32, burst: u32, keep: usize) -> Self {
+        RatePerKey {
+            per_second,
+            burst,
+            keep: keep.max(1),
+            buckets: std::collections::HashMap::new(),
+        }
+    }
+
+    /// Takes one token of `key`'s bucket if there is one.
+    pub fn try_take(&mut self, key: K, now: Millis) -> bool {
+        if self.buckets.len() >= self.keep && !self.buckets.contains_key(&key) {
+            self.buckets.retain(|_, b| !b.is_full(now));
+        }
+        let (per_second, burst) = (self.per_second, self.burst);
+        self.buckets
+            .entry(key)
+            .or_insert_with(|| TokenBucket::new(per_second, burst, now))
+            .try_take(now)
+    }
+
+    /// Keys known now.
+    pub fn len(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Whether no key is known.
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty()
+    }
+}
+
+impl TokenBucket {
+    /// Whether the bucket would be full at `now`: as good as a new one.
+    pub fn is_full(&self, now: Millis) -> bool {
+        let refill = now.saturating_sub(self.last).saturating_mul(self.per_ms);
+        self.tokens.saturating_add(refill) >= self.capacity
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_key_has_its_own_bucket_and_idle_keys_are_forgotten() {
+        let mut r = RatePerKey::new(1, 2, 2);
+        assert!(r.try_take("a", 0) && r.try_take("a", 0));
+        assert!(!r.try_take("a", 0), "a's burst is spent");
+        assert!(r.try_take("b", 0), "b is not affected");
+        // A third key while two are known: none is idle yet, so none is forgotten.
+        assert!(r.try_take("c", 500));
+        assert_eq!(r.len(), 3);
+        // Later every bucket has filled up: a new key makes room.
+        assert!(r.try_take("d", 10_000));
+        assert_eq!(r.len(), 1);
+        assert!(r.try_take("a", 10_000) && r.try_take("a", 10_000));
+        assert!(!r.try_take("a", 10_000));
+    }
 
     #[test]
     fn burst_then_steady_rate() {

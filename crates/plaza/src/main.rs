@@ -130,6 +130,11 @@ struct ServeArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     max_connections_per_ip: Option<usize>,
+    /// Joins one client address may make per second; beyond it a join gets
+    /// rate_limited (behind a balancer, limit there instead) [default: 0, no limit].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_joins_per_ip_per_sec: Option<u32>,
     /// Default lock lease in ms [default: 30000].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]

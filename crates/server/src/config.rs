@@ -56,6 +56,11 @@ pub struct ServerConfig {
     /// limit. Behind a balancer every client has the balancer's address:
     /// limit there instead.
     pub max_connections_per_ip: usize,
+    /// Joins one client address may make per second (a burst of as many at
+    /// once); beyond it a join is refused with `rate_limited`. 0 (the
+    /// default): no limit. Behind a balancer every client has the
+    /// balancer's address: limit there instead.
+    pub max_joins_per_ip_per_sec: u32,
     /// Default lock lease.
     pub lock_ttl_ms: u64,
     /// Longest lock lease.
@@ -114,6 +119,7 @@ impl Default for ServerConfig {
             max_rooms: 100_000,
             max_connections: 0,
             max_connections_per_ip: 0,
+            max_joins_per_ip_per_sec: 0,
             lock_ttl_ms: 30_000,
             max_lock_ttl_ms: 600_000,
             shutdown_grace_ms: 5_000,

@@ -111,7 +111,7 @@ pub async fn serve(node: Arc<Node>, listener: TcpListener) -> std::io::Result<()
         },
     )
     .per_ip(node.config().max_connections_per_ip);
-    let app = router(node.clone()).into_make_service();
+    let app = router(node.clone()).into_make_service_with_connect_info::<listener::PeerAddr>();
     let server =
         axum::serve(listener, app).with_graceful_shutdown(async move { token.cancelled().await });
     let grace = Duration::from_millis(node.config().shutdown_grace_ms);

@@ -291,6 +291,19 @@ impl axum::serve::Listener for LimitedListener {
     }
 }
 
+/// A client's address as the listener saw it; handlers read it as
+/// `ConnectInfo<PeerAddr>`.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddr(pub SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, LimitedListener>>
+    for PeerAddr
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, LimitedListener>) -> Self {
+        PeerAddr(*stream.remote_addr())
+    }
+}
+
 /// An admitted connection: its place is given back when it is dropped.
 pub struct AdmittedStream {
     inner: TcpStream,

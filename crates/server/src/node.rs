@@ -27,6 +27,8 @@ pub struct Node {
     connections_changed: Notify,
     /// Open HTTP transport sessions (SSE, long polling).
     pub(crate) http_sessions: crate::transport::http::HttpSessions,
+    /// Joins per client address (`max_joins_per_ip_per_sec`; `None`: no limit).
+    join_rate: Option<std::sync::Mutex<plaza_core::RatePerKey<std::net::IpAddr>>>,
 }
 
 impl Node {
@@ -59,6 +61,11 @@ impl Node {
             Some(c) => RoomDirectory::cluster(&config, &metrics, c),
             None => RoomDirectory::local(&config, &metrics),
         };
+        // About 65,536 addresses are kept; idle ones are forgotten first.
+        let join_rate = (config.max_joins_per_ip_per_sec > 0).then(|| {
+            let rate = config.max_joins_per_ip_per_sec;
+            std::sync::Mutex::new(plaza_core::RatePerKey::new(rate, rate, 65_536))
+        });
         Arc::new(Node {
             config,
             tickets,
@@ -68,7 +75,19 @@ impl Node {
             connections: AtomicUsize::new(0),
             connections_changed: Notify::new(),
             http_sessions: Default::default(),
+            join_rate,
         })
+    }
+
+    /// Whether a client at `ip` may join now (`max_joins_per_ip_per_sec`).
+    pub(crate) fn may_join_from(&self, ip: std::net::IpAddr, now: plaza_core::Millis) -> bool {
+        match &self.join_rate {
+            None => true,
+            Some(rate) => rate
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .try_take(ip, now),
+        }
     }
 
     /// The configuration.

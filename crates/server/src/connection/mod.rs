@@ -34,12 +34,20 @@ pub(crate) struct Connection {
     /// `max_rooms_per_connection`): frames for them are answered `room_not_found` (a `leave`,
     /// `left`) until the id is joined again, not `not_joined` as for a room never joined.
     deleted: Vec<String>,
+    /// The client's address, when known (joins per address are limited).
+    peer: Option<std::net::IpAddr>,
 }
 
 impl Connection {
-    pub(crate) fn new(node: Arc<Node>, outbox: Outbox, control: Arc<ConnectionControl>) -> Self {
+    pub(crate) fn new(
+        node: Arc<Node>,
+        outbox: Outbox,
+        control: Arc<ConnectionControl>,
+        peer: Option<std::net::IpAddr>,
+    ) -> Self {
         let config = node.config();
         Connection {
+            peer,
             bucket: TokenBucket::new(config.rate_limit_per_sec, config.rate_limit_burst, now_ms()),
             refused_in_a_row: 0,
             node,
@@ -245,6 +253,15 @@ impl Connection {
                 "the server is shutting down".into(),
                 Some(r),
             );
+        }
+        if let Some(ip) = self.peer {
+            if !self.node.may_join_from(ip, now_ms()) {
+                return self.error(
+                    ErrorCode::RateLimited,
+                    "too many joins from this address; try again in a moment".into(),
+                    Some(r),
+                );
+            }
         }
         // Checks that need no ticket come first, so a refused join does not
         // spend the ticket.

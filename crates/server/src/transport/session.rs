@@ -36,8 +36,9 @@ pub(crate) enum Heartbeat {
 }
 
 impl ClientSession {
-    /// Opens a session on `node` (counted until [`ClientSession::finish`]).
-    pub(crate) fn open(node: Arc<Node>) -> ClientSession {
+    /// Opens a session on `node` for a client at `peer` (counted until
+    /// [`ClientSession::finish`]).
+    pub(crate) fn open(node: Arc<Node>, peer: Option<std::net::IpAddr>) -> ClientSession {
         node.connection_opened();
         let config = node.config();
         let control = ConnectionControl::new();
@@ -48,7 +49,7 @@ impl ClientSession {
             Instant::now(),
         );
         ClientSession {
-            conn: Connection::new(node.clone(), outbox, control.clone()),
+            conn: Connection::new(node.clone(), outbox, control.clone(), peer),
             node,
             control,
             queue,

@@ -472,3 +472,75 @@ async fn one_address_holds_at_most_max_connections_per_ip_and_others_are_not_aff
         .await
     );
 }
+
+/// A WebSocket to `s` from local address `from`.
+async fn ws_from(
+    s: &TestServer,
+    from: &str,
+) -> tokio_tungstenite::WebSocketStream<tokio::net::TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let tcp = socket.connect(s.addr).await.unwrap();
+    tokio_tungstenite::client_async(format!("ws://{}/v1/ws", s.addr), tcp)
+        .await
+        .unwrap()
+        .0
+}
+
+/// Sends a join of `room` on `ws` and returns the answer (`joined` or `error`).
+async fn join_on(
+    ws: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+    room: &str,
+    name: &str,
+) -> Value {
+    use futures_util::StreamExt;
+    ws.send(Message::text(
+        json!({"type": "join", "room": room, "name": name}).to_string(),
+    ))
+    .await
+    .unwrap();
+    loop {
+        if let Message::Text(t) = ws.next().await.unwrap().unwrap() {
+            let v: Value = serde_json::from_str(&t).unwrap();
+            if v["type"] == "joined" || v["type"] == "error" {
+                return v;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn one_address_joins_at_most_max_joins_per_ip_per_sec() {
+    // One a second: what follows takes milliseconds, well inside the second.
+    let s = TestServer::with_config(ServerConfig {
+        max_joins_per_ip_per_sec: 1,
+        ..Default::default()
+    })
+    .await;
+    for r in ["j1", "j3"] {
+        s.create_room(json!({"id": r})).await;
+    }
+    let mut a = ws_from(&s, "127.0.0.1").await;
+    assert_eq!(join_on(&mut a, "j1", "ann").await["type"], "joined");
+    // The next join within the second, from the same address (another connection too).
+    let mut b = ws_from(&s, "127.0.0.1").await;
+    let refused = join_on(&mut b, "j3", "bob").await;
+    assert_eq!(refused["code"], "rate_limited", "{refused}");
+    assert_eq!(refused["ref"], json!({"frame": "join", "room": "j3"}));
+    // And over an HTTP transport from that address.
+    let (status, opened) = s.post("/v1/sessions", &json!({})).await;
+    assert_eq!(status, 201);
+    let id = opened["session"].as_str().unwrap();
+    let (status, _) = s
+        .post(
+            &format!("/v1/sessions/{id}/send"),
+            &json!({"type": "join", "room": "j3", "name": "cat"}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let (_, polled) = s.get(&format!("/v1/sessions/{id}/poll?ack=0")).await;
+    assert_eq!(polled["frames"][0]["code"], "rate_limited", "{polled}");
+    // Another address is not affected.
+    let mut c = ws_from(&s, "127.0.0.2").await;
+    assert_eq!(join_on(&mut c, "j3", "cat").await["type"], "joined");
+}

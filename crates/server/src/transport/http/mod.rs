@@ -20,10 +20,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+
+use crate::listener::PeerAddr;
 use plaza_protocol::ErrorCode;
 use serde::Deserialize;
 use serde_json::json;
@@ -61,7 +63,11 @@ fn not_found() -> ApiError {
 }
 
 /// `POST /v1/sessions`: opens a transport session.
-pub(crate) async fn open(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
+pub(crate) async fn open(
+    State(node): State<Arc<Node>>,
+    peer: Option<axum::Extension<ConnectInfo<PeerAddr>>>,
+    headers: HeaderMap,
+) -> Response {
     if node.is_shutting_down() {
         return ApiError::shutting_down().into_response();
     }
@@ -70,7 +76,8 @@ pub(crate) async fn open(State(node): State<Arc<Node>>, headers: HeaderMap) -> R
     }
     let id = plaza_broker::new_resume_token();
     let registry = Arc::downgrade(&node);
-    let s = session::open(node.clone(), id.clone(), move |id| {
+    let peer = peer.map(|axum::Extension(ConnectInfo(PeerAddr(addr)))| addr.ip());
+    let s = session::open(node.clone(), id.clone(), peer, move |id| {
         if let Some(node) = registry.upgrade() {
             node.http_sessions
                 .open

@@ -108,10 +108,11 @@ impl HttpSession {
 pub(crate) fn open(
     node: Arc<Node>,
     id: String,
+    peer: Option<std::net::IpAddr>,
     on_end: impl FnOnce(&str) + Send + 'static,
 ) -> Arc<HttpSession> {
     let (tx, rx) = mpsc::channel(INBOUND);
-    let client = ClientSession::open(node);
+    let client = ClientSession::open(node, peer);
     let session = Arc::new(HttpSession {
         control: client.control.clone(),
         id,

@@ -58,7 +58,8 @@ pub(crate) async fn serve_socket(
     let mut reader = FrameReader::new(max_message, deflate);
     let coalesce = Duration::from_millis(config.write_coalesce_ms);
     let deflate = deflate.map(|d| (d, config.compression_min_bytes));
-    let mut session = ClientSession::open(node);
+    let peer = stream.peer_addr().ok().map(|a| a.ip());
+    let mut session = ClientSession::open(node, peer);
     // `pre` is a view into hyper's 16 KiB HTTP read buffer: copy out what it
     // holds (usually nothing) and let the buffer go.
     let mut pending = BytesMut::from(&pre[..]);
