@@ -69,6 +69,12 @@ export interface SavedSession {
    * lost. Absent in sessions saved by earlier versions.
    */
   publishes?: Extract<ClientFrame, { type: 'publish' }>[];
+  /**
+   * The delivery policy in force when saved: the restoring join carries it (unless its own
+   * options give one), so the new client knows and keeps it. Absent without a policy, and in
+   * sessions saved by earlier versions.
+   */
+  policy?: DeliveryPolicy;
 }
 
 /** Options of the entity operations: the expected current version (absent: any). */

@@ -116,6 +116,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
       this.channelList = [...saved.channels];
       this.lastSnapshot = saved.snapshot;
       this.state._reset(saved.snapshot);
+      if (options.policy === undefined && saved.policy !== undefined) this.policy = saved.policy;
       // Nobody awaits these any more: they are only delivered.
       const settled = () => undefined;
       for (const frame of saved.publishes ?? []) {
@@ -168,6 +169,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
       channels: [...this.channelList],
       snapshot: this.state.toSnapshot(),
       publishes: this.publishes.frames(),
+      ...(this.policy === undefined ? {} : { policy: this.policy }),
     };
   }
 

@@ -199,3 +199,33 @@ describe('ticket-only rooms', () => {
     expect(error).toMatchObject({ code: 'room_not_found' });
   });
 });
+
+describe('saved policies', () => {
+  it('a restored session knows and keeps its delivery policy, changed after the join', async () => {
+    const room = await createRoom();
+    const first = newClient({ room });
+    const other = newClient({ room });
+    const roomA = await first.join(room, { name: 'ann' });
+    const roomB = await other.join(room, { name: 'bob' });
+    // The policy is set after the join: only what the server confirmed is known.
+    const policy = await roomA.updatePolicy({
+      filters: [{ id: 'mine', field: 'topic', op: { equals: 'mine' } }],
+      max_held: 100,
+      max_delay_ms: 60_000,
+    });
+    const saved = JSON.parse(JSON.stringify(roomA.saveSession()));
+    expect(saved.policy).toEqual(policy);
+
+    const second = newClient({ room });
+    const roomA2 = await second.join(room, { name: 'ann', restore: saved });
+    expect(roomA2.session).toBe(roomA.session);
+    expect(roomA2.deliveryPolicy).toEqual(policy);
+    // And it is in force: a message of another topic is held until one of ann's topic comes,
+    // and then arrives with it, flushed as one batch (without a policy: two plain events).
+    const batch = next(roomA2, 'batch');
+    await roomB.publish('held', null, { topic: 'other' });
+    await roomB.publish('wanted', null, { topic: 'mine' });
+    const events = (await batch).map((e) => (e.kind === 'message' ? e.event : e.kind));
+    expect(events).toContain('held');
+  });
+});

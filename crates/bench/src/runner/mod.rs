@@ -593,7 +593,12 @@ async fn setup(opts: &RunOptions, scenario: &Scenario) -> Result<(), RunError> {
     if calls.is_empty() {
         return Ok(());
     }
-    let client = reqwest::Client::new();
+    // Straight to the target, as the run's own calls (a proxy from the environment would be
+    // another hop, and one that may not reach a loopback target at all).
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .map_err(|e| RunError::Setup(format!("HTTP client: {e}")))?;
     for c in calls {
         let url = format!("http://{}{}", opts.addr, c.path);
         let method = reqwest::Method::from_bytes(c.method.as_bytes())
