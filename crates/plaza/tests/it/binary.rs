@@ -239,3 +239,21 @@ fn a_deployments_own_plaza_variables_are_warned_about_not_refused() {
     child.kill().unwrap();
     let _ = child.wait();
 }
+
+#[test]
+fn a_malformed_allowed_origin_stops_serve_naming_it() {
+    let out = Command::new(env!("CARGO_BIN_EXE_plaza"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--allowed-origins",
+            "https://app.example.org,app.example.org/path",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "exit status {:?}", out.status);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("\"app.example.org/path\""), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

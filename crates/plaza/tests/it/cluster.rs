@@ -14,6 +14,11 @@ use serde_json::{json, Value};
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn start(nodes: usize, name: &str) -> (LocalCluster, tempfile::TempDir) {
+    start_behind(nodes, LbKind::Nginx, name)
+}
+
+/// [`start`] behind the balancer `lb`.
+fn start_behind(nodes: usize, lb: LbKind, name: &str) -> (LocalCluster, tempfile::TempDir) {
     let dir = tempfile::Builder::new()
         .prefix(&format!("plaza-{name}-"))
         .tempdir()
@@ -21,7 +26,7 @@ fn start(nodes: usize, name: &str) -> (LocalCluster, tempfile::TempDir) {
     let cluster = LocalCluster::start(ClusterOptions {
         plaza_bin: PathBuf::from(env!("CARGO_BIN_EXE_plaza")),
         nodes,
-        lb: LbKind::Nginx,
+        lb,
         listen_port: 0,
         dir: dir.path().to_owned(),
         node_args: vec!["--auto-create-rooms".into()],
@@ -722,23 +727,7 @@ impl Poller {
 }
 
 async fn http_sessions_stick_to_their_node_and_resume_after_its_death(lb: LbKind, name: &str) {
-    let dir = tempfile::Builder::new()
-        .prefix(&format!("plaza-{name}-"))
-        .tempdir()
-        .unwrap();
-    let mut cluster = LocalCluster::start(ClusterOptions {
-        plaza_bin: PathBuf::from(env!("CARGO_BIN_EXE_plaza")),
-        nodes: 3,
-        lb,
-        listen_port: 0,
-        dir: dir.path().to_owned(),
-        node_args: vec!["--auto-create-rooms".into()],
-        embedded: false,
-        cpu_quotas: Default::default(),
-        lb_workers: None,
-        node_ports: None,
-    })
-    .unwrap();
+    let (mut cluster, _dir) = start_behind(3, lb, name);
     let room = name;
     let lb_addr: std::net::SocketAddr =
         cluster.url().trim_start_matches("http://").parse().unwrap();

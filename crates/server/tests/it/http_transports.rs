@@ -73,21 +73,44 @@ impl<'a> Poller<'a> {
     }
 }
 
+/// Ann's long-polling session once joined: its id, the position read, her `joined`.
+struct PollingAnn {
+    id: String,
+    ack: u64,
+    joined: Value,
+}
+
+impl<'a> Poller<'a> {
+    /// Goes on reading `ann`'s session on `s`.
+    fn continuing(s: &'a TestServer, ann: &PollingAnn) -> Poller<'a> {
+        Poller {
+            s,
+            id: ann.id.clone(),
+            ack: ann.ack,
+            pending: Default::default(),
+        }
+    }
+}
+
 /// A server with `config`, room [`ROOM`], bob there over WebSocket and ann
 /// joined over long polling (bob has seen her join).
 async fn bob_and_polling_ann(
     config: ServerConfig,
-) -> (TestServer, crate::support::Client, String, u64) {
+) -> (TestServer, crate::support::Client, PollingAnn) {
     let s = TestServer::with_config(config).await;
     s.create_room(json!({"id": ROOM})).await;
     let (mut bob, _) = s.join(ROOM, "bob").await;
     let mut ann = Poller::open(&s).await;
     ann.send(json!({"type": "join", "room": ROOM, "name": "ann"}))
         .await;
-    ann.until(|v| v["type"] == "joined").await;
+    let joined = ann.until(|v| v["type"] == "joined").await;
     bob.recv_event("presence.join").await;
-    let (id, ack) = (ann.id.clone(), ann.ack);
-    (s, bob, id, ack)
+    let ann = PollingAnn {
+        id: ann.id.clone(),
+        ack: ann.ack,
+        joined,
+    };
+    (s, bob, ann)
 }
 
 #[tokio::test]
@@ -271,13 +294,8 @@ async fn server_sent_events_carry_the_frames_and_resume_from_last_event_id() {
 
 #[tokio::test]
 async fn a_closed_transport_session_is_resumed_by_a_new_one_without_loss() {
-    let s = TestServer::start().await;
-    s.create_room(json!({"id": ROOM})).await;
-    let (mut bob, _) = s.join(ROOM, "bob").await;
-    let mut ann = Poller::open(&s).await;
-    ann.send(json!({"type": "join", "room": ROOM, "name": "ann"}))
-        .await;
-    let joined = ann.until(|v| v["type"] == "joined").await;
+    let (s, mut bob, polling) = bob_and_polling_ann(ServerConfig::default()).await;
+    let (ann, joined) = (Poller::continuing(&s, &polling), polling.joined);
     let (status, _) = s.delete(&format!("/v1/sessions/{}", ann.id)).await;
     assert_eq!(status, 204);
     bob.recv_event("presence.leave").await;
@@ -367,7 +385,7 @@ async fn bad_requests_get_clear_errors_and_harm_nothing() {
 
 #[tokio::test]
 async fn a_silent_session_expires_and_its_member_can_resume() {
-    let (s, mut bob, ann, ack) = bob_and_polling_ann(ServerConfig {
+    let (s, mut bob, PollingAnn { id: ann, ack, .. }) = bob_and_polling_ann(ServerConfig {
         idle_timeout_ms: 300,
         // WebSocket pings keep bob there.
         heartbeat_interval_ms: 100,
@@ -384,7 +402,7 @@ async fn a_silent_session_expires_and_its_member_can_resume() {
 
 #[tokio::test]
 async fn a_session_nobody_reads_is_closed_as_a_slow_consumer() {
-    let (s, mut bob, ann, ack) = bob_and_polling_ann(ServerConfig {
+    let (s, mut bob, PollingAnn { id: ann, ack, .. }) = bob_and_polling_ann(ServerConfig {
         send_queue_frames: 8,
         ..ServerConfig::default()
     })
@@ -477,7 +495,15 @@ async fn a_stream_cannot_go_back_before_what_the_bound_let_go() {
 
 #[tokio::test]
 async fn only_the_transport_id_opens_a_session_and_it_is_never_shown_to_others() {
-    let (s, mut bob, ann_id, ann_ack) = bob_and_polling_ann(ServerConfig::default()).await;
+    let (
+        s,
+        mut bob,
+        PollingAnn {
+            id: ann_id,
+            ack: ann_ack,
+            ..
+        },
+    ) = bob_and_polling_ann(ServerConfig::default()).await;
     // What bob knows of ann: her public room session id (the address of
     // direct messages), from her presence.
     let (status, rooms) = s.get(&format!("/v1/rooms/{ROOM}")).await;
@@ -714,13 +740,8 @@ fn check_request_answers(frames: &[Value]) {
 
 #[tokio::test]
 async fn requests_are_answered_by_nonce_and_bad_frames_get_error_frames_over_long_polling() {
-    let (s, mut bob, ann_id, ack) = bob_and_polling_ann(ServerConfig::default()).await;
-    let mut ann = Poller {
-        s: &s,
-        id: ann_id,
-        ack,
-        pending: Default::default(),
-    };
+    let (s, mut bob, polling) = bob_and_polling_ann(ServerConfig::default()).await;
+    let mut ann = Poller::continuing(&s, &polling);
     let (status, body) = s
         .post_raw(&format!("/v1/sessions/{}/send", ann.id), REQUESTS)
         .await;
