@@ -39,6 +39,23 @@ export interface PlazaClientOptions {
    * reconnect.
    */
   upgradeProbeMs?: number;
+  /**
+   * The identity token (a JWT from the application's backend; docs/protocol.md, "Identities
+   * and rights"), or a function that fetches one. It goes with every connect (`?token=`); a
+   * function is also called again before the token expires, and the fresh token is sent on the
+   * open connection (`auth`), so the connection never lapses. A token is reused while it has
+   * more than 30 s left. When the server closed the connection because the token expired
+   * (4004), the reconnect fetches a fresh one and every room resumes.
+   */
+  token?: string | (() => string | Promise<string>);
+}
+
+/** Who the server says this client is (from its token). */
+export interface Identity {
+  user: string;
+  name?: string;
+  /** When the token expires (Unix ms). */
+  expiresAt: number;
 }
 
 /** Events of a {@link PlazaClient}, with their listener arguments. */
@@ -51,6 +68,8 @@ export type ClientEvents = {
   closed: [];
   /** The connection moved to another transport without dropping (an upgrade). */
   transport: [TransportName];
+  /** The server verified the token (on connect and after every refresh). */
+  authed: [Identity];
   /** An `error` frame not about a room (e.g. `rate_limited`, `bad_json`). */
   error: [PlazaError];
 };
@@ -91,6 +110,13 @@ export class PlazaClient extends Emitter<ClientEvents> {
   private upgradeTimer: ReturnType<typeof setTimeout> | undefined;
   /** The connection rooms moved away from, read until the server lets go of it. */
   private retiring: Retiring | undefined;
+  private readonly tokenSource: PlazaClientOptions['token'];
+  /** The last token fetched and its `exp` (Unix ms; 0 when unknown). */
+  private token: { value: string; expiresAt: number } | undefined;
+  /** Bumped by every fetch, so only the latest one's result is used. */
+  private tokenFetch = 0;
+  private refreshTimer: ReturnType<typeof setTimeout> | undefined;
+  private currentIdentity: Identity | undefined;
 
   constructor(url: string, options: PlazaClientOptions = {}) {
     super();
@@ -107,6 +133,7 @@ export class PlazaClient extends Emitter<ClientEvents> {
     const reconnect = options.reconnect ?? true;
     this.backoff = reconnect === false ? undefined : reconnect === true ? {} : reconnect;
     this.onEvent = options.onEvent;
+    this.tokenSource = options.token;
     this.transport = {
       send: (frame) => this.send(frame),
       nextNonce: () => ++this.nonce,
@@ -116,6 +143,11 @@ export class PlazaClient extends Emitter<ClientEvents> {
       dispatch: (room, frame) => this.onEvent?.(room, frame),
       backoff: this.backoff,
     };
+  }
+
+  /** Who the server says this client is, once a token was verified. */
+  get identity(): Identity | undefined {
+    return this.currentIdentity;
   }
 
   /** The current connection state. */
@@ -169,6 +201,8 @@ export class PlazaClient extends Emitter<ClientEvents> {
     if (this.currentState === 'closed') return;
     clearTimeout(this.reconnectTimer);
     clearTimeout(this.openTimer);
+    clearTimeout(this.refreshTimer);
+    this.tokenFetch += 1;
     this.stopUpgrade();
     this.finishRetiring();
     const socket = this.socket;
@@ -206,10 +240,64 @@ export class PlazaClient extends Emitter<ClientEvents> {
   private openSocket(): void {
     if (this.currentState === 'closed') return;
     if (this.currentState !== 'reconnecting') this.setState('connecting');
+    if (this.tokenSource === undefined) {
+      this.openSocketAt(this.url);
+      return;
+    }
+    const fetch = ++this.tokenFetch;
+    this.currentToken(false).then(
+      (token) => {
+        if (fetch !== this.tokenFetch || this.currentState === 'closed' || this.socket) return;
+        this.openSocketAt(withToken(this.url, token));
+      },
+      (err: unknown) => {
+        if (fetch !== this.tokenFetch || this.currentState === 'closed') return;
+        this.emit('error', new PlazaError('token_unavailable', `the token could not be fetched: ${String(err)}`));
+        this.retryLater();
+      },
+    );
+  }
+
+  /**
+   * The token to connect with: the last one while it has over 30 s left (unless `fresh`),
+   * else a new one from the source.
+   */
+  private async currentToken(fresh: boolean): Promise<string> {
+    const source = this.tokenSource!;
+    const held = this.token;
+    if (!fresh && held && (held.expiresAt === 0 || held.expiresAt - Date.now() > TOKEN_REUSE_MARGIN_MS)) {
+      return held.value;
+    }
+    const value = typeof source === 'string' ? source : await source();
+    this.token = { value, expiresAt: tokenExpiry(value) };
+    return value;
+  }
+
+  /** After `authed`: fetches a fresh token before this one expires and sends it in `auth`. */
+  private scheduleRefresh(expiresAt: number): void {
+    clearTimeout(this.refreshTimer);
+    if (typeof this.tokenSource !== 'function') return;
+    // At 80 % of what is left, so a slow backend still answers in time.
+    const delay = Math.max(1000, (expiresAt - Date.now()) * 0.8);
+    this.refreshTimer = setTimeout(() => {
+      const fetch = ++this.tokenFetch;
+      this.currentToken(true).then(
+        (token) => {
+          if (fetch === this.tokenFetch) this.send({ type: 'auth', token });
+        },
+        (err: unknown) => {
+          // The server closes at expiry (4004); the reconnect tries the source again.
+          this.emit('error', new PlazaError('token_unavailable', `the token could not be refreshed: ${String(err)}`));
+        },
+      );
+    }, delay);
+  }
+
+  private openSocketAt(url: string): void {
     let socket: WebSocketLike;
     try {
       const Impl = transportConstructor(this.transportName, this.WebSocketImpl);
-      socket = new Impl(this.url);
+      socket = new Impl(url);
     } catch (err) {
       const error = new PlazaError('invalid_request', `cannot open ${this.url}: ${String(err)}`);
       for (const waiter of this.openWaiters.splice(0)) waiter.reject(error);
@@ -264,7 +352,8 @@ export class PlazaClient extends Emitter<ClientEvents> {
     if (this.currentState !== 'open' || this.transportIndex === 0 || this.upgrade) return;
     let probe: WebSocketLike;
     try {
-      probe = new (transportConstructor(this.transports[0]!, this.WebSocketImpl))(this.url);
+      const url = this.token ? withToken(this.url, this.token.value) : this.url;
+      probe = new (transportConstructor(this.transports[0]!, this.WebSocketImpl))(url);
     } catch {
       this.scheduleUpgrade();
       return;
@@ -399,9 +488,15 @@ export class PlazaClient extends Emitter<ClientEvents> {
   private onSocketLost(socket: WebSocketLike, gate?: Promise<unknown>): void {
     if (this.socket !== socket) return;
     this.socket = undefined;
+    clearTimeout(this.refreshTimer);
     this.stopUpgrade();
     this.finishRetiring();
     for (const room of [...this.rooms.values()]) room._onDisconnect();
+    this.retryLater(gate);
+  }
+
+  /** Connects again after a backoff (once `gate` settles, when given), or closes without one. */
+  private retryLater(gate?: Promise<unknown>): void {
     if (this.currentState === 'closed') return;
     if (!this.backoff) {
       this.close();
@@ -428,6 +523,16 @@ export class PlazaClient extends Emitter<ClientEvents> {
   }
 
   private onFrame(frame: ServerFrame): void {
+    if (frame.type === 'authed') {
+      const identity: Identity = { user: frame.user, expiresAt: frame.expires_at };
+      if (frame.name !== undefined) identity.name = frame.name;
+      this.currentIdentity = identity;
+      this.scheduleRefresh(frame.expires_at);
+      this.emit('authed', identity);
+      return;
+    }
+    // The server's clock says the token is over, whatever ours says: fetch anew next time.
+    if (frame.type === 'error' && frame.code === 'token_expired') this.token = undefined;
     const roomId = 'room' in frame ? frame.room : frame.type === 'error' ? frame.ref?.room : undefined;
     const room = roomId === undefined ? undefined : this.rooms.get(roomId);
     if (room) room._handle(frame);
@@ -464,6 +569,27 @@ const UPGRADE_QUIET_WAITS = 40;
 const UPGRADE_QUIET_PAUSE_MS = 250;
 /** The longest a left connection is read after a move. */
 const RETIRE_TIMEOUT_MS = 10_000;
+/** A token with less than this left is not used for a new connection. */
+const TOKEN_REUSE_MARGIN_MS = 30_000;
+
+/** `url` with `token` as its `token` parameter. */
+function withToken(url: string, token: string): string {
+  const u = new URL(url);
+  u.searchParams.set('token', token);
+  return u.toString();
+}
+
+/** A JWT's `exp` in Unix ms, read without checking anything (the server checks); 0 if none. */
+function tokenExpiry(token: string): number {
+  try {
+    const payload = token.split('.')[1] ?? '';
+    const text = atob(payload.replace(/-/g, '+').replace(/_/g, '/'));
+    const exp = (JSON.parse(text) as { exp?: unknown }).exp;
+    return typeof exp === 'number' ? exp * 1000 : 0;
+  } catch {
+    return 0;
+  }
+}
 
 /** A message's server frame; `undefined` for what is not a JSON object. */
 function parseFrame(data: unknown): ServerFrame | undefined {

@@ -15,6 +15,10 @@ export const SERVER_ERROR_CODES = [
   'room_not_found',
   'room_full',
   'ticket_required',
+  'token_required',
+  'token_invalid',
+  'token_expired',
+  'forbidden',
   'too_many_rooms',
   'already_joined',
   'not_joined',
@@ -42,13 +46,15 @@ export type ServerErrorCode = (typeof SERVER_ERROR_CODES)[number];
 /**
  * Error codes the server sends ({@link SERVER_ERROR_CODES}), plus the client's own:
  * `timeout` (a request got no response in time), `disconnected` (the connection dropped while
- * a request was in flight, so its outcome is unknown), `closed` (the client or room was closed).
+ * a request was in flight, so its outcome is unknown), `closed` (the client or room was closed),
+ * `token_unavailable` (the `token` function failed; the client retries with backoff).
  */
 export type PlazaErrorCode =
   | ServerErrorCode
   | 'timeout'
   | 'disconnected'
   | 'closed'
+  | 'token_unavailable'
   // Codes added by newer servers stay representable.
   | (string & {});
 

@@ -11,6 +11,8 @@ export interface Member {
   session: string;
   name: string;
   platform: string;
+  /** The `sub` of the token it joined with; absent for members without a token. */
+  user?: string;
 }
 
 /** A server-validated entity of a room's state. */
@@ -252,7 +254,17 @@ export type ServerFrame =
   | ErrorFrame
   | { type: 'left'; room: string }
   | { type: 'closed'; room: string; reason: string }
-  | { type: 'pong'; ts?: number };
+  | { type: 'pong'; ts?: number }
+  | AuthedFrame;
+
+/** The connection's identity, from a verified token. */
+export interface AuthedFrame {
+  type: 'authed';
+  user: string;
+  name?: string;
+  /** When the token expires (Unix ms). */
+  expires_at: number;
+}
 
 /** Any frame the client sends. */
 export type ClientFrame =
@@ -281,7 +293,8 @@ export type ClientFrame =
     }
   | { type: 'request'; room: string; nonce: number; op: string; args: Json }
   | { type: 'direct'; room: string; to: string; event: string; data?: Json }
-  | { type: 'ping'; ts?: number };
+  | { type: 'ping'; ts?: number }
+  | { type: 'auth'; token: string };
 
 /** The DOM-safe name of {@link MessageEvent}. */
 export type RoomMessage = MessageEvent;

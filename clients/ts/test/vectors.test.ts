@@ -7,7 +7,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it, vi } from 'vitest';
 import {
   PlazaClient,
   PlazaError,
@@ -250,6 +250,28 @@ const clientFrames: { [name: string]: (expected: { [key: string]: Json }) => Pro
     client.ping(f['ts'] as number);
     return socket.lastSent();
   },
+  async auth(f) {
+    // A refresh: before the token from `authed` expires, the fresh one goes in `auth`.
+    vi.useFakeTimers();
+    try {
+      const client = new PlazaClient('ws://plaza.test/v1/ws', {
+        WebSocket: FakeSocket,
+        reconnect: false,
+        token: () => f['token'] as string,
+      });
+      const opened = FakeSocket.nextOpened();
+      void client.connect();
+      const socket = await opened;
+      expect(new URL(socket.url).searchParams.get('token')).toBe(f['token']);
+      socket.open();
+      socket.deliver({ ...vector('server', 'authed'), expires_at: Date.now() + 10_000 });
+      await vi.advanceTimersByTimeAsync(8_000);
+      client.close();
+      return socket.lastSent();
+    } finally {
+      vi.useRealTimers();
+    }
+  },
 };
 
 /** Request vectors: the typed call that sends each operation. */
@@ -366,6 +388,18 @@ const serverFrames: { [name: string]: (frame: { [key: string]: Json }) => Promis
     const error = await publishing;
     expect(error).toBeInstanceOf(PlazaError);
     expect(error).toMatchObject({ code: f['code'], message: f['message'] });
+  },
+  async 'error-forbidden'(f) {
+    // Like any refused publish.
+    await serverFrames['error']!(f);
+  },
+  async authed(f) {
+    const { socket, client } = await joinedClient();
+    const got = new Promise((r) => client.on('authed', r));
+    socket.deliver(f);
+    const identity = { user: f['user'], name: f['name'], expiresAt: f['expires_at'] };
+    expect(await got).toEqual(identity);
+    expect(client.identity).toEqual(identity);
   },
   async 'error-rate-limited'(f) {
     // About no room: the client itself reports it.

@@ -17,6 +17,7 @@ mod history;
 mod locks;
 pub mod policy;
 mod rate;
+mod rights;
 mod room;
 mod room_config;
 mod room_state;
@@ -28,6 +29,7 @@ pub use error::RoomError;
 pub use history::{HistoryEntry, RoomLog, Scope};
 pub use locks::{LockLease, LockTable};
 pub use rate::{RatePerKey, TokenBucket};
+pub use rights::{Right, Rights, RoomGrants};
 pub use room::{
     Delivery, Held, JoinParams, Joined, Member, PublishParams, Published, RequestOutcome, Resume,
     Room,

@@ -71,6 +71,9 @@ pub struct MemberState {
     /// Platform (`p`).
     #[serde(rename = "p")]
     pub platform: String,
+    /// The user id its token vouched for (`u`), if any.
+    #[serde(rename = "u", default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
     /// Subscribed channels, in subscription order (`c`; left out when only `main`).
     #[serde(
         rename = "c",
@@ -272,6 +275,7 @@ mod tests {
             session: "s1".into(),
             name: "n".into(),
             platform: "p".into(),
+            user: None,
             channels: main_only(),
             resume_token: "t".into(),
             owner: None,
@@ -290,12 +294,13 @@ mod tests {
             recent: vec![("b".into(), 9), ("a".into(), u64::MAX)],
             subscribed_at: vec![("side".into(), 7)],
             policy: None,
+            user: Some("u-42".into()),
             ..m
         };
         let json = serde_json::to_string(&m).unwrap();
         assert_eq!(
             json,
-            r#"{"s":"s1","n":"n","p":"p","c":["side"],"t":"t","o":"node-2","r":[["b",9],["a",18446744073709551615]],"a":[["side",7]]}"#
+            r#"{"s":"s1","n":"n","p":"p","u":"u-42","c":["side"],"t":"t","o":"node-2","r":[["b",9],["a",18446744073709551615]],"a":[["side",7]]}"#
         );
         assert_eq!(serde_json::from_str::<MemberState>(&json).unwrap(), m);
     }
@@ -327,6 +332,7 @@ mod tests {
             session: s.into(),
             name: String::new(),
             platform: String::new(),
+            user: None,
             channels: main_only(),
             resume_token: t.into(),
             owner: None,

@@ -183,6 +183,34 @@ struct ServeArgs {
     #[arg(long, value_name = "KEY")]
     #[serde(skip_serializing_if = "Option::is_none")]
     api_key: Option<String>,
+    /// Identities: the HMAC secret (at least 32 bytes) tokens are signed with; better
+    /// given as PLAZA_JWT_SECRET. With any jwt_* key, a join needs a token or a ticket
+    /// [default: none, development mode: joins are trusted as they come].
+    #[arg(long, value_name = "SECRET")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jwt_secret: Option<String>,
+    /// Identities: a PEM public key (RSA, EC P-256/P-384, Ed25519) that verifies tokens.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jwt_public_key_file: Option<PathBuf>,
+    /// Identities: a JWKS file of public keys (picked by kid), reloaded when it changes.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jwt_jwks_file: Option<PathBuf>,
+    /// Tokens must carry this aud [default: not checked].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jwt_audience: Option<String>,
+    /// Tokens must carry this iss [default: not checked].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jwt_issuer: Option<String>,
+    /// Serve POST /v1/demo/token: anyone gets a token for demo-* rooms, signed with
+    /// jwt_secret (the demo's stand-in for an app backend; never on a public server)
+    /// [default: false].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    demo_tokens: Option<bool>,
 }
 
 /// `PLAZA_*` environment variables that are not settings: PLAZA_CONFIG names the file and
@@ -290,6 +318,13 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
             "allowed_origins: {bad:?} is not an origin (scheme://host[:port], no path) nor *"
         )));
     }
+    config.jwt_secret = config.jwt_secret.trim().to_owned();
+    let tokens = plaza_server::check_token_keys(&config).map_err(std::io::Error::other)?;
+    if config.demo_tokens && config.jwt_secret.is_empty() {
+        return Err(std::io::Error::other(
+            "demo_tokens signs with jwt_secret: set jwt_secret too",
+        ));
+    }
     if let Some(dir) = &config.web_dir {
         config.web_dir =
             Some(plaza_server::config::check_web_dir(dir).map_err(std::io::Error::other)?);
@@ -307,6 +342,16 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
         tracing::warn!(
             "auto_create_rooms lets any client create rooms over /v1/ws, api_key or not"
         );
+    }
+    if !tokens && !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "development mode: no jwt_* key is set, so any client may join any open room \
+             under any name; set jwt_secret, jwt_public_key_file or jwt_jwks_file"
+        );
+    }
+    if config.demo_tokens {
+        tracing::warn!("demo_tokens: anyone who reaches this server gets a token for demo-* rooms");
     }
     if config.api_key.is_empty() && !addr.ip().is_loopback() {
         tracing::warn!(

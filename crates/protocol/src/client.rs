@@ -27,6 +27,16 @@ pub enum ClientFrame {
     Direct(Direct),
     /// Application-level heartbeat; answered by `pong`.
     Ping(Ping),
+    /// Present (or refresh) the connection's identity token; answered by
+    /// `authed` or an error.
+    Auth(Auth),
+}
+
+/// `auth`: the token the application's backend signed for this client.
+#[derive(Debug, Deserialize)]
+pub struct Auth {
+    /// A JWT (JWS compact form).
+    pub token: String,
 }
 
 /// `join`: enter a room with a ticket, or by room id and name if the room is open.
@@ -308,6 +318,7 @@ pub fn decode(bytes: &[u8]) -> Result<ClientFrame, DecodeError> {
         }
         "direct" => body::<Direct>(bytes, t).map(ClientFrame::Direct),
         "ping" => body::<Ping>(bytes, t).map(ClientFrame::Ping),
+        "auth" => body::<Auth>(bytes, t).map(ClientFrame::Auth),
         other => Err(DecodeError::new(
             ErrorCode::UnknownType,
             format!("unknown frame type {other:?}"),

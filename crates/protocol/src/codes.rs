@@ -27,6 +27,21 @@ pub enum ErrorCode {
     RoomFull,
     /// The room only admits members holding a ticket.
     TicketRequired,
+    /// The server verifies identities (it has keys) and the join carried
+    /// neither a ticket nor a token (`auth`, or `?token=` on connect).
+    TokenRequired,
+    /// The token is malformed, too large, wrongly signed, signed with an
+    /// algorithm or key the server does not accept (`alg: none` among
+    /// them), not yet valid, for another audience or issuer, or its claims
+    /// have the wrong type; or the server verifies no tokens at all.
+    TokenInvalid,
+    /// The token's `exp` has passed: get a fresh one from the application's
+    /// backend and send it in `auth`.
+    TokenExpired,
+    /// The identity lacks the right this frame needs in this room (join,
+    /// publish on this channel, entities, locks, direct, move, admin), or a
+    /// refreshed token names another user.
+    Forbidden,
     /// The connection has joined as many rooms as it may.
     TooManyRooms,
     /// The connection is already a member of this room.
@@ -83,6 +98,10 @@ impl ErrorCode {
         ErrorCode::RoomNotFound,
         ErrorCode::RoomFull,
         ErrorCode::TicketRequired,
+        ErrorCode::TokenRequired,
+        ErrorCode::TokenInvalid,
+        ErrorCode::TokenExpired,
+        ErrorCode::Forbidden,
         ErrorCode::TooManyRooms,
         ErrorCode::AlreadyJoined,
         ErrorCode::NotJoined,
@@ -118,6 +137,10 @@ impl ErrorCode {
             ErrorCode::RoomNotFound => "room_not_found",
             ErrorCode::RoomFull => "room_full",
             ErrorCode::TicketRequired => "ticket_required",
+            ErrorCode::TokenRequired => "token_required",
+            ErrorCode::TokenInvalid => "token_invalid",
+            ErrorCode::TokenExpired => "token_expired",
+            ErrorCode::Forbidden => "forbidden",
             ErrorCode::TooManyRooms => "too_many_rooms",
             ErrorCode::AlreadyJoined => "already_joined",
             ErrorCode::NotJoined => "not_joined",
@@ -167,6 +190,9 @@ pub enum CloseCode {
     SlowConsumer = 4002,
     /// The client kept breaking its rate limit by a large margin.
     PolicyViolation = 4003,
+    /// The connection's token expired and no fresh one came in `auth`:
+    /// reconnect with a fresh token and resume.
+    TokenExpired = 4004,
 }
 
 impl CloseCode {

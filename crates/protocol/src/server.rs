@@ -18,6 +18,10 @@ pub struct MemberInfo {
     pub name: String,
     /// Platform, e.g. `browser` or `xr`.
     pub platform: String,
+    /// The user id its token vouched for (the same on every device and
+    /// session of that user); absent for members without a token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 /// One entity of the room state.
@@ -423,6 +427,17 @@ pub enum ServerFrame {
         /// The ping's `ts`.
         #[serde(skip_serializing_if = "Option::is_none")]
         ts: Option<serde_json::Number>,
+    },
+    /// Answer to `auth` (and to a token given on connect): the identity the
+    /// connection now has.
+    Authed {
+        /// The token's `sub`.
+        user: String,
+        /// The token's `name`, if it has one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+        /// When the token expires (Unix ms): send a fresh one in `auth` before.
+        expires_at: u64,
     },
 }
 

@@ -261,6 +261,10 @@ fn check_client_fields(name: &str, decoded: &ClientFrame, f: &Value) {
             assert_eq!(d.event, req_str(f, "event"), "{name}: event");
             assert_eq!(raw_value(&d.data), payload(f, "data"), "{name}: data");
         }
+        ClientFrame::Auth(a) => {
+            assert_eq!(ty, "auth", "{name}");
+            assert_eq!(a.token, req_str(f, "token"), "{name}: token");
+        }
         ClientFrame::Ping(p) => {
             assert_eq!(ty, "ping", "{name}");
             assert_eq!(
@@ -331,6 +335,7 @@ fn member(session: &str, name: &str, platform: &str) -> MemberInfo {
         session: session.into(),
         name: name.into(),
         platform: platform.into(),
+        user: None,
     }
 }
 
@@ -695,6 +700,32 @@ fn expected_server_frame(name: &str) -> ServerFrame {
         "server/pong.json" => ServerFrame::Pong {
             ts: Some(1_732_312_345_678u64.into()),
         },
+        "server/authed.json" => ServerFrame::Authed {
+            user: "u-ann".into(),
+            name: Some("Ann".into()),
+            expires_at: 1_732_316_000_000,
+        },
+        "server/error-forbidden.json" => ServerFrame::Error {
+            code: ErrorCode::Forbidden,
+            message: "the token grants no publish on channel \"xr\"".into(),
+            reference: Some(ErrorRef {
+                frame: Some("publish".into()),
+                room: Some(ROOM.into()),
+                id: Some("m-18".into()),
+            }),
+        },
+        "server/event-presence-join-user.json" => event(
+            59,
+            1_732_312_460_900,
+            Some(ANN),
+            EventBody::PresenceJoin {
+                member: MemberInfo {
+                    name: "Ann".into(),
+                    user: Some("u-ann".into()),
+                    ..ann()
+                },
+            },
+        ),
         other => {
             panic!("{other}: no typed frame for this vector; add one to expected_server_frame")
         }
@@ -872,6 +903,7 @@ const ALL_CLOSE_CODES: &[CloseCode] = &[
     CloseCode::HeartbeatTimeout,
     CloseCode::SlowConsumer,
     CloseCode::PolicyViolation,
+    CloseCode::TokenExpired,
 ];
 
 /// Stops compiling when a close code is added, so that `ALL_CLOSE_CODES`
@@ -885,6 +917,7 @@ fn listed(c: CloseCode) -> bool {
         | CloseCode::Restarting
         | CloseCode::HeartbeatTimeout
         | CloseCode::SlowConsumer
-        | CloseCode::PolicyViolation => ALL_CLOSE_CODES.contains(&c),
+        | CloseCode::PolicyViolation
+        | CloseCode::TokenExpired => ALL_CLOSE_CODES.contains(&c),
     }
 }

@@ -24,6 +24,7 @@ fn room_with(members: usize) -> (Room<Outbox>, Vec<OutboxReceiver>) {
             resume_token: format!("t{i}"),
             name: format!("user{i}"),
             platform: "browser".into(),
+            user: None,
             channels: Vec::new(),
             ticket: false,
             policy: None,

@@ -92,6 +92,24 @@ pub struct ServerConfig {
     /// least [`MIN_API_KEY_LEN`] bytes. Empty: those calls are open, for
     /// development on a trusted machine.
     pub api_key: String,
+    /// Identities: the HMAC secret (HS256/384/512) the application's
+    /// backend signs tokens with, at least [`crate::auth::MIN_SECRET_LEN`]
+    /// bytes. With any `jwt_*` key set, a join needs a token (or a ticket).
+    pub jwt_secret: String,
+    /// Identities: a PEM public key (RSA, EC P-256/P-384 or Ed25519) that
+    /// verifies tokens (RS256/PS256..., ES256/ES384, EdDSA).
+    pub jwt_public_key_file: Option<PathBuf>,
+    /// Identities: a JWKS file (RFC 7517) of public keys, picked by a
+    /// token's `kid`; reloaded when the file changes.
+    pub jwt_jwks_file: Option<PathBuf>,
+    /// When set, tokens must carry this `aud`.
+    pub jwt_audience: String,
+    /// When set, tokens must carry this `iss`.
+    pub jwt_issuer: String,
+    /// Serve `POST /v1/demo/token`, which signs a token with `jwt_secret`
+    /// for anyone who asks (rights in `demo-*` rooms only): the demo page's
+    /// stand-in for an application's backend. Never on a public server.
+    pub demo_tokens: bool,
 }
 
 /// The shortest `api_key` accepted: a guessable key is no protection.
@@ -130,6 +148,12 @@ impl Default for ServerConfig {
             web_dir: None,
             allowed_origins: Vec::new(),
             api_key: String::new(),
+            jwt_secret: String::new(),
+            jwt_public_key_file: None,
+            jwt_jwks_file: None,
+            jwt_audience: String::new(),
+            jwt_issuer: String::new(),
+            demo_tokens: false,
         }
     }
 }

@@ -8,6 +8,7 @@
 //! WebSocket endpoint; [`serve`] runs them until shutdown.
 
 mod api_error;
+pub mod auth;
 mod clock;
 mod cluster;
 pub mod config;
@@ -34,6 +35,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+
+/// Checks that the `jwt_*` keys of `config` load: `Ok(true)` when tokens are
+/// verified, `Ok(false)` in development mode (no key), or why a key cannot
+/// be used. A node whose keys fail to load refuses every token.
+pub fn check_token_keys(config: &ServerConfig) -> Result<bool, String> {
+    auth::TokenVerifier::from_config(config).map(|v| v.is_some())
+}
 
 /// Builds the HTTP + WebSocket router for a node.
 pub fn router(node: Arc<Node>) -> axum::Router {

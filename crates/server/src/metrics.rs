@@ -40,6 +40,10 @@ pub struct NodeMetrics {
     pub slow_consumers: Counter,
     /// Connections refused because the node held `max_connections`.
     pub connections_refused: Counter,
+    /// Times the JWKS file was loaded again after it changed.
+    pub jwks_reloads: Counter,
+    /// Changes of the JWKS file that did not load (the keys in use stayed).
+    pub jwks_reload_failures: Counter,
     errors: Vec<(ErrorCode, Counter, Arc<TeeCounter>)>,
     /// The same counters, shareable.
     error_set: ErrorCounter,
@@ -96,6 +100,8 @@ impl NodeMetrics {
             bytes_out,
             slow_consumers: counter("plaza_slow_consumers_total").1,
             connections_refused: counter("plaza_connections_refused_total").1,
+            jwks_reloads: counter("plaza_jwks_reloads_total").1,
+            jwks_reload_failures: counter("plaza_jwks_reload_failures_total").1,
             delivery_latency,
             error_set: ErrorCounter(
                 errors

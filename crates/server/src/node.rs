@@ -29,6 +29,8 @@ pub struct Node {
     pub(crate) http_sessions: crate::transport::http::HttpSessions,
     /// Joins per client address (`max_joins_per_ip_per_sec`; `None`: no limit).
     join_rate: Option<std::sync::Mutex<plaza_core::RatePerKey<std::net::IpAddr>>>,
+    /// Token checks; `None` in development mode (no `jwt_*` key).
+    tokens: Option<Arc<crate::auth::TokenVerifier>>,
 }
 
 impl Node {
@@ -66,7 +68,23 @@ impl Node {
             let rate = config.max_joins_per_ip_per_sec;
             std::sync::Mutex::new(plaza_core::RatePerKey::new(rate, rate, 65_536))
         });
+        let tokens = match crate::auth::TokenVerifier::from_config(&config) {
+            Ok(v) => v.map(Arc::new),
+            Err(e) => {
+                // Keys were asked for: fail closed, never open.
+                tracing::error!(error = %e, "token keys do not load: every token is refused");
+                Some(Arc::new(crate::auth::TokenVerifier::refusing_all()))
+            }
+        };
+        if let Some(v) = &tokens {
+            crate::auth::spawn_jwks_watch(
+                v,
+                metrics.jwks_reloads.clone(),
+                metrics.jwks_reload_failures.clone(),
+            );
+        }
         Arc::new(Node {
+            tokens,
             config,
             tickets,
             rooms,
@@ -88,6 +106,11 @@ impl Node {
                 .unwrap_or_else(|p| p.into_inner())
                 .try_take(ip, now),
         }
+    }
+
+    /// Token checks, unless in development mode.
+    pub(crate) fn tokens(&self) -> Option<&crate::auth::TokenVerifier> {
+        self.tokens.as_deref()
     }
 
     /// The configuration.

@@ -14,6 +14,7 @@ impl<S> Room<S> {
                 session: session.clone(),
                 name: m.info.name.clone(),
                 platform: m.info.platform.clone(),
+                user: m.info.user.clone(),
                 channels: m.channels.clone(),
                 subscribed_at: {
                     let mut at: Vec<(String, u64)> = m
@@ -87,6 +88,7 @@ impl<S> Room<S> {
                         session: m.session,
                         name: m.name,
                         platform: m.platform,
+                        user: m.user,
                     },
                     channels: m.channels,
                     subscribed_at: m.subscribed_at.into_iter().collect(),

@@ -18,6 +18,9 @@ pub struct JoinParams<S> {
     pub name: String,
     /// Platform.
     pub platform: String,
+    /// The user id a verified token gave, if any: shown in presence, and a
+    /// resume of its session must come from the same user.
+    pub user: Option<String>,
     /// Channels besides `main`.
     pub channels: Vec<String>,
     /// Whether the member came with a valid ticket.
@@ -125,6 +128,12 @@ impl<S> Room<S> {
                     // `tick` has not run yet: the session is over all the same.
                     self.remove_session(&session);
                 } else {
+                    if self.members[&session].info.user != params.user {
+                        return Err(RoomError::new(
+                            ErrorCode::Forbidden,
+                            "this session belongs to another user",
+                        ));
+                    }
                     let joined = self.resume(session, r.last_seq, params.sink, now)?;
                     if let Some(p) = params.policy {
                         if let Some(m) = self.members.get_mut(&joined.frame.session) {
@@ -180,6 +189,7 @@ impl<S> Room<S> {
             session: p.session.clone(),
             name: p.name,
             platform: p.platform,
+            user: p.user,
         };
         self.tokens
             .insert(p.resume_token.clone(), p.session.clone());

@@ -50,6 +50,7 @@ fn join_params(n: u32, channels: Vec<String>) -> JoinParams<u32> {
         resume_token: format!("t{n}"),
         name: format!("user{n}"),
         platform: "replica".into(),
+        user: None,
         channels,
         ticket: false,
         policy: None,

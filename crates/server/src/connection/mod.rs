@@ -6,12 +6,14 @@ mod joined_rooms;
 
 use std::sync::Arc;
 
-use plaza_core::{PublishParams, RoomError, TokenBucket};
-use plaza_protocol::client::{self, ClientFrame};
+use plaza_core::{PublishParams, Right, RoomError, TokenBucket};
+use plaza_protocol::client::{self, ClientFrame, Op};
 use plaza_protocol::server::{ErrorRef, ServerFrame};
 use plaza_protocol::{CloseCode, ErrorCode};
 use tokio::sync::oneshot;
 
+use crate::auth::expiry::ExpiryWatch;
+use crate::auth::Identity;
 use crate::clock::now_ms;
 use crate::metrics::ErrorCounter;
 use crate::outbox::{ConnectionControl, Outbox};
@@ -36,6 +38,14 @@ pub(crate) struct Connection {
     deleted: Vec<String>,
     /// The client's address, when known (joins per address are limited).
     peer: Option<std::net::IpAddr>,
+    /// Who its token says it is (boxed: most connections have none).
+    auth: Option<Box<Authenticated>>,
+}
+
+/// A connection's verified identity and the timer that ends it.
+struct Authenticated {
+    identity: Identity,
+    expiry: ExpiryWatch,
 }
 
 impl Connection {
@@ -55,12 +65,61 @@ impl Connection {
             control,
             rooms: JoinedRooms::default(),
             deleted: Vec::new(),
+            auth: None,
         }
+    }
+
+    /// Verifies `token` and makes it the connection's identity, answering
+    /// `authed` or an error. A refresh must name the same user; its rights
+    /// apply to every later frame, in rooms already joined too.
+    pub(crate) fn authenticate(&mut self, token: &str) {
+        let Some(verifier) = self.node.tokens() else {
+            return self.error(
+                ErrorCode::TokenInvalid,
+                "this server verifies no tokens (no jwt_* key is configured)".into(),
+                auth_ref(),
+            );
+        };
+        let identity = match verifier.verify(token, now_ms()) {
+            Ok(i) => i,
+            Err(e) => return self.error(e.code, e.message, auth_ref()),
+        };
+        if let Some(current) = &self.auth {
+            if current.identity.user != identity.user {
+                let msg = format!(
+                    "the connection is user {:?}; a refreshed token must name the same user",
+                    current.identity.user
+                );
+                return self.error(ErrorCode::Forbidden, msg, auth_ref());
+            }
+        }
+        let authed = ServerFrame::Authed {
+            user: identity.user.clone(),
+            name: identity.name.clone(),
+            expires_at: identity.expires_at,
+        };
+        self.rooms
+            .regrant(|room| admission::granted(&identity, room));
+        match &mut self.auth {
+            Some(a) => {
+                a.expiry.extend(identity.expires_at);
+                a.identity = identity;
+            }
+            None => {
+                let expiry = ExpiryWatch::start(
+                    identity.expires_at,
+                    self.outbox.clone(),
+                    self.control.clone(),
+                );
+                self.auth = Some(Box::new(Authenticated { identity, expiry }));
+            }
+        }
+        self.outbox.send(authed.encode());
     }
 
     /// The connection ended: its sessions are disconnected (resumable).
     pub(crate) async fn disconnect_all(&mut self) {
-        for (room, session) in self.rooms.take_all() {
+        for (room, session, _) in self.rooms.take_all() {
             let cmd = RoomCommand::client(
                 Intent::Disconnect { session },
                 self.pending(Waiter::Nothing),
@@ -116,7 +175,7 @@ impl Connection {
             ClientFrame::Join(j) => self.join(j).await,
             ClientFrame::Leave(l) => {
                 let pending = self.pending(Waiter::Leave);
-                let Some((room, session)) = self.rooms.remove(&l.room) else {
+                let Some((room, session, _)) = self.rooms.remove(&l.room) else {
                     if self.was_deleted(&l.room) {
                         return pending.answer_left(&l.room);
                     }
@@ -131,10 +190,17 @@ impl Connection {
             }
             ClientFrame::Publish(p) => {
                 let pending = self.pending(Waiter::Publish(p.id.clone()));
-                let Some((_, session)) = self.rooms.get(&p.room) else {
+                let Some((_, session, rights)) = self.rooms.get(&p.room) else {
                     let e = self.not_in(&p.room);
                     return pending.refuse(&p.room, e, &self.errors());
                 };
+                let channel = p.channel.as_str();
+                if rights.as_ref().is_some_and(|r| !r.may_publish(channel)) {
+                    let e = forbidden(format!(
+                        "the token grants no publish on channel {channel:?}"
+                    ));
+                    return pending.refuse(&p.room, e, &self.errors());
+                }
                 let params = PublishParams {
                     channel: p.channel,
                     event: p.event,
@@ -163,10 +229,19 @@ impl Connection {
                         )
                     }
                 };
-                let Some((_, session)) = self.rooms.get(&r.room) else {
+                let Some((_, session, rights)) = self.rooms.get(&r.room) else {
                     let e = self.not_in(&r.room);
                     return pending.refuse(&r.room, e, &self.errors());
                 };
+                if let (Some(rights), Some(needed)) = (rights, right_for(&op)) {
+                    if !rights.may(needed) {
+                        let e = forbidden(format!(
+                            "the token grants no {} in this room",
+                            needed.as_str()
+                        ));
+                        return pending.refuse(&r.room, e, &self.errors());
+                    }
+                }
                 let intent = Intent::Request {
                     session: session.clone(),
                     nonce: r.nonce,
@@ -177,10 +252,14 @@ impl Connection {
             }
             ClientFrame::Direct(d) => {
                 let pending = self.pending(Waiter::Direct);
-                let Some((_, session)) = self.rooms.get(&d.room) else {
+                let Some((_, session, rights)) = self.rooms.get(&d.room) else {
                     let e = self.not_in(&d.room);
                     return pending.refuse(&d.room, e, &self.errors());
                 };
+                if rights.as_ref().is_some_and(|r| !r.may(Right::Direct)) {
+                    let e = forbidden("the token grants no direct in this room".into());
+                    return pending.refuse(&d.room, e, &self.errors());
+                }
                 let intent = Intent::Direct {
                     session: session.clone(),
                     to: d.to,
@@ -193,6 +272,7 @@ impl Connection {
             ClientFrame::Ping(p) => {
                 self.outbox.send(ServerFrame::Pong { ts: p.ts }.encode());
             }
+            ClientFrame::Auth(a) => self.authenticate(&a.token),
         }
     }
 
@@ -207,7 +287,7 @@ impl Connection {
     /// Sends a command to a joined room; if the room is gone, the command is
     /// refused and the room forgotten.
     async fn route(&mut self, room_id: &str, cmd: RoomCommand) {
-        let Some((room, _)) = self.rooms.get(room_id) else {
+        let Some((room, _, _)) = self.rooms.get(room_id) else {
             return;
         };
         if let Err(cmd) = room.send(cmd).await {
@@ -294,7 +374,8 @@ impl Connection {
             );
             return self.error(ErrorCode::AlreadyJoined, msg, Some(r));
         }
-        let admitted = match admission::admit(&self.node, &j).await {
+        let identity = self.auth.as_ref().map(|a| &a.identity);
+        let admitted = match admission::admit(&self.node, &j, identity).await {
             Ok(a) => a,
             Err(e) => return self.error(e.code, e.message, Some(r)),
         };
@@ -303,6 +384,8 @@ impl Connection {
             name,
             platform,
             ticket,
+            user,
+            rights,
         } = admitted;
         r.room = Some(room_id.clone());
         if self.rooms.contains(&room_id) {
@@ -321,6 +404,7 @@ impl Connection {
             resume_token: plaza_broker::new_resume_token(),
             name,
             platform,
+            user,
             channels: j.channels,
             ticket,
             resume: j.resume.map(|x| (x.token, x.last_seq)),
@@ -339,7 +423,7 @@ impl Connection {
         match answer.await {
             Ok(Ok(session)) => {
                 self.deleted.retain(|r| r != room.id());
-                self.rooms.insert(room, session);
+                self.rooms.insert(room, session, rights);
             }
             Ok(Err(e)) => self.error(e.code, e.message, Some(r)),
             Err(_) => self.error(
@@ -377,4 +461,35 @@ impl Connection {
             .encode(),
         );
     }
+}
+
+/// The right a request needs beyond membership: subscribing and delivery
+/// policies are every member's own business.
+fn right_for(op: &Op) -> Option<Right> {
+    match op {
+        Op::EntityCreate { .. }
+        | Op::EntitySet { .. }
+        | Op::EntityPatch { .. }
+        | Op::EntityDelete { .. } => Some(Right::Entities),
+        Op::LockAcquire { .. } | Op::LockRenew { .. } | Op::LockRelease { .. } => {
+            Some(Right::Locks)
+        }
+        Op::SpaceMove { .. } | Op::SpaceJump { .. } => Some(Right::Move),
+        Op::ChannelSubscribe { .. }
+        | Op::ChannelUnsubscribe { .. }
+        | Op::PolicyUpdate(_)
+        | Op::PolicyClear => None,
+    }
+}
+
+fn forbidden(message: String) -> RoomError {
+    RoomError::new(ErrorCode::Forbidden, message)
+}
+
+fn auth_ref() -> Option<ErrorRef> {
+    Some(ErrorRef {
+        frame: Some("auth".into()),
+        room: None,
+        id: None,
+    })
 }

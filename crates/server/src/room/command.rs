@@ -29,6 +29,9 @@ pub(crate) enum Intent {
         resume_token: String,
         name: String,
         platform: String,
+        /// The user id a verified token gave.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user: Option<String>,
         channels: Vec<String>,
         ticket: bool,
         resume: Option<(String, u64)>,

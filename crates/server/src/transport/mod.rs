@@ -12,3 +12,8 @@ pub(crate) mod http;
 pub(crate) mod liveness;
 pub(crate) mod session;
 pub(crate) mod websocket;
+
+/// When the server closes a session, at most this many frames still queued
+/// for it are sent before the close: enough for the error that explains
+/// the close, and bounded whatever the queue holds.
+pub(crate) const LAST_FRAMES: usize = 64;

@@ -57,6 +57,12 @@ impl ClientSession {
         }
     }
 
+    /// Verifies the token the client gave on connect (`?token=`), as an
+    /// `auth` frame would: the answer is the session's first frame.
+    pub(crate) fn authenticate(&mut self, token: &str) {
+        self.conn.authenticate(token);
+    }
+
     /// Cancelled when the node shuts down.
     pub(crate) fn shutdown(&self) -> CancellationToken {
         self.node.shutdown_token()

@@ -11,7 +11,7 @@ use crate::support::{wait_until, TestServer};
 const ROOM: &str = "http";
 
 /// A client of the long-polling transport.
-struct Poller<'a> {
+pub(crate) struct Poller<'a> {
     s: &'a TestServer,
     id: String,
     /// The last position received.
@@ -21,8 +21,13 @@ struct Poller<'a> {
 }
 
 impl<'a> Poller<'a> {
-    async fn open(s: &'a TestServer) -> Poller<'a> {
-        let (status, body) = s.post("/v1/sessions", &json!({})).await;
+    pub(crate) async fn open(s: &'a TestServer) -> Poller<'a> {
+        Self::open_at(s, "/v1/sessions").await
+    }
+
+    /// Opens a session with `POST path` (`/v1/sessions?token=...`, say).
+    pub(crate) async fn open_at(s: &'a TestServer, path: &str) -> Poller<'a> {
+        let (status, body) = s.post(path, &json!({})).await;
         assert_eq!(status, 201, "{body}");
         let id = body["session"].as_str().unwrap().to_owned();
         assert!(id.len() >= 32, "an unguessable id: {id}");
@@ -35,7 +40,7 @@ impl<'a> Poller<'a> {
         }
     }
 
-    async fn send(&self, frame: Value) {
+    pub(crate) async fn send(&self, frame: Value) {
         let (status, body) = self
             .s
             .post(&format!("/v1/sessions/{}/send", self.id), &frame)
@@ -60,7 +65,7 @@ impl<'a> Poller<'a> {
 
     /// Frames until one satisfies `f`; returns it (those after it stay
     /// for the next call).
-    async fn until(&mut self, f: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) async fn until(&mut self, f: impl Fn(&Value) -> bool) -> Value {
         loop {
             while let Some(v) = self.pending.pop_front() {
                 if f(&v) {

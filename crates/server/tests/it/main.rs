@@ -2,6 +2,7 @@
 
 mod support;
 
+mod auth;
 mod bad_input;
 mod broadcast;
 mod chat_history;

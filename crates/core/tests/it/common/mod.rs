@@ -34,6 +34,7 @@ pub fn params(n: u32) -> JoinParams<u32> {
         resume_token: format!("t{n}"),
         name: format!("user{n}"),
         platform: "test".into(),
+        user: None,
         channels: Vec::new(),
         ticket: false,
         policy: None,

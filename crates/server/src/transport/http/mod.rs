@@ -66,6 +66,7 @@ fn not_found() -> ApiError {
 pub(crate) async fn open(
     State(node): State<Arc<Node>>,
     peer: Option<axum::Extension<ConnectInfo<PeerAddr>>>,
+    uri: axum::http::Uri,
     headers: HeaderMap,
 ) -> Response {
     if node.is_shutting_down() {
@@ -77,7 +78,8 @@ pub(crate) async fn open(
     let id = plaza_broker::new_resume_token();
     let registry = Arc::downgrade(&node);
     let peer = peer.map(|axum::Extension(ConnectInfo(PeerAddr(addr)))| addr.ip());
-    let s = session::open(node.clone(), id.clone(), peer, move |id| {
+    let token = crate::auth::query_token(uri.query());
+    let s = session::open(node.clone(), id.clone(), peer, token, move |id| {
         if let Some(node) = registry.upgrade() {
             node.http_sessions
                 .open

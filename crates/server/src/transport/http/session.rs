@@ -109,10 +109,14 @@ pub(crate) fn open(
     node: Arc<Node>,
     id: String,
     peer: Option<std::net::IpAddr>,
+    token: Option<String>,
     on_end: impl FnOnce(&str) + Send + 'static,
 ) -> Arc<HttpSession> {
     let (tx, rx) = mpsc::channel(INBOUND);
-    let client = ClientSession::open(node, peer);
+    let mut client = ClientSession::open(node, peer);
+    if let Some(t) = token {
+        client.authenticate(&t);
+    }
     let session = Arc::new(HttpSession {
         control: client.control.clone(),
         id,
@@ -197,6 +201,18 @@ async fn run(mut client: ClientSession, shared: &HttpSession, mut rx: mpsc::Rece
     let code = client.disconnect().await;
     {
         let mut out = shared.out.lock().unwrap_or_else(|p| p.into_inner());
+        // What was queued before the close (the error that explains it, say)
+        // can still be read; a slow consumer's backlog is not kept.
+        if code != Some(CloseCode::SlowConsumer.code()) {
+            for _ in 0..super::super::LAST_FRAMES {
+                let Ok(item) = client.queue.try_recv() else {
+                    break;
+                };
+                let pos = out.next;
+                out.next += 1;
+                out.frames.push_back((pos, item.frame().clone()));
+            }
+        }
         out.ended = Some(code.unwrap_or(CloseCode::Normal.code()));
     }
     shared.changed.notify_waiters();

@@ -26,7 +26,7 @@ use super::coalesce;
 use super::session::{ClientSession, Heartbeat};
 use crate::Node;
 use deflate::Deflate;
-use frames::{put_header, FrameReader, Incoming, ServerOp};
+use frames::{put_header, put_text, FrameReader, Incoming, ServerOp};
 pub(crate) use upgrade::upgrade;
 use writer::{close_reason, failed_write, write_all, write_batch, write_control, BatchWrite};
 
@@ -51,6 +51,7 @@ pub(crate) async fn serve_socket(
     stream: TcpStream,
     pre: Bytes,
     deflate: Option<Deflate>,
+    token: Option<String>,
 ) {
     let _ = stream.set_nodelay(true);
     let config = node.config();
@@ -60,6 +61,9 @@ pub(crate) async fn serve_socket(
     let deflate = deflate.map(|d| (d, config.compression_min_bytes));
     let peer = stream.peer_addr().ok().map(|a| a.ip());
     let mut session = ClientSession::open(node, peer);
+    if let Some(t) = token {
+        session.authenticate(&t);
+    }
     // `pre` is a view into hyper's 16 KiB HTTP read buffer: copy out what it
     // holds (usually nothing) and let the buffer go.
     let mut pending = BytesMut::from(&pre[..]);
@@ -159,8 +163,18 @@ pub(crate) async fn serve_socket(
             let mut payload = code.to_be_bytes().to_vec();
             payload.extend_from_slice(close_reason(code).as_bytes());
             // The control is cancelled by now: write without watching it.
+            let mut out = std::mem::take(&mut unfinished);
+            // What was queued before the close (the error that explains it,
+            // say) goes first; a slow consumer's backlog does not.
+            if code != CloseCode::SlowConsumer.code() {
+                for _ in 0..super::LAST_FRAMES {
+                    let Ok(item) = session.queue.try_recv() else {
+                        break;
+                    };
+                    put_text(&mut out, item.frame(), deflate);
+                }
+            }
             let wrote = tokio::time::timeout(CLOSE_WAIT, async {
-                let mut out = std::mem::take(&mut unfinished);
                 put_header(&mut out, ServerOp::Close, payload.len());
                 out.extend_from_slice(&payload);
                 write_all(&stream, &out).await
@@ -214,7 +228,7 @@ mod tests {
             .await
             .unwrap();
         let node = Node::new(ServerConfig::default(), Arc::new(MemoryTicketStore::new()));
-        let task = super::serve_socket(node, stream, bytes::Bytes::new(), None);
+        let task = super::serve_socket(node, stream, bytes::Bytes::new(), None, None);
         let size = std::mem::size_of_val(&task);
         assert!(size <= 1280, "serve_socket future has {size} bytes");
     }

@@ -68,6 +68,7 @@ pub(crate) async fn upgrade(State(node): State<Arc<Node>>, mut req: Request) -> 
     } else {
         None
     };
+    let token = crate::auth::query_token(req.uri().query());
     let extensions = deflate.as_ref().map(|(_, response)| response.clone());
     let deflate = deflate.map(|(d, _)| d);
     let on_upgrade = hyper::upgrade::on(&mut req);
@@ -80,12 +81,19 @@ pub(crate) async fn upgrade(State(node): State<Arc<Node>>, mut req: Request) -> 
                 match downcast::<TokioIo<AdmittedStream>>(upgraded) {
                     Ok(parts) => {
                         let (stream, place) = parts.io.into_inner().into_parts();
-                        serve_socket(node, stream, parts.read_buf, deflate).await;
+                        serve_socket(node, stream, parts.read_buf, deflate, token).await;
                         drop(place);
                     }
                     Err(upgraded) => match downcast::<TokioIo<TcpStream>>(upgraded) {
                         Ok(parts) => {
-                            serve_socket(node, parts.io.into_inner(), parts.read_buf, deflate).await
+                            serve_socket(
+                                node,
+                                parts.io.into_inner(),
+                                parts.read_buf,
+                                deflate,
+                                token,
+                            )
+                            .await
                         }
                         Err(_) => tracing::error!("upgraded connection is not a TCP stream"),
                     },

@@ -346,6 +346,20 @@ impl Client {
         Self::try_connect(addr).await.unwrap()
     }
 
+    /// Connects to `path` (`/v1/ws?token=...`, say) rather than `/v1/ws`.
+    pub async fn connect_to(addr: SocketAddr, path: &str) -> Client {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let muted = Arc::new(AtomicBool::new(false));
+        let stream = Mutable {
+            tcp,
+            muted: muted.clone(),
+        };
+        let (ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}{path}"), stream)
+            .await
+            .unwrap();
+        Client { ws, muted }
+    }
+
     /// Connects, returning the handshake error instead of panicking.
     pub async fn try_connect(
         addr: SocketAddr,
