@@ -253,7 +253,7 @@ export type ServerFrame =
   | ResponseFrame
   | ErrorFrame
   | { type: 'left'; room: string }
-  | { type: 'closed'; room: string; reason: string }
+  | { type: 'closed'; room: string; reason: string; message?: string }
   | { type: 'pong'; ts?: number }
   | AuthedFrame;
 

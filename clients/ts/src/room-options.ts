@@ -119,8 +119,13 @@ export interface RequestOptions {
 
 /** Why a room handle ended without a `leave`. */
 export interface RoomClosed {
-  /** `room_deleted`, `resumed_elsewhere`, `client_closed`, or the code of a failed rejoin. */
+  /**
+   * `room_deleted`, `resumed_elsewhere`, `kicked` (an admin removed this member; the session is
+   * gone), `client_closed`, or the code of a failed rejoin.
+   */
   reason: string;
+  /** With `kicked`: the admin's words, if any. */
+  message?: string;
   error?: PlazaError;
 }
 

@@ -39,6 +39,7 @@ import type {
   PublishAck,
   PublishOptions,
   RequestOptions,
+  RoomClosed,
   RoomEvents,
   RoomTransport,
   SavedSession,
@@ -647,9 +648,12 @@ export class RoomHandle extends Emitter<RoomEvents> {
         this.leaveWaiter?.();
         break;
       case 'closed': {
-        this.end(new PlazaError('closed', `room closed: ${frame.reason}`));
+        const said = frame.message === undefined ? '' : ` (${frame.message})`;
+        this.end(new PlazaError('closed', `room closed: ${frame.reason}${said}`));
         this.transport.forget(this.room);
-        this.emit('closed', { reason: frame.reason });
+        const closed: RoomClosed = { reason: frame.reason };
+        if (frame.message !== undefined) closed.message = frame.message;
+        this.emit('closed', closed);
         break;
       }
       default:

@@ -366,6 +366,15 @@ const serverFrames: { [name: string]: (frame: { [key: string]: Json }) => Promis
     expect(await closed).toEqual({ reason: f['reason'] });
     expect(room.live).toBe(false);
   },
+  async 'closed-kicked'(f) {
+    // The admin's words reach the app; the room is over.
+    const { socket, room, client } = await joinedClient();
+    const closed = new Promise((r) => room.on('closed', r));
+    socket.deliver(f);
+    expect(await closed).toEqual({ reason: 'kicked', message: f['message'] });
+    expect(room.live).toBe(false);
+    expect(client.room(ROOM)).toBeUndefined();
+  },
   async ack(f) {
     const { socket, room } = await joinedClient();
     const ack = room.publish('chat', { text: 'hi' });

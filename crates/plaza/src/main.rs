@@ -205,9 +205,9 @@ struct ServeArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     jwt_issuer: Option<String>,
-    /// Serve POST /v1/demo/token: anyone gets a token for demo-* rooms, signed with
-    /// jwt_secret (the demo's stand-in for an app backend; never on a public server)
-    /// [default: false].
+    /// Serve POST /v1/demo/token: anyone gets a token (member rights in every room),
+    /// signed with jwt_secret (the demo's stand-in for an app backend; never on a
+    /// public server) [default: false].
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     #[serde(skip_serializing_if = "Option::is_none")]
     demo_tokens: Option<bool>,
@@ -351,7 +351,9 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
         );
     }
     if config.demo_tokens {
-        tracing::warn!("demo_tokens: anyone who reaches this server gets a token for demo-* rooms");
+        tracing::warn!(
+            "demo_tokens: anyone who reaches this server gets a member token for any room"
+        );
     }
     if config.api_key.is_empty() && !addr.ip().is_loopback() {
         tracing::warn!(

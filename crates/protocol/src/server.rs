@@ -72,6 +72,8 @@ pub enum LeaveReason {
     Expired,
     /// The room was deleted.
     RoomClosed,
+    /// An admin removed it (`POST /v1/rooms/{id}/members/{session}/kick`).
+    Kicked,
 }
 
 /// Why a lock ended.
@@ -317,6 +319,8 @@ pub enum ClosedReason {
     RoomDeleted,
     /// Another connection resumed the session; it continues there.
     ResumedElsewhere,
+    /// An admin removed the member; the session is gone.
+    Kicked,
 }
 
 /// A request's outcome: on the wire `"ok": true, "result": …` or
@@ -366,6 +370,9 @@ pub enum ServerFrame {
         room: String,
         /// Why.
         reason: ClosedReason,
+        /// The admin's words, for a kick that gave some.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
     },
     /// Acknowledges a `publish`: it is ordered and stored.
     Ack {
@@ -545,6 +552,7 @@ mod tests {
         let closed = ServerFrame::Closed {
             room: "r".into(),
             reason: ClosedReason::ResumedElsewhere,
+            message: None,
         };
         assert_eq!(
             std::str::from_utf8(&closed.encode()).unwrap(),

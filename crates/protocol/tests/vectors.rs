@@ -479,6 +479,12 @@ fn expected_server_frame(name: &str) -> ServerFrame {
         "server/closed.json" => ServerFrame::Closed {
             room: ROOM.into(),
             reason: ClosedReason::RoomDeleted,
+            message: None,
+        },
+        "server/closed-kicked.json" => ServerFrame::Closed {
+            room: ROOM.into(),
+            reason: ClosedReason::Kicked,
+            message: Some("please keep the chat friendly".into()),
         },
         "server/ack.json" => ServerFrame::Ack {
             room: ROOM.into(),

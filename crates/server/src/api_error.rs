@@ -49,7 +49,13 @@ impl ApiError {
 impl From<RoomError> for ApiError {
     fn from(e: RoomError) -> Self {
         let status = match e.code {
-            ErrorCode::RoomNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::RoomNotFound | ErrorCode::NotFound | ErrorCode::SessionNotFound => {
+                StatusCode::NOT_FOUND
+            }
+            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+            ErrorCode::TokenRequired | ErrorCode::TokenInvalid | ErrorCode::TokenExpired => {
+                StatusCode::UNAUTHORIZED
+            }
             ErrorCode::RoomExists => StatusCode::CONFLICT,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             ErrorCode::ShuttingDown | ErrorCode::BrokerUnavailable => {

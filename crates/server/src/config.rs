@@ -107,8 +107,9 @@ pub struct ServerConfig {
     /// When set, tokens must carry this `iss`.
     pub jwt_issuer: String,
     /// Serve `POST /v1/demo/token`, which signs a token with `jwt_secret`
-    /// for anyone who asks (rights in `demo-*` rooms only): the demo page's
-    /// stand-in for an application's backend. Never on a public server.
+    /// for anyone who asks (every member right, not `admin`, in every room):
+    /// the demo page's stand-in for an application's backend. Never on a
+    /// public server.
     pub demo_tokens: bool,
 }
 

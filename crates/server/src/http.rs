@@ -27,7 +27,9 @@ type ApiResult<T> = Result<T, ApiError>;
 
 /// Reads a JSON object body into `T`. serde would also read a struct from a
 /// JSON array (fields by position), so a top-level array must be refused here.
-fn json_object<T: DeserializeOwned>(body: Result<Json<Value>, JsonRejection>) -> ApiResult<T> {
+pub(crate) fn json_object<T: DeserializeOwned>(
+    body: Result<Json<Value>, JsonRejection>,
+) -> ApiResult<T> {
     let Json(v) = body?;
     if !v.is_object() {
         return Err(ApiError::new(
@@ -57,6 +59,11 @@ pub(crate) fn router(node: Arc<Node>) -> Router {
         )
         .route("/v1/rooms", get(list_rooms).post(create_room))
         .route("/v1/rooms/{id}", get(get_room).delete(delete_room))
+        .route("/v1/rooms/{id}/members", get(crate::admin::members))
+        .route(
+            "/v1/rooms/{id}/members/{session}/kick",
+            post(crate::admin::kick),
+        )
         .route("/v1/rooms/{id}/tickets", post(create_ticket))
         .route("/v1/ws", get(crate::transport::websocket::upgrade))
         .route("/v1/sessions", post(crate::transport::http::open))
@@ -82,6 +89,11 @@ pub(crate) fn router(node: Arc<Node>) -> Router {
             "/trajectory/median",
             crate::trajectory::route(Filter::Median),
         );
+    let api = if node.config().demo_tokens && !node.config().jwt_secret.is_empty() {
+        api.route("/v1/demo/token", post(crate::auth::demo::token))
+    } else {
+        api
+    };
     // API routes are matched first: a file never shadows one.
     let app = match &node.config().web_dir {
         None => api.route("/", get(index)).fallback(no_such_route),
@@ -112,14 +124,7 @@ impl axum::extract::FromRequestParts<Arc<Node>> for Management {
         if key.is_empty() {
             return Ok(Management);
         }
-        let given = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            // The scheme is case-insensitive (RFC 9110).
-            .and_then(|v| v.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim());
+        let given = bearer(&parts.headers);
         let valid = given.is_some_and(|g| same_secret(g.as_bytes(), key));
         if valid {
             return Ok(Management);
@@ -129,20 +134,39 @@ impl axum::extract::FromRequestParts<Arc<Node>> for Management {
         } else {
             "this call needs the API key: Authorization: Bearer <api_key>"
         };
-        let mut res = ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, message)
-            .into_response();
-        res.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Bearer realm=\"plaza\""),
-        );
-        Err(res)
+        Err(unauthorized(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::Unauthorized,
+            message,
+        )))
     }
+}
+
+/// The credentials of `Authorization: Bearer <credentials>`, if given.
+pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        // The scheme is case-insensitive (RFC 9110).
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+}
+
+/// A 401 answer, with the `WWW-Authenticate` header it must carry.
+pub(crate) fn unauthorized(e: ApiError) -> Response {
+    let mut res = e.into_response();
+    res.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"plaza\""),
+    );
+    res
 }
 
 /// Whether `given` is `key`, in a time that depends on neither how much of a
 /// guess matched nor its length: a guess of another length is compared as
 /// the key with itself, and then refused.
-fn same_secret(given: &[u8], key: &[u8]) -> bool {
+pub(crate) fn same_secret(given: &[u8], key: &[u8]) -> bool {
     use subtle::ConstantTimeEq;
     let same_len = given.len() == key.len();
     let compared = if same_len { given } else { key };
@@ -306,7 +330,7 @@ async fn get_room(State(node): State<Arc<Node>>, Path(id): Path<String>) -> ApiR
 }
 
 async fn delete_room(
-    _: Management,
+    _: crate::admin::RoomAdmin,
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {

@@ -7,6 +7,7 @@
 //! into as few socket writes as possible). [`router`] wires the HTTP API and the
 //! WebSocket endpoint; [`serve`] runs them until shutdown.
 
+mod admin;
 mod api_error;
 pub mod auth;
 mod clock;

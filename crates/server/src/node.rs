@@ -232,6 +232,32 @@ impl Node {
         self.rooms.summary(id).await
     }
 
+    /// Removes member `session` from `room` for good: it gets `closed`
+    /// (reason `kicked`, with `message`), the others its `presence.leave`.
+    /// `session_not_found` when there is no such session, `room_not_found`
+    /// when there is no such room.
+    pub async fn kick(
+        &self,
+        room: &str,
+        session: &str,
+        message: Option<String>,
+    ) -> Result<(), RoomError> {
+        let handle = self.rooms.existing(room).await?;
+        handle.kick(session.to_owned(), message).await
+    }
+
+    /// The connected members of `room`, ordered by session id.
+    pub async fn room_members(
+        &self,
+        room: &str,
+    ) -> Result<Vec<plaza_protocol::server::MemberInfo>, RoomError> {
+        let handle = self.rooms.existing(room).await?;
+        handle
+            .members()
+            .await
+            .ok_or_else(|| crate::room::answer::room_deleted(room))
+    }
+
     /// Deletes a room: its members (on every node) get a `closed` frame.
     /// False if it did not exist.
     pub async fn delete_room(&self, id: &str) -> Result<bool, RoomError> {

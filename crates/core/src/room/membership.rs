@@ -34,6 +34,16 @@ pub struct JoinParams<S> {
     pub history: Option<HistoryRequest>,
 }
 
+/// A member removed for good: where its frames went, if it was connected,
+/// and the events its departure made.
+#[derive(Debug)]
+pub struct Removed<S> {
+    /// Its sink, to tell it; `None` when it was disconnected.
+    pub sink: Option<S>,
+    /// What the others are told (its leave, its locks released, ...).
+    pub events: Vec<Arc<HistoryEntry>>,
+}
+
 /// A resume request: the token from an earlier `joined` and the last seq seen.
 #[derive(Debug, Clone)]
 pub struct Resume {
@@ -361,20 +371,38 @@ impl<S> Room<S> {
 
     /// The member leaves for good.
     pub fn leave(&mut self, session: &str, now: Millis) -> Vec<Arc<HistoryEntry>> {
-        let Some(m) = self.members.remove(session) else {
-            return Vec::new();
-        };
+        self.remove(session, LeaveReason::Left, now)
+            .map(|k| k.events)
+            .unwrap_or_default()
+    }
+
+    /// An admin removes the member for good (connected or not): the others
+    /// see it leave with reason `kicked`. Returns its sink, if it was
+    /// connected (to tell it), and the events; `None` without such a session.
+    pub fn kick(&mut self, session: &str, now: Millis) -> Option<Removed<S>> {
+        self.remove(session, LeaveReason::Kicked, now)
+    }
+
+    fn remove(&mut self, session: &str, reason: LeaveReason, now: Millis) -> Option<Removed<S>> {
+        let m = self.members.remove(session)?;
         self.tokens.remove(&m.resume_token);
         if let Some(t) = m.disconnected_at {
             self.disconnected.remove(&(t, session.to_owned()));
         }
-        if m.sink.is_none() {
+        let Some(sink) = m.sink else {
             // Departed already, when it dropped: only where it stood is left.
             self.space_forget(session);
-            return Vec::new();
-        }
+            return Some(Removed {
+                sink: None,
+                events: Vec::new(),
+            });
+        };
         self.connected -= 1;
-        self.depart(session, LeaveReason::Left, now)
+        let events = self.depart(session, reason, now);
+        Some(Removed {
+            sink: Some(sink),
+            events,
+        })
     }
 
     pub(super) fn depart(

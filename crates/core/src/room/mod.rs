@@ -34,7 +34,7 @@ use crate::{
 };
 
 pub use member::Member;
-pub use membership::{JoinParams, Joined, Resume};
+pub use membership::{JoinParams, Joined, Removed, Resume};
 pub use publish::{PublishParams, Published};
 pub use requests::RequestOutcome;
 pub use routing::{Delivery, Held};

@@ -9,6 +9,7 @@
 //! `join` in that room, or a ticket.
 
 mod claims;
+pub(crate) mod demo;
 pub(crate) mod expiry;
 mod keys;
 mod watch;

@@ -70,11 +70,21 @@ impl ClusterRooms {
     /// Starts a replica of a room in the registry (creating an open room
     /// first when `auto_create_rooms` is on).
     pub(crate) async fn room_for_join(&self, id: &str) -> Result<RoomHandle, RoomError> {
+        self.hosted_room(id, self.config.auto_create_rooms).await
+    }
+
+    /// Starts a replica of a room in the registry, creating an open room
+    /// first if `create` and there is none.
+    pub(crate) async fn hosted_room(
+        &self,
+        id: &str,
+        create: bool,
+    ) -> Result<RoomHandle, RoomError> {
         if let Some(h) = self.get(id).filter(|h| !h.is_closed()) {
             return Ok(h);
         }
         let mut meta = self.cluster.room_meta(id).await?;
-        if meta.is_none() && self.config.auto_create_rooms {
+        if meta.is_none() && create {
             match self.create(CreateRoom::open(id)).await {
                 Ok(_)
                 | Err(RoomError {

@@ -56,10 +56,15 @@ impl LocalRooms {
     }
 
     pub(crate) fn room_for_join(&self, id: &str) -> Result<RoomHandle, RoomError> {
+        self.room(id, self.config.auto_create_rooms)
+    }
+
+    /// The room with this id, created (open) first if `create` and there is none.
+    pub(crate) fn room(&self, id: &str, create: bool) -> Result<RoomHandle, RoomError> {
         if let Some(h) = self.get(id).filter(|h| !h.is_closed()) {
             return Ok(h);
         }
-        if !self.config.auto_create_rooms {
+        if !create {
             return Err(no_room(id));
         }
         match self.create(CreateRoom::open(id)) {

@@ -61,6 +61,15 @@ impl RoomDirectory {
         }
     }
 
+    /// The handle of an existing room (in cluster mode this starts hosting
+    /// it): for admin calls, which never create one.
+    pub(crate) async fn existing(&self, id: &str) -> Result<RoomHandle, RoomError> {
+        match self {
+            RoomDirectory::Local(d) => d.room(id, false),
+            RoomDirectory::Cluster(d) => d.hosted_room(id, false).await,
+        }
+    }
+
     /// Every room, ordered by id.
     pub(crate) async fn list(&self) -> Result<Vec<RoomSummary>, RoomError> {
         match self {

@@ -44,6 +44,12 @@ pub(crate) enum Intent {
     },
     /// A member leaves for good.
     Leave { session: String },
+    /// An admin removes a member for good, with a message for it.
+    Kick {
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
     /// A member's connection dropped (it may resume).
     Disconnect { session: String },
     /// A message.
@@ -106,9 +112,21 @@ pub(crate) enum Waiter {
     Direct,
     /// Nothing at all (a disconnect).
     Nothing,
+    /// An admin call over HTTP (a kick): whether it was done.
+    Admin(oneshot::Sender<Result<(), RoomError>>),
 }
 
 impl Pending {
+    /// The answer an admin call over HTTP waits for: no connection is
+    /// behind it, so its outbox is one nothing reads.
+    pub(crate) fn admin(reply: oneshot::Sender<Result<(), RoomError>>) -> Pending {
+        let (outbox, _) = Outbox::new(1, crate::outbox::ConnectionControl::new());
+        Pending {
+            outbox,
+            waiter: Waiter::Admin(reply),
+        }
+    }
+
     /// The connection's number in this process.
     pub(crate) fn conn(&self) -> u64 {
         self.outbox.control().id()
@@ -128,6 +146,10 @@ impl Pending {
                 return self.answer_left(room);
             }
             Waiter::Nothing => return,
+            Waiter::Admin(reply) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
             Waiter::Publish(id) => answer::error_frame(room, e.clone(), "publish", id),
             Waiter::Request(nonce) => answer::response(room, nonce, Err(e.clone())),
             Waiter::Direct => answer::error_frame(room, e.clone(), "direct", None),

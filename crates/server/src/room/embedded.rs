@@ -50,6 +50,10 @@ async fn run(
                     let ClientCommand { intent, pending } = *c;
                     (Origin { node: &me, conn: pending.conn() }, intent, Some(pending))
                 }
+                Some(RoomCommand::Members { reply }) => {
+                    let _ = reply.send(machine.room().members_info());
+                    continue;
+                }
                 Some(RoomCommand::Close { done }) => {
                     // Refuse new commands before telling members: whoever saw
                     // `closed` and acts on the room must hear it is gone.

@@ -15,7 +15,7 @@ use std::time::Instant;
 use plaza_core::{Held, HistoryEntry, JoinParams, Millis, Resume, Room, RoomError};
 use plaza_protocol::client::Op;
 use plaza_protocol::server::{ClosedReason, ServerFrame};
-use plaza_protocol::CloseCode;
+use plaza_protocol::{CloseCode, ErrorCode};
 
 use super::answer::{self, not_joined};
 use super::command::{Intent, Pending, Waiter};
@@ -188,6 +188,7 @@ impl RoomMachine {
                         let frame = ServerFrame::Closed {
                             room: id.to_owned(),
                             reason: ClosedReason::ResumedElsewhere,
+                            message: None,
                         };
                         o.control().evict(id);
                         o.send(frame.encode());
@@ -226,6 +227,39 @@ impl RoomMachine {
                 }
                 if let Some(p) = pending {
                     p.answer_left(self.room.id());
+                }
+                FollowUp::None
+            }
+            Intent::Kick { session, message } => {
+                self.held.forget(&session);
+                let Some(removed) = self.room.kick(&session, now) else {
+                    let e = RoomError::new(
+                        ErrorCode::SessionNotFound,
+                        format!("no session {session:?} in this room"),
+                    );
+                    return self.refuse(pending, e);
+                };
+                if let Some(outbox) = removed.sink.as_ref().and_then(|s| s.outbox.as_ref()) {
+                    let id = self.room.id();
+                    // Its connection forgets the room, as after a resume elsewhere.
+                    outbox.control().evict(id);
+                    let frame = ServerFrame::Closed {
+                        room: id.to_owned(),
+                        reason: ClosedReason::Kicked,
+                        message,
+                    };
+                    outbox.send(frame.encode());
+                    if let Some(sink) = &removed.sink {
+                        self.locals.remove(&sink.conn);
+                    }
+                }
+                self.deliver(&removed.events, now);
+                if let Some(Pending {
+                    waiter: Waiter::Admin(reply),
+                    ..
+                }) = pending
+                {
+                    let _ = reply.send(Ok(()));
                 }
                 FollowUp::None
             }
@@ -415,6 +449,7 @@ impl RoomMachine {
         let frame = ServerFrame::Closed {
             room: self.room.id().to_owned(),
             reason: ClosedReason::RoomDeleted,
+            message: None,
         }
         .encode();
         self.room.close();

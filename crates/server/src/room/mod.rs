@@ -31,6 +31,10 @@ pub(crate) enum RoomCommand {
     /// Delete the room (embedded mode; cluster mode deletes through the
     /// registry, and answers at once).
     Close { done: oneshot::Sender<()> },
+    /// The connected members, for an admin (`GET /v1/rooms/{id}/members`).
+    Members {
+        reply: oneshot::Sender<Vec<plaza_protocol::server::MemberInfo>>,
+    },
 }
 
 // The client's command is boxed: a room's mailbox allocates its slots in
@@ -55,6 +59,8 @@ impl RoomCommand {
             RoomCommand::Close { done } => {
                 let _ = done.send(());
             }
+            // Dropped unanswered: the caller reads that as a room gone.
+            RoomCommand::Members { .. } => {}
         }
     }
 }
@@ -121,6 +127,29 @@ impl RoomHandle {
         if self.0.tx.send(RoomCommand::Close { done }).await.is_ok() {
             let _ = wait.await;
         }
+    }
+
+    /// The connected members, ordered by session id; `None` if the room is gone.
+    pub(crate) async fn members(&self) -> Option<Vec<plaza_protocol::server::MemberInfo>> {
+        let (reply, answer) = oneshot::channel();
+        self.0.tx.send(RoomCommand::Members { reply }).await.ok()?;
+        answer.await.ok()
+    }
+
+    /// Removes a member for good, telling it `message`; an error if there
+    /// is no such session (or the room is gone).
+    pub(crate) async fn kick(
+        &self,
+        session: String,
+        message: Option<String>,
+    ) -> Result<(), plaza_core::RoomError> {
+        let (reply, answer) = oneshot::channel();
+        let cmd = RoomCommand::client(Intent::Kick { session, message }, Pending::admin(reply));
+        let gone = || answer::room_deleted(&self.0.id);
+        if self.0.tx.send(cmd).await.is_err() {
+            return Err(gone());
+        }
+        answer.await.unwrap_or_else(|_| Err(gone()))
     }
 
     /// Whether both handles are of the same room task.

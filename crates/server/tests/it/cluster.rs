@@ -624,3 +624,38 @@ async fn a_delivery_policy_holds_on_its_members_node_and_a_resume_elsewhere_lose
     bob.publish("pol", "m", json!(5)).await;
     assert_eq!(ann.drain().await, Vec::<Value>::new());
 }
+
+#[tokio::test]
+async fn an_admin_on_one_node_kicks_a_member_on_another() {
+    let c = cluster(2).await;
+    c.nodes[0].create_room(json!({"id": "k"})).await;
+    let (mut ann, aj) = c.nodes[0].join("k", "ann").await;
+    let (mut bob, bj) = join_seen(&c.nodes[1], "k", "bob", &mut [&mut ann]).await;
+    let bob_session = bj["session"].as_str().unwrap();
+    let (status, body) = c.nodes[0]
+        .post(
+            &format!("/v1/rooms/k/members/{bob_session}/kick"),
+            &json!({"message": "bye"}),
+        )
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let closed = bob.recv_type("closed").await;
+    assert_eq!(
+        (&closed["reason"], &closed["message"]),
+        (&json!("kicked"), &json!("bye"))
+    );
+    let (leave, _) = ann.recv_event("presence.leave").await;
+    assert_eq!(
+        (&leave["session"], &leave["reason"]),
+        (&json!(bob_session), &json!("kicked"))
+    );
+    // Every node lists the same members.
+    for node in &c.nodes {
+        let listed = wait_until(|| async {
+            let (_, list) = node.get("/v1/rooms/k/members").await;
+            list["members"] == json!([aj["members"][0]])
+        })
+        .await;
+        assert!(listed, "node {} still lists bob", node.node.id());
+    }
+}

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod admin;
 mod auth;
 mod bad_input;
 mod broadcast;

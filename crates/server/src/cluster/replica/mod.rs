@@ -307,6 +307,9 @@ impl Replica {
                 // for every replica.
                 let _ = done.send(());
             }
+            RoomCommand::Members { reply } => {
+                let _ = reply.send(self.machine().room().members_info());
+            }
         }
     }
 
