@@ -45,9 +45,10 @@ export interface PlazaClientOptions {
    * function is also called again before the token expires, and the fresh token is sent on the
    * open connection (`auth`), so the connection never lapses. A token is reused while it has
    * more than 30 s left. When the server closed the connection because the token expired
-   * (4004), the reconnect fetches a fresh one and every room resumes.
+   * (4004), the reconnect fetches a fresh one and every room resumes. A function may give
+   * `undefined`: connect without a token (a server in development mode).
    */
-  token?: string | (() => string | Promise<string>);
+  token?: string | (() => string | undefined | Promise<string | undefined>);
 }
 
 /** Who the server says this client is (from its token). */
@@ -248,7 +249,7 @@ export class PlazaClient extends Emitter<ClientEvents> {
     this.currentToken(false).then(
       (token) => {
         if (fetch !== this.tokenFetch || this.currentState === 'closed' || this.socket) return;
-        this.openSocketAt(withToken(this.url, token));
+        this.openSocketAt(token === undefined ? this.url : withToken(this.url, token));
       },
       (err: unknown) => {
         if (fetch !== this.tokenFetch || this.currentState === 'closed') return;
@@ -262,14 +263,14 @@ export class PlazaClient extends Emitter<ClientEvents> {
    * The token to connect with: the last one while it has over 30 s left (unless `fresh`),
    * else a new one from the source.
    */
-  private async currentToken(fresh: boolean): Promise<string> {
+  private async currentToken(fresh: boolean): Promise<string | undefined> {
     const source = this.tokenSource!;
     const held = this.token;
     if (!fresh && held && (held.expiresAt === 0 || held.expiresAt - Date.now() > TOKEN_REUSE_MARGIN_MS)) {
       return held.value;
     }
     const value = typeof source === 'string' ? source : await source();
-    this.token = { value, expiresAt: tokenExpiry(value) };
+    this.token = value === undefined ? undefined : { value, expiresAt: tokenExpiry(value) };
     return value;
   }
 
@@ -283,7 +284,7 @@ export class PlazaClient extends Emitter<ClientEvents> {
       const fetch = ++this.tokenFetch;
       this.currentToken(true).then(
         (token) => {
-          if (fetch === this.tokenFetch) this.send({ type: 'auth', token });
+          if (fetch === this.tokenFetch && token !== undefined) this.send({ type: 'auth', token });
         },
         (err: unknown) => {
           // The server closes at expiry (4004); the reconnect tries the source again.

@@ -4,7 +4,7 @@ import { createHmac } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { WebSocket } from 'ws';
 import { PlazaClient, type Identity, type PlazaClientOptions } from '../src/index.js';
-import { next, uniqueRoom } from './helpers.js';
+import { newClient, next, uniqueRoom } from './helpers.js';
 import { startPlaza, type PlazaProcess } from './plaza-process.js';
 
 const SECRET = 'sdk-test-secret-of-at-least-32-bytes-long';
@@ -115,5 +115,21 @@ describe('identity tokens', () => {
     expect(fetched).toBe(3);
     expect(errors).toContain('token_unavailable');
     expect(c.identity?.expiresAt).toBeGreaterThan(Date.now() + 60_000);
+  });
+});
+
+describe('identity tokens on a development server', () => {
+  it('a token function may give none, and the client connects without one', async () => {
+    let asked = 0;
+    const c = newClient({
+      token: () => {
+        asked += 1;
+        return undefined;
+      },
+    });
+    const room = await c.join(uniqueRoom(), { name: 'dev' });
+    expect(room.members.find((m) => m.session === room.session)?.user).toBeUndefined();
+    expect(c.identity).toBeUndefined();
+    expect(asked).toBe(1);
   });
 });

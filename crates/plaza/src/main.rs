@@ -338,30 +338,6 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
     }
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;
     let addr = listener.local_addr()?;
-    if !config.api_key.is_empty() && config.auto_create_rooms {
-        tracing::warn!(
-            "auto_create_rooms lets any client create rooms over /v1/ws, api_key or not"
-        );
-    }
-    if !tokens && !addr.ip().is_loopback() {
-        tracing::warn!(
-            %addr,
-            "development mode: no jwt_* key is set, so any client may join any open room \
-             under any name; set jwt_secret, jwt_public_key_file or jwt_jwks_file"
-        );
-    }
-    if config.demo_tokens {
-        tracing::warn!(
-            "demo_tokens: anyone who reaches this server gets a member token for any room"
-        );
-    }
-    if config.api_key.is_empty() && !addr.ip().is_loopback() {
-        tracing::warn!(
-            %addr,
-            "anyone who reaches this address can create and delete rooms and mint tickets: \
-             set api_key (PLAZA_API_KEY)"
-        );
-    }
     let (node, cluster) = if config.redis.is_empty() {
         (Node::new(config, Arc::new(MemoryTicketStore::new())), None)
     } else {
@@ -380,6 +356,30 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
         None => println!("Plaza is running: open http://{addr}/ (WebSocket at ws://{addr}/v1/ws)"),
     }
     // After the first line, which scripts read for the address.
+    if !node.config().api_key.is_empty() && node.config().auto_create_rooms {
+        tracing::warn!(
+            "auto_create_rooms lets any client create rooms over /v1/ws, api_key or not"
+        );
+    }
+    if !tokens && !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "development mode: no jwt_* key is set, so any client may join any open room \
+             under any name; set jwt_secret, jwt_public_key_file or jwt_jwks_file"
+        );
+    }
+    if node.config().demo_tokens {
+        tracing::warn!(
+            "demo_tokens: anyone who reaches this server gets a member token for any room"
+        );
+    }
+    if node.config().api_key.is_empty() && !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "anyone who reaches this address can create and delete rooms and mint tickets: \
+             set api_key (PLAZA_API_KEY)"
+        );
+    }
     for name in unknown_plaza_env(std::env::vars()) {
         tracing::warn!("ignoring {name}: not a Plaza setting (see `plaza serve --help`)");
     }

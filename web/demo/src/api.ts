@@ -75,3 +75,33 @@ export const SPACE = {
 export function createRoom(id: string): Promise<RoomInfo> {
   return call<RoomInfo>('POST', '/v1/rooms', { id, entities: initialObjects(), options: { space: SPACE } });
 }
+
+/**
+ * The page's token source: `POST /v1/demo/token` signs one for `name` when the server runs with
+ * `demo_tokens` (the stand-in for an application's backend, docs/protocol.md "Identities and
+ * rights"); the same user id is asked for again on every refresh, and kept for the tab, so a
+ * reload resumes the sessions it saved (a resume needs the same user). Without the route (a
+ * server in development mode) it gives `undefined` and the client connects without a token.
+ */
+export function demoTokens(name: string): () => Promise<string | undefined> {
+  const USER_KEY = 'plaza-demo-user';
+  let user = sessionStorage.getItem(USER_KEY) ?? undefined;
+  let available = true;
+  return async () => {
+    if (!available) return undefined;
+    const response = await fetch('/v1/demo/token', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json' },
+      body: JSON.stringify(user === undefined ? { name } : { name, user }),
+    });
+    if (response.status === 404) {
+      available = false;
+      return undefined;
+    }
+    if (!response.ok) throw new ApiError(response.status, `http_${response.status}`, await response.text());
+    const body = (await response.json()) as { token: string; user: string };
+    user = body.user;
+    sessionStorage.setItem(USER_KEY, user);
+    return body.token;
+  };
+}

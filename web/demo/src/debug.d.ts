@@ -22,6 +22,8 @@ declare global {
     __plaza: {
       /** This tab's session id in the room, once joined. */
       session(): string | undefined;
+      /** The user id the server verified (with `demo_tokens`), if any. */
+      user(): string | undefined;
       /** The transport of the room's connection (`?transport=` forces one). */
       transport(): TransportName | undefined;
       /** The delivery policy in force in the room (quiet mode's), or undefined without one. */

@@ -62,6 +62,7 @@ window.addEventListener('popstate', route);
 /** Read-only state for browser tests; see README.md ("Test hooks"). */
 window.__plaza = {
   session: () => view?.session(),
+  user: () => view?.user(),
   policy: () => view?.policy(),
   transport: () => view?.transport(),
   avatar: (session) => view?.avatar(session),

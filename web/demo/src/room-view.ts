@@ -25,6 +25,7 @@ import { objectViews } from './objects';
 import { Scene, type ObjectView } from './scene';
 import { joinResuming, saveOnUnload } from './session';
 import { errorCode, h, listen, now, store, toast } from './util';
+import { demoTokens } from './api';
 import { ProximityVideo } from './video';
 
 /** Resolves with `promise`, or with undefined after `ms`. */
@@ -77,6 +78,7 @@ export class RoomView {
     const upgradeMs = Number(params.get('upgrade_ms') ?? Number.NaN);
     this.client = new PlazaClient(`${scheme}://${location.host}/v1/ws`, {
       room: roomId,
+      token: demoTokens(name),
       ...(transports === undefined ? {} : { transports: [transports] }),
       ...(Number.isFinite(upgradeMs) && upgradeMs > 0 ? { upgradeProbeMs: upgradeMs } : {}),
     });
@@ -222,6 +224,11 @@ export class RoomView {
 
   session(): string | undefined {
     return this.room?.session;
+  }
+
+  /** The user id the server verified, when the page got a token. */
+  user(): string | undefined {
+    return this.client.identity?.user;
   }
 
   /** The transport the connection uses (or is trying). */

@@ -58,6 +58,7 @@ describe('demo app in real browsers', () => {
   let b;
   let sessionA;
   let sessionB;
+  let userB;
   let step = 0;
 
   async function newTab(label) {
@@ -112,6 +113,11 @@ describe('demo app in real browsers', () => {
     sessionA = await a.evaluate(() => window.__plaza.session());
     sessionB = await b.evaluate(() => window.__plaza.session());
     expect(sessionA).not.toBe(sessionB);
+    // Each tab is a user the server verified, from a token the demo token route signed.
+    userB = await b.evaluate(() => window.__plaza.user());
+    expect(userB).toMatch(/^demo-/);
+    expect(await a.evaluate(() => window.__plaza.user())).toMatch(/^demo-/);
+    expect(await a.evaluate(() => window.__plaza.user())).not.toBe(userB);
 
     for (const page of [a, b]) {
       await page.waitForFunction(
@@ -276,6 +282,8 @@ describe('demo app in real browsers', () => {
     await b.reload();
     await b.waitForFunction(() => window.__plaza.session() !== undefined, null, WAIT);
     expect(await b.evaluate(() => window.__plaza.session())).toBe(sessionB);
+    // The same user (kept for the tab): a resume needs it.
+    expect(await b.evaluate(() => window.__plaza.user())).toBe(userB);
     await b.waitForFunction(
       () => document.querySelector('[data-testid="connection-state"]')?.textContent === 'open',
       null,

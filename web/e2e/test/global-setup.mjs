@@ -3,6 +3,7 @@
 // the demo app test, so that neither sees the other's connections and rooms. Both serve the
 // demo app (web/demo/dist, built by `npm test`'s pretest script) with --web-dir when it is
 // built; the demo test fails with a clear message when it is not.
+import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { startPlaza as start, stopPlaza } from '../plaza-process.mjs';
@@ -28,7 +29,13 @@ export async function setup(project) {
   let statusAddr;
   let demoAddr;
   try {
-    [statusAddr, demoAddr] = await Promise.all([startPlaza(['--auto-create-rooms', ...webDir]), startPlaza(webDir)]);
+    // The demo's server verifies identities: the page gets its tokens from the demo token route,
+    // as an app gets them from its backend (the status page's server stays in development mode).
+    const tokens = ['--jwt-secret', randomBytes(24).toString('hex'), '--demo-tokens'];
+    [statusAddr, demoAddr] = await Promise.all([
+      startPlaza(['--auto-create-rooms', ...webDir]),
+      startPlaza([...tokens, ...webDir]),
+    ]);
   } catch (err) {
     await teardown();
     throw err;

@@ -202,6 +202,46 @@ fn a_short_api_key_stops_serve_and_a_good_one_guards_management_calls() {
 }
 
 #[test]
+fn token_keys_that_do_not_load_stop_serve() {
+    let refused = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_plaza"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0"]).args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            !out.status.success(),
+            "{args:?}: exit status {:?}",
+            out.status
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = refused(&[], &[("PLAZA_JWT_SECRET", "too-short-secret")]);
+    assert!(stderr.contains("jwt_secret has 16 bytes"), "{stderr}");
+    assert!(
+        !stderr.contains("too-short-secret"),
+        "never echo the secret: {stderr}"
+    );
+    let stderr = refused(&["--jwt-public-key-file", "/nonexistent/key.pem"], &[]);
+    assert!(
+        stderr.contains("jwt_public_key_file /nonexistent/key.pem"),
+        "{stderr}"
+    );
+    let stderr = refused(&["--demo-tokens"], &[]);
+    assert!(
+        stderr.contains("demo_tokens signs with jwt_secret"),
+        "{stderr}"
+    );
+    // With a good secret it serves (the address line first, its warnings after) and signs.
+    let secret = [("PLAZA_JWT_SECRET", "a-secret-of-at-least-32-bytes-0123456")];
+    let p = start(&["--demo-tokens"], &secret);
+    let signed = http_post(&p.addr, "/v1/demo/token", r#"{"name": "ann"}"#);
+    assert!(signed.starts_with("HTTP/1.1 200"), "{signed}");
+    assert!(signed.contains("\"token\""), "{signed}");
+}
+
+#[test]
 fn a_deployments_own_plaza_variables_are_warned_about_not_refused() {
     use std::io::{BufRead, BufReader};
     // PLAZA_BIN and PLAZA_ARGS as a deployment script would set them, beside a real setting.
