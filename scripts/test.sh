@@ -127,6 +127,23 @@ if [ "$status" -eq 0 ]; then
     tsung_summary="FAILED (see the output above)"
   fi
 fi
+# The fuzz targets (fuzz/, libFuzzer on the stable toolchain), briefly: each must take its
+# seeds and 20,000 inputs without a finding. (The 10-million-input runs are in docs/benchmarks.md.)
+fuzz_summary="not run"
+if [ "$status" -eq 0 ]; then
+  log "fuzz targets (scripts/fuzz.sh, 20,000 inputs each)"
+  fuzz_out=$(mktemp)
+  trap 'rm -f "$out" "${ts_out:-}" "${e2e_out:-}" "$fuzz_out"' EXIT
+  set +e
+  RUNS=20000 scripts/fuzz.sh 2>&1 | tee "$fuzz_out"
+  status=${PIPESTATUS[0]}
+  set -e
+  if [ "$status" -eq 0 ]; then
+    fuzz_summary="$(grep -c ': no finding$' "$fuzz_out") targets, no finding"
+  else
+    fuzz_summary="FAILED (see the output above)"
+  fi
+fi
 passed=$(grep -E '^test result:' "$out" | awk '{s += $4} END {print s + 0}')
 failed=$(grep -E '^test result:' "$out" | awk '{s += $6} END {print s + 0}')
 echo
@@ -134,4 +151,5 @@ echo "Summary: ${passed} passed, ${failed} failed"
 echo "TypeScript client (vitest): ${ts_summary}"
 echo "Demo and status page in chromium (web/e2e, vitest): ${e2e_summary}"
 echo "Tsung capacity test: ${tsung_summary}"
+echo "Fuzz targets: ${fuzz_summary}"
 exit "$status"
