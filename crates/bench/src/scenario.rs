@@ -226,6 +226,10 @@ pub enum Step {
     ChatReplay(ChatReplay),
     /// Stay connected, doing nothing, until the run ends.
     Idle,
+    /// Stop reading (the connection stays open, its receive buffer fills)
+    /// until the run ends: a slow consumer, which the server should close
+    /// without the others noticing.
+    Stall,
     /// Leave the room and close the connection.
     Disconnect,
 }

@@ -508,3 +508,68 @@ async fn a_transport_the_protocol_lacks_is_refused_before_the_run() {
     .expect_err("refused");
     assert!(err.to_string().contains("no sse transport"), "{err}");
 }
+
+/// Issue 18, item 7: members that stop reading in a busy room are closed by
+/// the server as slow consumers (each once), while the others go on
+/// receiving everything, in time, with no error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_readers_are_closed_as_slow_consumers_and_the_others_go_on() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let node = Node::new(
+        ServerConfig {
+            auto_create_rooms: true,
+            // A short queue: the stalled members fill it within the run.
+            send_queue_frames: 64,
+            ..ServerConfig::default()
+        },
+        Arc::new(MemoryTicketStore::new()),
+    );
+    tokio::spawn(plaza_server::serve(node.clone(), listener));
+    let yaml = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../bench/scenarios/slow-consumers.yaml"
+    ))
+    .unwrap();
+    let set: Vec<(String, String)> = [
+        ("members", "20"),
+        ("stalled", "10"),
+        ("readers", "90"),
+        ("payload_bytes", "4000"),
+        ("publish_every_ms", "20"),
+        ("warmup_s", "0.5"),
+        ("measure_s", "3"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let scenario = Scenario::parse(&yaml, &set).unwrap();
+    let every_user_observes = RunOptions {
+        observers_per_room: 100,
+        ..options(addr, Arc::new(PlazaDriver))
+    };
+    let report = run(&scenario, every_user_observes).await.unwrap();
+    assert_eq!(report.joined, 20, "{report:#?}");
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert!(report.passed, "{:?}", report.checks);
+    let slow = || {
+        node.render_metrics()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("plaza_slow_consumers_total ")?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .unwrap_or(0.0)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while slow() < 2.0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        slow(),
+        2.0,
+        "both stalled members, and only they, were closed"
+    );
+}

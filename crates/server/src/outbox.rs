@@ -7,7 +7,7 @@
 //! the room history.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -130,6 +130,10 @@ struct Queue {
     items: Mutex<VecDeque<Outgoing>>,
     ready: Notify,
     capacity: usize,
+    /// Replayed events still queued, over and above `capacity` (changed
+    /// only under the `items` lock): a resume's replay is as long as the
+    /// room's history allows, and a client that reads it is no slow consumer.
+    replaying: AtomicUsize,
     open: AtomicBool,
 }
 
@@ -160,6 +164,7 @@ impl Outbox {
             items: Mutex::new(VecDeque::new()),
             ready: Notify::new(),
             capacity: capacity.max(1),
+            replaying: AtomicUsize::new(0),
             open: AtomicBool::new(true),
         });
         (
@@ -191,7 +196,7 @@ impl Outbox {
             return false;
         }
         let mut items = q.items.lock().unwrap_or_else(|p| p.into_inner());
-        if items.len() >= q.capacity {
+        if items.len() >= q.capacity + q.replaying.load(Ordering::Relaxed) {
             drop(items);
             self.control.close(CloseCode::SlowConsumer);
             return false;
@@ -201,6 +206,32 @@ impl Outbox {
         drop(items);
         if first {
             // Stores a permit if the consumer is not waiting yet: no lost wake-up.
+            q.ready.notify_one();
+        }
+        true
+    }
+
+    /// Queues the events a resume replays, all of them, whatever the queue
+    /// holds: they count against the slow-consumer bound only once read. The
+    /// room's history bounds them, and they are shared buffers (a pointer
+    /// each). False as for [`Outbox::send`].
+    pub fn replay(&self, entries: &[Arc<HistoryEntry>]) -> bool {
+        let q = &self.queue;
+        if !q.open.load(Ordering::Acquire) {
+            return false;
+        }
+        if entries.is_empty() {
+            return true;
+        }
+        let mut items = q.items.lock().unwrap_or_else(|p| p.into_inner());
+        let first = items.is_empty();
+        items.extend(entries.iter().map(|e| Outgoing::Event {
+            entry: e.clone(),
+            ordered_at: None,
+        }));
+        q.replaying.fetch_add(entries.len(), Ordering::Relaxed);
+        drop(items);
+        if first {
             q.ready.notify_one();
         }
         true
@@ -227,6 +258,12 @@ impl OutboxReceiver {
     pub fn try_recv(&mut self) -> Result<Outgoing, Empty> {
         let mut items = self.queue.items.lock().unwrap_or_else(|p| p.into_inner());
         let item = items.pop_front().ok_or(Empty)?;
+        // What was queued before the replay, and the replay, come first:
+        // each item read gives one replayed event's allowance back.
+        let replaying = self.queue.replaying.load(Ordering::Relaxed);
+        if replaying > 0 {
+            self.queue.replaying.store(replaying - 1, Ordering::Relaxed);
+        }
         if items.is_empty() && items.capacity() > KEEP {
             *items = VecDeque::new();
         }
@@ -301,6 +338,45 @@ mod tests {
         assert!(out.queue.items.lock().unwrap().capacity() > 0);
         rx.release_idle_memory();
         assert_eq!(out.queue.items.lock().unwrap().capacity(), 0);
+    }
+
+    fn entry(seq: u64) -> Arc<HistoryEntry> {
+        Arc::new(HistoryEntry {
+            seq,
+            ts: 1,
+            from: None,
+            channel: None,
+            echo: false,
+            replay_to_sender: false,
+            topic: None,
+            reply_to: None,
+            scope: plaza_core::Scope::All,
+            frame: Bytes::from(format!("{{\"seq\":{seq}}}")),
+            wire: Default::default(),
+        })
+    }
+
+    #[test]
+    fn a_replay_longer_than_the_queue_is_no_slow_consumer_until_it_is_read() {
+        let control = ConnectionControl::new();
+        let (out, mut rx) = Outbox::new(2, control.clone());
+        assert!(out.send(Bytes::from_static(b"joined")));
+        let missed: Vec<_> = (1..=10).map(entry).collect();
+        assert!(out.replay(&missed));
+        assert!(out.send(Bytes::from_static(b"live")));
+        assert_eq!(control.close_code(), None);
+        // Reading gives the allowance back: with the replay read, the queue's
+        // own bound holds again.
+        assert_eq!(rx.try_recv().unwrap().frame(), "joined");
+        for seq in 1..=10 {
+            assert_eq!(
+                rx.try_recv().unwrap().frame(),
+                &format!("{{\"seq\":{seq}}}")
+            );
+        }
+        assert!(out.send(Bytes::from_static(b"live 2")));
+        assert!(!out.send(Bytes::from_static(b"live 3")));
+        assert_eq!(control.close_code(), Some(CloseCode::SlowConsumer.code()));
     }
 
     #[test]

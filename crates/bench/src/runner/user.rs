@@ -334,6 +334,14 @@ pub(super) async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &St
             shared.ending.cancelled().await;
             false
         }
+        Step::Stall => {
+            // Nothing reads the socket any more; the writer stays, unused.
+            if let Some(reader) = st.joined.as_mut().and_then(|j| j.reader.take()) {
+                reader.abort();
+            }
+            shared.ending.cancelled().await;
+            false
+        }
         Step::Disconnect => {
             if let Some(j) = st.joined.take() {
                 let _ = j.writer.lock().await.close(1000).await;

@@ -199,9 +199,7 @@ impl RoomMachine {
                 match (outbox, reply) {
                     (Some(outbox), Some(reply)) => {
                         outbox.send(joined.server_frame().encode());
-                        for e in &joined.missed {
-                            outbox.send_event(e, None);
-                        }
+                        outbox.replay(&joined.missed);
                         self.locals.insert(origin.conn, outbox);
                         let _ = reply.send(Ok(joined.frame.session.clone()));
                     }

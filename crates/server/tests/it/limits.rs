@@ -257,11 +257,31 @@ async fn a_client_that_does_not_read_is_closed_as_slow_consumer() {
     let (ack, before) = flood.publish(ROOM, "chat", json!("after")).await;
     assert!(before.is_empty(), "{before:?}");
     assert_eq!(ack["type"], "ack");
+    let after = ack["seq"].as_u64().unwrap();
+
+    // The slow client resumes on a new connection and catches up: every
+    // event after its last seq, in order, up to the last message.
+    let mut back = s.connect().await;
+    back.send(json!({"type": "join", "room": ROOM, "name": "slow",
+        "resume": {"token": jslow["resume_token"], "last_seq": jslow["seq"]}}))
+        .await;
+    let r = back.recv().await;
+    assert_eq!(
+        (&r["type"], &r["resumed"]),
+        (&json!("joined"), &json!(true)),
+        "{r}"
+    );
+    assert_eq!(r["session"], jslow["session"]);
+    let (last, missed) = back.recv_until(|v| v["seq"].as_u64() == Some(after)).await;
+    let mut seqs: Vec<u64> = missed.iter().filter_map(|v| v["seq"].as_u64()).collect();
+    seqs.push(last["seq"].as_u64().unwrap());
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert!(seqs[0] > jslow["seq"].as_u64().unwrap(), "{seqs:?}");
     let (mut y, _) = calm.pop().unwrap();
     let (mut x, _) = calm.pop().unwrap();
     let (ack, _) = x.publish("calm", "chat", json!(1)).await;
     assert_eq!(y.recv_type("event").await["seq"], ack["seq"]);
-    s.wait_members(ROOM, 1).await;
+    s.wait_members(ROOM, 2).await;
     assert!(
         wait_until(|| async { s.metric("plaza_slow_consumers_total").await >= Some(1.0) }).await
     );

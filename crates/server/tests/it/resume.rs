@@ -110,6 +110,49 @@ async fn resume_replays_exactly_the_missed_events() {
 }
 
 #[tokio::test]
+async fn a_replay_longer_than_the_send_queue_is_read_in_full_not_cut_off() {
+    // The room keeps 200 events, a connection queues 8 frames: a resume that
+    // missed 100 is still handed every one (the replay is shared history,
+    // not a backlog), and the client that reads them is no slow consumer.
+    let s = TestServer::with_config(plaza_server::ServerConfig {
+        send_queue_frames: 8,
+        ..Default::default()
+    })
+    .await;
+    s.create_room(json!({"id": ROOM, "options": {"history_size": 200}}))
+        .await;
+    let mut c = s.join_all(ROOM, &["ann", "bob"]).await;
+    let (mut b, _) = c.pop().unwrap();
+    let (a, ja) = c.pop().unwrap();
+    drop(a);
+    await_leave(&mut b, &ja["session"], "disconnected").await;
+    let mut acks = Vec::new();
+    for i in 0..100 {
+        let (ack, _) = b.publish(ROOM, "chat", json!({"n": i})).await;
+        acks.push(ack["seq"].as_u64().unwrap());
+    }
+    let (mut a2, j) = s
+        .join_with(resume_frame(&ja, "ann", ja["seq"].as_u64().unwrap()))
+        .await;
+    assert_eq!(
+        (&j["type"], &j["resumed"]),
+        (&json!("joined"), &json!(true)),
+        "{j}"
+    );
+    let mut seqs = Vec::new();
+    while seqs.len() < acks.len() {
+        let e = a2.recv_type("event").await;
+        if e["kind"] == "message" {
+            seqs.push(e["seq"].as_u64().unwrap());
+        }
+    }
+    assert_eq!(seqs, acks);
+    // Still connected, and live.
+    let (ack, _) = b.publish(ROOM, "chat", json!("live")).await;
+    assert_eq!(a2.recv_type("event").await["seq"], ack["seq"]);
+}
+
+#[tokio::test]
 async fn a_retried_publish_is_acked_as_duplicate_and_delivered_once() {
     let s = TestServer::start().await;
     s.create_room(json!({"id": ROOM})).await;
