@@ -144,6 +144,24 @@ if [ "$status" -eq 0 ]; then
     fuzz_summary="FAILED (see the output above)"
   fi
 fi
+# The soak (bench/soak.sh: steady rooms beside reconnecting users, nothing lost, no error, RSS
+# flat within ±5 %), for two minutes at a debug build's pace. (The one-hour run is in
+# docs/benchmarks.md.)
+soak_summary="not run"
+if [ "$status" -eq 0 ]; then
+  log "soak, two minutes (bench/soak.sh against target/debug/plaza)"
+  set +e
+  BIN=target/debug/plaza PORT=17790 MEASURE_S=90 WARMUP_S=30 OUT=/tmp/plaza-ci-soak \
+    SERVE_ARGS="--resume-window-ms 5000 --history-size 100" \
+    SOAK_SET="users_per_room=10 rooms=2" CHURN_SET="users=10 rooms=2" bench/soak.sh
+  status=$?
+  set -e
+  if [ "$status" -eq 0 ]; then
+    soak_summary="passed ($(head -1 /tmp/plaza-ci-soak/summary.txt))"
+  else
+    soak_summary="FAILED (see the output above)"
+  fi
+fi
 passed=$(grep -E '^test result:' "$out" | awk '{s += $4} END {print s + 0}')
 failed=$(grep -E '^test result:' "$out" | awk '{s += $6} END {print s + 0}')
 echo
@@ -152,4 +170,5 @@ echo "TypeScript client (vitest): ${ts_summary}"
 echo "Demo and status page in chromium (web/e2e, vitest): ${e2e_summary}"
 echo "Tsung capacity test: ${tsung_summary}"
 echo "Fuzz targets: ${fuzz_summary}"
+echo "Soak (two minutes): ${soak_summary}"
 exit "$status"

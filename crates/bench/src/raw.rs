@@ -65,6 +65,11 @@ pub struct RawRun {
     pub server_rss_max_kib: Option<u64>,
     /// Server RSS at the start, KiB.
     pub server_rss_start_kib: Option<u64>,
+    /// Server RSS every [`RSS_SERIES_EVERY_S`] seconds of the run (a soak's
+    /// curve): every load process samples the same server, the longest
+    /// series is kept.
+    #[serde(default)]
+    pub server_rss_series: Vec<RssSample>,
     /// Bytes over the loopback interface while recording (a target on
     /// loopback only): IP and TCP headers included, both directions.
     #[serde(default)]
@@ -72,6 +77,20 @@ pub struct RawRun {
     /// Packets over the loopback interface while recording.
     #[serde(default)]
     pub loopback_packets: Option<u64>,
+}
+
+/// How often the server's RSS goes into [`RawRun::server_rss_series`].
+pub const RSS_SERIES_EVERY_S: f64 = 10.0;
+
+/// One reading of the server's RSS.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RssSample {
+    /// Seconds since the run's start.
+    pub at_s: f64,
+    /// Resident set size, KiB.
+    pub kib: u64,
+    /// Whether a recorded phase was running.
+    pub recorded: bool,
 }
 
 fn websocket() -> String {
@@ -123,6 +142,9 @@ impl RawRun {
         self.server_rss_kib = max(self.server_rss_kib, other.server_rss_kib);
         self.server_rss_max_kib = max(self.server_rss_max_kib, other.server_rss_max_kib);
         self.server_rss_start_kib = min(self.server_rss_start_kib, other.server_rss_start_kib);
+        if other.server_rss_series.len() > self.server_rss_series.len() {
+            self.server_rss_series.clone_from(&other.server_rss_series);
+        }
         // One machine's interface, seen by every process: the same traffic.
         self.loopback_bytes = max(self.loopback_bytes, other.loopback_bytes);
         self.loopback_packets = max(self.loopback_packets, other.loopback_packets);
@@ -213,6 +235,7 @@ mod tests {
             server_rss_kib: Some(1000 + users),
             server_rss_max_kib: Some(2000),
             server_rss_start_kib: Some(500 - users),
+            server_rss_series: Vec::new(),
             loopback_bytes: None,
             loopback_packets: None,
         }

@@ -207,6 +207,13 @@ pub struct Report {
     pub server_rss_start_kib: Option<u64>,
     /// (RSS at the end of recording − RSS at the start) / users joined, KiB.
     pub server_rss_per_user_kib: Option<f64>,
+    /// The server's RSS every 10 s of the run.
+    #[serde(default)]
+    pub server_rss_series: Vec<crate::raw::RssSample>,
+    /// Over the recorded phases: the largest distance of an RSS reading
+    /// from the first recorded one, as a fraction of it.
+    #[serde(default)]
+    pub server_rss_drift: Option<f64>,
     /// Generator CPU while recording, % of one core.
     pub generator_cpu_percent: Option<f64>,
     /// Whether the generator used ≥ 90 % of the cores its threads can use
@@ -223,6 +230,19 @@ pub struct Report {
 /// Generator CPU (% of one core, per generator thread) from which a run is
 /// flagged as possibly limited by the generator.
 const GENERATOR_BUSY_PERCENT: f64 = 90.0;
+
+/// The largest distance of a recorded RSS reading from the first recorded
+/// one, as a fraction of it; `None` with fewer than two readings.
+fn rss_drift(series: &[crate::raw::RssSample]) -> Option<f64> {
+    let mut recorded = series.iter().filter(|r| r.recorded);
+    let first = recorded.next()?.kib as f64;
+    let mut drift = None;
+    for r in recorded {
+        let d = (r.kib as f64 - first).abs() / first.max(1.0);
+        drift = Some(drift.map_or(d, |m: f64| m.max(d)));
+    }
+    drift
+}
 
 impl Report {
     /// Builds the report of `scenario` from a run's counts.
@@ -327,6 +347,8 @@ impl Report {
             i.loopback_bytes.map(|b| b as f64),
             true,
         );
+        let server_rss_drift = rss_drift(&i.server_rss_series);
+        check("rss_drift", e.rss_drift_max, server_rss_drift, true);
         check("error_rate", e.error_rate, Some(error_rate), true);
         check("delivery_ratio", e.delivery_ratio, delivery_ratio, false);
         let passed = checks.iter().all(|c| c.passed);
@@ -392,6 +414,8 @@ impl Report {
             server_rss_kib: i.server_rss_kib,
             server_rss_max_kib: i.server_rss_max_kib,
             server_rss_start_kib: i.server_rss_start_kib,
+            server_rss_series: i.server_rss_series.clone(),
+            server_rss_drift,
             server_rss_per_user_kib: i
                 .server_rss_kib
                 .zip(i.server_rss_start_kib)
@@ -541,6 +565,24 @@ impl Report {
         if let Some(k) = self.server_rss_per_user_kib {
             let _ = writeln!(s, "| server RSS per joined user | {k:.2} KiB |");
         }
+        if let Some(d) = self.server_rss_drift {
+            let recorded: Vec<_> = self
+                .server_rss_series
+                .iter()
+                .filter(|r| r.recorded)
+                .collect();
+            let (lo, hi) = recorded
+                .iter()
+                .fold((u64::MAX, 0), |(lo, hi), r| (lo.min(r.kib), hi.max(r.kib)));
+            let _ = writeln!(
+                s,
+                "| server RSS while recording ({} readings, 10 s apart) | {:.1} to {:.1} MiB, at most {:.1} % from the first |",
+                recorded.len(),
+                lo as f64 / 1024.0,
+                hi as f64 / 1024.0,
+                d * 100.0
+            );
+        }
         let _ = writeln!(
             s,
             "| generator CPU | {} |",
@@ -575,5 +617,35 @@ impl Report {
             let _ = writeln!(s, "\n**Warning:** {w}");
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raw::RssSample;
+
+    #[test]
+    fn rss_drift_is_the_largest_distance_from_the_first_recorded_reading() {
+        let at = |at_s: f64, kib: u64, recorded: bool| RssSample {
+            at_s,
+            kib,
+            recorded,
+        };
+        // Warm-up readings do not count; the first recorded one is the base.
+        let series = [
+            at(0.0, 100, false),
+            at(10.0, 1000, true),
+            at(20.0, 1040, true),
+            at(30.0, 970, true),
+        ];
+        let d = rss_drift(&series).unwrap();
+        assert!((d - 0.04).abs() < 1e-9, "{d}");
+        assert_eq!(
+            rss_drift(&series[..2]),
+            None,
+            "one recorded reading is no curve"
+        );
+        assert_eq!(rss_drift(&[]), None);
     }
 }

@@ -305,6 +305,10 @@ pub struct Expectations {
     /// Loopback bytes while recording (both ways, headers included) at most
     /// this: a traffic budget, e.g. a source document's figure.
     pub loopback_bytes_max: Option<f64>,
+    /// The server's RSS over the recorded phases stays within this fraction
+    /// of its first recorded reading (a soak: 0.05 is ±5 %); needs the
+    /// server's pid and at least two readings.
+    pub rss_drift_max: Option<f64>,
 }
 
 /// How the run ends after its last phase.

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::counts::AtomicCounts;
 use crate::driver::Driver;
 use crate::procstat;
-use crate::raw::{histogram, RawRun};
+use crate::raw::{histogram, RawRun, RssSample, RSS_SERIES_EVERY_S};
 use crate::report::Report;
 use crate::scenario::Scenario;
 use crate::schedule::Schedule;
@@ -350,7 +350,7 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         .filter(|p| p.record)
         .map(|p| p.end - p.start)
         .sum();
-    let mut rss_max = 0u64;
+    let mut rss = RssWatch::default();
     let mut at_start = CpuReading::default();
     let mut resources = ResourceUse {
         server_rss_start_kib: pid.and_then(procstat::rss_kib),
@@ -372,7 +372,7 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
             .last()
             .filter(|p| phase.is_none() && p.until_done);
         let done = until_done.map(|_| (shared.flows_done.subscribe(), my_users));
-        if wait_sampling(start + t, &shared, &current, clock, &mut rss_max, done).await {
+        if wait_sampling(start + t, &shared, &current, clock, &mut rss, done).await {
             let cut = (start + t).saturating_duration_since(Instant::now());
             tracing::info!(
                 phase = %current,
@@ -403,7 +403,7 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
             c.transport_requests
                 .store(requests - at_start.socket.2, Ordering::Relaxed);
             resources.server_rss_kib = pid.and_then(procstat::rss_kib);
-            resources.server_rss_max_kib = pid.map(|_| rss_max);
+            resources.server_rss_max_kib = pid.map(|_| rss.max);
         }
         if recorded.is_some_and(|(from, _)| from == t) {
             at_start = CpuReading::take(pid);
@@ -462,6 +462,7 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         .unwrap_or_else(|p| p.into_inner())
         .clone();
     let micros = |d: Option<Duration>| d.map(|d| d.as_micros() as u64);
+    let rss_series = std::mem::take(&mut rss.series);
     let first = |a: &AtomicU64| Some(a.load(Ordering::Relaxed)).filter(|&v| v != u64::MAX);
     let last = |a: &AtomicU64| Some(a.load(Ordering::Relaxed)).filter(|&v| v != 0);
     Ok(RawRun {
@@ -485,6 +486,7 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         server_rss_kib: resources.server_rss_kib,
         server_rss_max_kib: resources.server_rss_max_kib,
         server_rss_start_kib: resources.server_rss_start_kib,
+        server_rss_series: rss_series,
         loopback_bytes: resources
             .loopback
             .filter(|_| shared.opts.addr.ip().is_loopback())
@@ -494,6 +496,14 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
             .filter(|_| shared.opts.addr.ip().is_loopback())
             .map(|l| l.1),
     })
+}
+
+/// The server's RSS as sampled during the run: its largest, and a reading
+/// every [`RSS_SERIES_EVERY_S`] seconds.
+#[derive(Debug, Default)]
+struct RssWatch {
+    max: u64,
+    series: Vec<RssSample>,
 }
 
 /// CPU and memory readings over the recorded stretch.
@@ -538,12 +548,24 @@ async fn wait_sampling(
     shared: &Shared,
     phase: &str,
     clock: (Instant, Duration),
-    rss_max: &mut u64,
+    rss: &mut RssWatch,
     mut done: Option<(tokio::sync::watch::Receiver<u64>, u64)>,
 ) -> bool {
     loop {
-        if let Some(rss) = shared.opts.server_pid.and_then(procstat::rss_kib) {
-            *rss_max = (*rss_max).max(rss);
+        if let Some(kib) = shared.opts.server_pid.and_then(procstat::rss_kib) {
+            rss.max = rss.max.max(kib);
+            let at_s = clock.0.elapsed().as_secs_f64();
+            if rss
+                .series
+                .last()
+                .is_none_or(|s| at_s - s.at_s >= RSS_SERIES_EVERY_S)
+            {
+                rss.series.push(RssSample {
+                    at_s,
+                    kib,
+                    recorded: shared.recording(),
+                });
+            }
         }
         tell_progress(shared, phase, clock);
         let now = Instant::now();
