@@ -31,9 +31,12 @@ pub enum Outgoing {
         entry: Arc<HistoryEntry>,
         /// When the room ordered it, for the delivery latency: taken once per
         /// event and shared by every recipient, so sampling costs nothing per
-        /// recipient. `None` for replays (a resume's missed events).
+        /// recipient. `None` for events a delivery policy held.
         ordered_at: Option<Instant>,
     },
+    /// A room event a resume replays (it missed it): over and above the
+    /// queue's bound until read (see [`Outbox::replay`]).
+    Replayed(Arc<HistoryEntry>),
     /// Any other frame: an answer, an error, a direct message.
     Frame(Bytes),
 }
@@ -42,16 +45,29 @@ impl Outgoing {
     /// The encoded frame.
     pub fn frame(&self) -> &Bytes {
         match self {
-            Outgoing::Event { entry, .. } => &entry.frame,
+            Outgoing::Event { entry, .. } | Outgoing::Replayed(entry) => &entry.frame,
             Outgoing::Frame(f) => f,
         }
+    }
+
+    /// The room event, for an event (live or replayed).
+    pub fn entry(&self) -> Option<&Arc<HistoryEntry>> {
+        match self {
+            Outgoing::Event { entry, .. } | Outgoing::Replayed(entry) => Some(entry),
+            Outgoing::Frame(_) => None,
+        }
+    }
+
+    /// Whether a resume replays it.
+    pub fn is_replayed(&self) -> bool {
+        matches!(self, Outgoing::Replayed(_))
     }
 
     /// When the room ordered it, for a live room event.
     pub fn ordered_at(&self) -> Option<Instant> {
         match self {
             Outgoing::Event { ordered_at, .. } => *ordered_at,
-            Outgoing::Frame(_) => None,
+            Outgoing::Replayed(_) | Outgoing::Frame(_) => None,
         }
     }
 }
@@ -225,10 +241,7 @@ impl Outbox {
         }
         let mut items = q.items.lock().unwrap_or_else(|p| p.into_inner());
         let first = items.is_empty();
-        items.extend(entries.iter().map(|e| Outgoing::Event {
-            entry: e.clone(),
-            ordered_at: None,
-        }));
+        items.extend(entries.iter().map(|e| Outgoing::Replayed(e.clone())));
         q.replaying.fetch_add(entries.len(), Ordering::Relaxed);
         drop(items);
         if first {
@@ -258,11 +271,8 @@ impl OutboxReceiver {
     pub fn try_recv(&mut self) -> Result<Outgoing, Empty> {
         let mut items = self.queue.items.lock().unwrap_or_else(|p| p.into_inner());
         let item = items.pop_front().ok_or(Empty)?;
-        // What was queued before the replay, and the replay, come first:
-        // each item read gives one replayed event's allowance back.
-        let replaying = self.queue.replaying.load(Ordering::Relaxed);
-        if replaying > 0 {
-            self.queue.replaying.store(replaying - 1, Ordering::Relaxed);
+        if item.is_replayed() {
+            self.queue.replaying.fetch_sub(1, Ordering::Relaxed);
         }
         if items.is_empty() && items.capacity() > KEEP {
             *items = VecDeque::new();

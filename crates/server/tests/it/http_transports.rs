@@ -329,6 +329,41 @@ async fn a_closed_transport_session_is_resumed_by_a_new_one_without_loss() {
 }
 
 #[tokio::test]
+async fn a_replay_longer_than_the_send_queue_reaches_a_polling_client_whole() {
+    // 100 missed events, 8 frames of queue: the replay is held over and
+    // above the bound, and the client that reads it is no slow consumer.
+    let config = ServerConfig {
+        send_queue_frames: 8,
+        ..ServerConfig::default()
+    };
+    let (s, mut bob, polling) = bob_and_polling_ann(config).await;
+    let (ann, joined) = (Poller::continuing(&s, &polling), polling.joined);
+    let (status, _) = s.delete(&format!("/v1/sessions/{}", ann.id)).await;
+    assert_eq!(status, 204);
+    bob.recv_event("presence.leave").await;
+    let mut acks = Vec::new();
+    for i in 0..100 {
+        let (ack, _) = bob.publish(ROOM, "chat", json!(i)).await;
+        acks.push(ack["seq"].clone());
+    }
+    let mut again = Poller::open(&s).await;
+    again
+        .send(json!({"type": "join", "room": ROOM, "name": "ann",
+            "resume": {"token": joined["resume_token"], "last_seq": joined["seq"]}}))
+        .await;
+    let resumed = again.until(|v| v["type"] == "joined").await;
+    assert_eq!(resumed["resumed"], true);
+    let mut seqs = Vec::new();
+    while seqs.len() < acks.len() {
+        seqs.push(again.until(|v| v["kind"] == "message").await["seq"].clone());
+    }
+    assert_eq!(seqs, acks);
+    let (ack, _) = bob.publish(ROOM, "chat", json!("live")).await;
+    let live = again.until(|v| v["kind"] == "message").await;
+    assert_eq!(live["seq"], ack["seq"]);
+}
+
+#[tokio::test]
 async fn bad_requests_get_clear_errors_and_harm_nothing() {
     let s = TestServer::start().await;
     s.create_room(json!({"id": ROOM})).await;

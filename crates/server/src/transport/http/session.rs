@@ -54,9 +54,20 @@ pub(crate) struct OutBuffer {
     pub(crate) sent: u64,
     /// Set when the session has ended: its close code.
     pub(crate) ended: Option<u16>,
+    /// The position of the last event a resume replayed: frames up to it
+    /// are held over and above the bound (see `Outbox::replay`).
+    pub(crate) replay_end: u64,
 }
 
 impl OutBuffer {
+    /// Frames held up to the end of the last replay: allowed beyond the bound.
+    fn replays_held(&self) -> usize {
+        self.frames
+            .iter()
+            .take_while(|(p, _)| *p <= self.replay_end)
+            .count()
+    }
+
     /// Drops the frames up to `pos`: the client has them.
     pub(crate) fn ack(&mut self, pos: u64) {
         while self.frames.front().is_some_and(|(p, _)| *p <= pos) {
@@ -171,18 +182,21 @@ async fn run(mut client: ClientSession, shared: &HttpSession, mut rx: mpsc::Rece
                 while let Some(item) = next.take() {
                     let pos = out.next;
                     out.next += 1;
+                    if item.is_replayed() {
+                        out.replay_end = pos;
+                    }
                     out.frames.push_back((pos, item.frame().clone()));
                     next = client.queue.try_recv().ok();
                 }
                 // Room for what comes: drop what a reader already sent
                 // (a reconnect cannot ask for it again), else the client
                 // does not keep up.
-                while out.frames.len() > limit
+                while out.frames.len() > limit + out.replays_held()
                     && out.frames.front().is_some_and(|(p, _)| *p <= out.sent)
                 {
                     out.frames.pop_front();
                 }
-                let full = out.frames.len() > limit;
+                let full = out.frames.len() > limit + out.replays_held();
                 drop(out);
                 shared.changed.notify_waiters();
                 if full {

@@ -77,9 +77,9 @@ pub(super) async fn write_batch(
     let mut frames = 0u64;
     let mut next = Some(first);
     while let Some(item) = next.take() {
-        match (&item, deflate) {
+        match (item.entry(), deflate) {
             // A room event goes to many: compressed once, for all of them.
-            (Outgoing::Event { entry, .. }, Some((d, min_bytes)))
+            (Some(entry), Some((d, min_bytes)))
                 if d.server_window_bits == SHARED_WINDOW_BITS && entry.frame.len() >= min_bytes =>
             {
                 let packed = entry.wire.get_or_init(|| {
