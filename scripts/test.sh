@@ -15,9 +15,11 @@ fi
 
 # Cluster tests start real redis-server, nginx and HAProxy (Debian puts the last two in sbin,
 # which a non-root PATH may lack). The status page's browser test (web/e2e) drives Debian's
-# chromium at /usr/bin/chromium (playwright-core never downloads a browser).
+# chromium at /usr/bin/chromium (playwright-core never downloads a browser). The chaos tests
+# (crates/plaza/tests/it/chaos.rs) cut and slow links between network namespaces with ip and
+# iptables, as root.
 missing=()
-for prog in redis-server nginx haproxy tsung curl; do
+for prog in redis-server nginx haproxy tsung curl iptables ip; do
   if ! PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" command -v "$prog" >/dev/null; then
     missing+=("$prog")
   fi
@@ -26,9 +28,9 @@ if [ ! -x /usr/bin/chromium ]; then
   missing+=(chromium)
 fi
 if ((${#missing[@]})); then
-  log "installing redis-server, nginx, haproxy, tsung, curl and chromium (missing: ${missing[*]})"
+  log "installing redis-server, nginx, haproxy, tsung, curl, iptables and chromium (missing: ${missing[*]})"
   if ! command -v apt-get >/dev/null; then
-    echo "missing ${missing[*]} and no apt-get: install redis-server, nginx, haproxy, tsung, curl and chromium" >&2
+    echo "missing ${missing[*]} and no apt-get: install redis-server, nginx, haproxy, tsung, curl, iptables and chromium" >&2
     exit 1
   elif [ "$(id -u)" -eq 0 ]; then
     sudo=()
@@ -36,12 +38,12 @@ if ((${#missing[@]})); then
     sudo=(sudo)
   else
     echo "missing ${missing[*]}, and not root without sudo: install the Debian packages" \
-      "redis-server nginx haproxy tsung curl chromium, then run this again" >&2
+      "redis-server nginx haproxy tsung curl iptables chromium, then run this again" >&2
     exit 1
   fi
   ${sudo[@]+"${sudo[@]}"} apt-get update
   ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends redis-server nginx haproxy tsung curl chromium
+    apt-get install -y --no-install-recommends redis-server nginx haproxy tsung curl iptables iproute2 chromium
 fi
 
 # The workspace's debug build needs about 3 GB (target/); say what there is, so that a full

@@ -130,6 +130,7 @@ impl LocalCluster {
             LbOptions {
                 workers: opts.lb_workers,
                 cpu_quota: opts.cpu_quotas.lb,
+                ..LbOptions::default()
             },
         )?;
         Ok(LocalCluster {

@@ -2,13 +2,13 @@
 
 use std::fmt;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::str::FromStr;
 
 use crate::proc::{accepts, check_port_free, find_program, NotReady, Proc, START_ATTEMPTS};
-use crate::CpuQuota;
+use crate::{CpuQuota, Host};
 
 const NGINX_TEMPLATE: &str = include_str!("../../../deploy/nginx/plaza.conf");
 const HAPROXY_TEMPLATE: &str = include_str!("../../../deploy/haproxy/plaza.cfg");
@@ -85,7 +85,7 @@ impl FromStr for LbKind {
 
 /// How a [`LoadBalancer`] runs besides its address and upstreams; the default is what the
 /// templates say.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct LbOptions {
     /// nginx's `worker_processes` (`{{workers}}` in the template); `None`: `auto`, one per
     /// CPU. HAProxy's template has no such setting: it is refused there.
@@ -93,6 +93,8 @@ pub struct LbOptions {
     /// Run the balancer (nginx's master and workers) in a cgroup of its own allowed this many
     /// CPUs ([`CpuQuota`]). `None`: no quota.
     pub cpu_quota: Option<f64>,
+    /// The address it listens on and its network namespace; the default: 127.0.0.1 here.
+    pub host: Host,
 }
 
 /// Fills a `deploy/` template: `{{listen}}`, `{{runtime_dir}}` and `{{workers}}` (`workers`,
@@ -137,7 +139,8 @@ pub fn render_config(
     out
 }
 
-/// nginx or HAProxy running in the foreground on 127.0.0.1, in front of some nodes; killed
+/// nginx or HAProxy running in the foreground (on 127.0.0.1 unless [`LbOptions::host`] says
+/// otherwise), in front of some nodes; killed
 /// (with its workers) when dropped.
 pub struct LoadBalancer {
     kind: LbKind,
@@ -203,12 +206,14 @@ impl LoadBalancer {
             attempt += 1;
             let port = match listen_port {
                 0 => crate::free_port()?,
+                // Another namespace's ports are not this one's.
+                p if opts.host.netns.is_some() => p,
                 p => {
                     check_port_free(p, &format!("{kind} cannot listen"))?;
                     p
                 }
             };
-            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+            let addr = opts.host.addr(port);
             match launch(kind, &bin, addr, upstreams, &dir, &opts, quota.as_ref()) {
                 Ok(proc) => {
                     return Ok(LoadBalancer {
@@ -278,6 +283,7 @@ fn launch(
     std::fs::write(&config, text).map_err(NotReady::Failed)?;
     let log = dir.join(kind.log_file());
     let mut cmd = Command::new(bin);
+    opts.host.enter(&mut cmd).map_err(NotReady::Failed)?;
     match kind {
         LbKind::Nginx => {
             // -e: nginx opens its default error log (/var/log/nginx) before reading the

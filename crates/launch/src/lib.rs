@@ -17,6 +17,7 @@
 
 mod cgroup;
 mod cluster;
+mod host;
 mod http;
 mod lb;
 mod node;
@@ -25,6 +26,7 @@ mod redis;
 
 pub use cgroup::{CpuQuota, CPU_CGROUP};
 pub use cluster::{ClusterOptions, CpuQuotas, LocalCluster};
+pub use host::Host;
 pub use http::{http_get, HttpResponse};
 pub use lb::{render_config, LbKind, LbOptions, LoadBalancer};
 pub use node::{NodeOptions, NodeProcess};

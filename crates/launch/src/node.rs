@@ -1,13 +1,13 @@
 //! `plaza serve` nodes on loopback.
 
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
 use crate::proc::{check_port_free, NotReady, Proc, START_ATTEMPTS};
-use crate::CpuQuota;
+use crate::{CpuQuota, Host};
 
 /// How a [`NodeProcess`] is started. `NodeOptions::new(id)` gives the defaults.
 #[derive(Debug, Clone)]
@@ -16,8 +16,10 @@ pub struct NodeOptions {
     pub node_id: String,
     /// `--redis URL` (cluster mode); `None` runs the node in embedded mode.
     pub redis_url: Option<String>,
-    /// Port on 127.0.0.1; 0 picks a free one.
+    /// Port on `host`; 0 picks a free one.
     pub port: u16,
+    /// The address it listens on and its network namespace; the default: 127.0.0.1 here.
+    pub host: Host,
     /// Further arguments after `plaza serve …`, e.g. `["--auto-create-rooms"]`.
     pub extra_args: Vec<String>,
     /// Environment variables set for the node (e.g. `PLAZA_LOG`).
@@ -37,6 +39,7 @@ impl NodeOptions {
             node_id: node_id.into(),
             redis_url: None,
             port: 0,
+            host: Host::loopback(),
             extra_args: Vec::new(),
             env: Vec::new(),
             log_dir: None,
@@ -56,7 +59,7 @@ pub struct NodeProcess {
 }
 
 impl NodeProcess {
-    /// Spawns `plaza serve --listen 127.0.0.1:P [--redis URL] --node-id ID EXTRA…` and waits
+    /// Spawns `plaza serve --listen IP:P [--redis URL] --node-id ID EXTRA…` and waits
     /// until `GET /readyz` answers 200 from this node (its `x-plaza-node` header is `ID`).
     /// With a `cpu_quota`, the node runs in a new cgroup from its first instruction on.
     pub fn start(plaza_bin: &Path, opts: NodeOptions) -> io::Result<NodeProcess> {
@@ -69,12 +72,14 @@ impl NodeProcess {
             attempt += 1;
             let port = match opts.port {
                 0 => crate::free_port()?,
+                // Another namespace's ports are not this one's.
+                p if opts.host.netns.is_some() => p,
                 p => {
                     check_port_free(p, &format!("plaza node {}", opts.node_id))?;
                     p
                 }
             };
-            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+            let addr = opts.host.addr(port);
             match launch(plaza_bin, &opts, addr, quota.as_ref()) {
                 Ok(proc) => {
                     return Ok(NodeProcess {
@@ -153,6 +158,7 @@ fn launch(
     quota: Option<&CpuQuota>,
 ) -> Result<Proc, NotReady> {
     let mut cmd = Command::new(plaza_bin);
+    opts.host.enter(&mut cmd).map_err(NotReady::Failed)?;
     cmd.args(["serve", "--listen", &addr.to_string()]);
     if let Some(url) = &opts.redis_url {
         cmd.args(["--redis", url]);

@@ -7,7 +7,7 @@ use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
 use crate::proc::{find_program, NotReady, Proc, START_ATTEMPTS};
-use crate::CpuQuota;
+use crate::{CpuQuota, Host};
 
 /// A `redis-server` on 127.0.0.1 with its data (the append-only file) in a directory of the
 /// caller's; killed (SIGKILL) when dropped.
@@ -17,6 +17,7 @@ pub struct RedisProcess {
     // Dropped (killed and reaped) before its cgroup, which can only be removed once empty.
     proc: Proc,
     quota: Option<CpuQuota>,
+    host: Host,
     port: u16,
     dir: PathBuf,
 }
@@ -32,6 +33,15 @@ impl RedisProcess {
     /// As [`start`](Self::start), in a cgroup of its own allowed `cpu_quota` CPUs (see
     /// [`CpuQuota`]) if given; a restarted Redis joins the same group.
     pub fn start_with_quota(dir: &Path, cpu_quota: Option<f64>) -> io::Result<RedisProcess> {
+        RedisProcess::start_inner(dir, cpu_quota, Host::loopback())
+    }
+
+    /// As [`start`](Self::start), bound to `host`'s address in its network namespace.
+    pub fn start_on(dir: &Path, host: Host) -> io::Result<RedisProcess> {
+        RedisProcess::start_inner(dir, None, host)
+    }
+
+    fn start_inner(dir: &Path, cpu_quota: Option<f64>, host: Host) -> io::Result<RedisProcess> {
         let quota = cpu_quota
             .map(|cpus| CpuQuota::create_unique("redis", cpus))
             .transpose()?;
@@ -41,11 +51,12 @@ impl RedisProcess {
         loop {
             attempt += 1;
             let port = crate::free_port()?;
-            match launch(&dir, port, quota.as_ref()) {
+            match launch(&dir, &host, port, quota.as_ref()) {
                 Ok(proc) => {
                     return Ok(RedisProcess {
                         proc,
                         quota,
+                        host,
                         port,
                         dir,
                     })
@@ -56,9 +67,10 @@ impl RedisProcess {
         }
     }
 
-    /// `redis://127.0.0.1:PORT/`, for `plaza serve --redis`.
+    /// `redis://IP:PORT/` (IP 127.0.0.1 unless started [on](Self::start_on) another
+    /// host), for `plaza serve --redis`.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        format!("redis://{}/", self.addr())
     }
 
     /// The port it listens on (the same after [`restart`](Self::restart)).
@@ -66,9 +78,9 @@ impl RedisProcess {
         self.port
     }
 
-    /// 127.0.0.1 and [`port`](Self::port).
+    /// Its address and [`port`](Self::port).
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+        self.host.addr(self.port)
     }
 
     /// The data directory (`--dir`).
@@ -102,24 +114,35 @@ impl RedisProcess {
     /// port and directory, and waits until it answers PING, i.e. has reloaded its data.
     pub fn restart(&mut self) -> io::Result<()> {
         self.proc.stop()?;
-        self.proc = launch(&self.dir, self.port, self.quota.as_ref())?;
+        self.proc = launch(&self.dir, &self.host, self.port, self.quota.as_ref())?;
         Ok(())
     }
 }
 
-fn launch(dir: &Path, port: u16, quota: Option<&CpuQuota>) -> Result<Proc, NotReady> {
+fn launch(dir: &Path, host: &Host, port: u16, quota: Option<&CpuQuota>) -> Result<Proc, NotReady> {
     let bin = find_program("redis-server", "PLAZA_REDIS_SERVER", "redis-server")
         .map_err(NotReady::Failed)?;
+    let addr = host.addr(port);
     let mut cmd = Command::new(bin);
-    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--dir"])
-        .arg(dir)
-        .args(["--appendonly", "yes", "--save", "", "--daemonize", "no"]);
+    cmd.args([
+        "--port",
+        &port.to_string(),
+        "--bind",
+        &host.ip.to_string(),
+        "--dir",
+    ])
+    .arg(dir)
+    .args(["--appendonly", "yes", "--save", "", "--daemonize", "no"]);
+    if host.ip != Ipv4Addr::LOCALHOST {
+        // Protected mode refuses clients from other hosts when no password is set.
+        cmd.args(["--protected-mode", "no"]);
+    }
+    host.enter(&mut cmd).map_err(NotReady::Failed)?;
     if let Some(q) = quota {
         q.confine(&mut cmd);
     }
-    let name = format!("redis-server (127.0.0.1:{port})");
+    let name = format!("redis-server ({addr})");
     let mut proc = Proc::spawn(name, cmd, &dir.join("redis.log")).map_err(NotReady::Failed)?;
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     proc.wait_ready("answering PING", || ping(addr))?;
     Ok(proc)
 }

@@ -270,6 +270,7 @@ fn nginx_workers_share_the_balancers_cgroup() {
     let opts = LbOptions {
         workers: Some(1),
         cpu_quota: Some(0.5),
+        ..LbOptions::default()
     };
     let mut lb = LoadBalancer::start_with(LbKind::Nginx, 0, &[up], dir.path(), opts).unwrap();
     assert!(std::fs::read_to_string(lb.config_path())
@@ -304,7 +305,7 @@ fn a_worker_count_is_refused_for_haproxy() {
     let up: SocketAddr = "127.0.0.1:9".parse().unwrap();
     let opts = LbOptions {
         workers: Some(2),
-        cpu_quota: None,
+        ..LbOptions::default()
     };
     let err = LoadBalancer::start_with(LbKind::Haproxy, 0, &[up], dir.path(), opts)
         .err()

@@ -1,11 +1,13 @@
 //! The plaza crate's integration tests, in one binary: one link instead of one per file.
 
 mod cluster_support;
+mod netlab;
 mod support;
 
 #[cfg(feature = "bench")]
 mod bench_cli;
 mod binary;
+mod chaos;
 mod cluster;
 mod cluster_quota;
 mod launch;

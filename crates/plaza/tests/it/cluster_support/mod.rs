@@ -39,10 +39,23 @@ pub struct Member {
     /// Other room events (kind, frame).
     pub events: Vec<Value>,
     pub reconnects: usize,
+    /// `pong` frames received.
+    pub pongs: usize,
+    /// When set, a connection silent this long gets an application `ping`,
+    /// and one still silent as long again is taken for dead: the member
+    /// reconnects (a path cut somewhere between it and its node sends no
+    /// close, nor anything else). See [`Member::with_liveness`].
+    liveness: Option<Duration>,
+    /// When the current connection last gave a frame (or a ping went out).
+    heard: Instant,
+    /// Whether a ping is unanswered.
+    pinged: bool,
 }
 
 /// How long a member tries to reconnect before the test fails.
 pub const RECONNECT_FOR: Duration = Duration::from_secs(30);
+/// How long one connect and join may take when watching for liveness.
+pub const CONNECT_FOR: Duration = Duration::from_secs(10);
 
 impl Member {
     /// Connects to `url` and joins `room` as `name`.
@@ -63,12 +76,36 @@ impl Member {
             responses: HashMap::new(),
             events: Vec::new(),
             reconnects: 0,
+            pongs: 0,
+            liveness: None,
+            heard: Instant::now(),
+            pinged: false,
         };
         m.connect(None).await.expect("first join");
         m
     }
 
+    /// [`Member::join`], watching the connection for silence (see `liveness`):
+    /// how a client finds out that a path it cannot see was cut.
+    pub async fn with_liveness(url: &str, room: &str, name: &str, liveness: Duration) -> Member {
+        let mut m = Member::join(url, room, name).await;
+        m.liveness = Some(liveness);
+        m
+    }
+
+    /// Connects and joins, giving up after [`CONNECT_FOR`] when watching for
+    /// liveness (a cut path may swallow the handshake).
     async fn connect(&mut self, resume: Option<Value>) -> Result<(), String> {
+        if self.liveness.is_none() {
+            return self.connect_once(resume).await;
+        }
+        match tokio::time::timeout(CONNECT_FOR, self.connect_once(resume)).await {
+            Ok(r) => r,
+            Err(_) => Err(format!("no joined within {CONNECT_FOR:?}")),
+        }
+    }
+
+    async fn connect_once(&mut self, resume: Option<Value>) -> Result<(), String> {
         let (mut ws, response) = tokio_tungstenite::connect_async(self.url.as_str())
             .await
             .map_err(|e| format!("connect {}: {e}", self.url))?;
@@ -106,6 +143,8 @@ impl Member {
             }
         }
         self.ws = Some(ws);
+        self.heard = Instant::now();
+        self.pinged = false;
         // Whatever was not acknowledged is sent again, with the same ids.
         self.resend_unacked().await;
         Ok(())
@@ -178,10 +217,27 @@ impl Member {
         let Some(ws) = &mut self.ws else {
             return self.reconnect().await;
         };
-        let wait = deadline.saturating_duration_since(Instant::now());
+        let now = Instant::now();
+        let mut wait = deadline.saturating_duration_since(now);
+        if let Some(l) = self.liveness {
+            wait = wait.min((self.heard + l).saturating_duration_since(now));
+        }
         match tokio::time::timeout(wait, next_frame(ws)).await {
-            Err(_) => {}
+            Err(_) => match self.liveness {
+                Some(l) if self.heard.elapsed() >= l && self.pinged => {
+                    // Silent through a ping: the path is gone.
+                    self.reconnect().await;
+                }
+                Some(l) if self.heard.elapsed() >= l => {
+                    self.pinged = true;
+                    self.heard = Instant::now();
+                    self.send(json!({"type": "ping"})).await;
+                }
+                _ => {}
+            },
             Ok(Ok(v)) => {
+                self.heard = Instant::now();
+                self.pinged = false;
                 if v["type"] == "closed" {
                     self.reconnect().await;
                 } else {
@@ -227,6 +283,7 @@ impl Member {
                 self.responses.insert(nonce, v);
             }
             Some("error") => self.errors.push(v),
+            Some("pong") => self.pongs += 1,
             _ => {}
         }
     }
