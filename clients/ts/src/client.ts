@@ -6,6 +6,7 @@ import { RoomHandle } from './room.js';
 import type { JoinOptions, RoomTransport } from './room-options.js';
 import { transportConstructor, type TransportName } from './http-socket.js';
 import { messageText, OPEN, resolveWebSocket, type WebSocketConstructor, type WebSocketLike } from './socket.js';
+import { SilenceWatch } from './silence.js';
 
 /** Connection states, in the order a client usually goes through them. */
 export type ConnectionState = 'idle' | 'connecting' | 'open' | 'reconnecting' | 'closed';
@@ -29,6 +30,13 @@ export interface PlazaClientOptions {
   transports?: TransportName[];
   /** How long a transport may take to open before the next is tried (default 5000 ms). */
   openTimeoutMs?: number;
+  /**
+   * How long the open connection may be silent before the client sends a `ping`; silent as
+   * long again, it is taken for dead and the client reconnects and resumes (default 30000 ms; 0:
+   * never). A cut path (a partition, a balancer that lost the node) sends no close: this is how
+   * the client notices it. Keep it above the worst round trip expected.
+   */
+  silenceMs?: number;
   /**
    * On a fallback transport, how often to try the first one again (default 30000 ms; 0: never).
    * When it opens, the rooms move over at a quiet moment (no request waiting for its answer):
@@ -102,6 +110,8 @@ export class PlazaClient extends Emitter<ClientEvents> {
   private readonly transport: RoomTransport;
   private readonly transports: TransportName[];
   private readonly openTimeoutMs: number;
+  private readonly silenceMs: number;
+  private silence: SilenceWatch | undefined;
   /** The transport being tried or used (an index into `transports`). */
   private transportIndex = 0;
   private openTimer: ReturnType<typeof setTimeout> | undefined;
@@ -126,6 +136,7 @@ export class PlazaClient extends Emitter<ClientEvents> {
     this.url = parsed.toString();
     this.transports = options.transports?.length ? [...options.transports] : ['websocket', 'sse', 'polling'];
     this.openTimeoutMs = options.openTimeoutMs ?? 5000;
+    this.silenceMs = options.silenceMs ?? 30_000;
     this.upgradeProbeMs = options.upgradeProbeMs ?? 30_000;
     // Without WebSocket (and none given) only the HTTP transports can work.
     this.WebSocketImpl = this.transports.includes('websocket')
@@ -203,6 +214,7 @@ export class PlazaClient extends Emitter<ClientEvents> {
     clearTimeout(this.reconnectTimer);
     clearTimeout(this.openTimer);
     clearTimeout(this.refreshTimer);
+    this.watchSilence(undefined);
     this.tokenFetch += 1;
     this.stopUpgrade();
     this.finishRetiring();
@@ -320,6 +332,7 @@ export class PlazaClient extends Emitter<ClientEvents> {
       clearTimeout(this.openTimer);
       this.attempt = 0;
       this.setState('open');
+      this.watchSilence(socket);
       for (const waiter of this.openWaiters.splice(0)) waiter.resolve();
       for (const room of this.rooms.values()) room._sendJoin();
       this.scheduleUpgrade();
@@ -330,7 +343,9 @@ export class PlazaClient extends Emitter<ClientEvents> {
   /** Routes `socket`'s messages and its end (`opened()`: whether it had opened). */
   private attach(socket: WebSocketLike, opened: () => boolean): void {
     socket.onmessage = (ev) => {
-      if (this.socket === socket) this.onMessage(ev.data);
+      if (this.socket !== socket) return;
+      this.silence?.heardNow();
+      this.onMessage(ev.data);
     };
     socket.onerror = () => {
       // A `close` follows; nothing to do here.
@@ -423,6 +438,7 @@ export class PlazaClient extends Emitter<ClientEvents> {
     this.socket = next;
     this.transportIndex = 0;
     this.attach(next, () => true);
+    this.watchSilence(next);
     for (const room of rooms) room._beginMove();
     for (const room of rooms) room._sendJoin();
     this.emit('transport', this.transportName);
@@ -490,10 +506,29 @@ export class PlazaClient extends Emitter<ClientEvents> {
     if (this.socket !== socket) return;
     this.socket = undefined;
     clearTimeout(this.refreshTimer);
+    this.watchSilence(undefined);
     this.stopUpgrade();
     this.finishRetiring();
     for (const room of [...this.rooms.values()]) room._onDisconnect();
     this.retryLater(gate);
+  }
+
+  /** Watches `socket` (the open one) for silence, or nothing when `undefined`. */
+  private watchSilence(socket: WebSocketLike | undefined): void {
+    this.silence?.stop();
+    this.silence = undefined;
+    if (!socket || this.silenceMs <= 0) return;
+    this.silence = new SilenceWatch(
+      this.silenceMs,
+      () => this.send({ type: 'ping' }),
+      () => {
+        // Nothing came back: the path is gone, though no close said so.
+        if (this.socket !== socket) return;
+        detach(socket);
+        socket.close(1000);
+        this.onSocketLost(socket);
+      },
+    );
   }
 
   /** Connects again after a backoff (once `gate` settles, when given), or closes without one. */
