@@ -7,6 +7,18 @@
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's live and resident bytes, for `/metrics` (RSS alone cannot tell live data from
+/// pages the allocator keeps).
+fn jemalloc_figures() -> Option<plaza_server::allocator::AllocatorFigures> {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    // The statistics are a snapshot taken at the last epoch: take a new one.
+    epoch::advance().ok()?;
+    Some(plaza_server::allocator::AllocatorFigures {
+        allocated: stats::allocated::read().ok()? as u64,
+        resident: stats::resident::read().ok()? as u64,
+    })
+}
+
 mod cluster;
 
 use std::path::PathBuf;
@@ -260,6 +272,7 @@ fn unknown_plaza_env(vars: impl Iterator<Item = (String, String)>) -> Vec<String
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    plaza_server::allocator::set_allocator_probe(jemalloc_figures);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PLAZA_LOG")

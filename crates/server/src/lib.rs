@@ -8,6 +8,7 @@
 //! WebSocket endpoint; [`serve`] runs them until shutdown.
 
 mod admin;
+pub mod allocator;
 mod api_error;
 pub mod auth;
 mod clock;

@@ -21,7 +21,7 @@ use crate::status::{self, Sampler, TeeCounter, TeeHistogram, Totals};
 /// Pre-registered metric handles of one node.
 pub struct NodeMetrics {
     handle: PrometheusHandle,
-    _recorder: PrometheusRecorder,
+    recorder: PrometheusRecorder,
     /// Open WebSocket connections.
     pub connections: Gauge,
     /// Rooms held.
@@ -113,7 +113,7 @@ impl NodeMetrics {
             totals: [frames_in_tee, frames_out_tee, bytes_in_tee, bytes_out_tee],
             recent_latency,
             sampler: Sampler::new(),
-            _recorder: recorder,
+            recorder,
         }
     }
 
@@ -183,6 +183,15 @@ impl NodeMetrics {
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
+        // Read when scraped; shown only where the allocator reports (`plaza serve`).
+        if let Some(f) = crate::allocator::allocator_figures() {
+            let gauge = |name| {
+                self.recorder
+                    .register_gauge(&Key::from_static_name(name), &METADATA)
+            };
+            gauge("plaza_allocator_allocated_bytes").set(f.allocated as f64);
+            gauge("plaza_allocator_resident_bytes").set(f.resident as f64);
+        }
         self.handle.run_upkeep();
         self.handle.render()
     }

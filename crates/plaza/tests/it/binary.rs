@@ -112,6 +112,26 @@ fn web_dir_from_the_config_file_is_served_at_root() {
     assert!(index.contains("cache-control: no-cache"), "{index}");
 }
 
+#[test]
+fn metrics_show_the_allocators_live_and_resident_bytes() {
+    let p = start(&[], &[]);
+    let metrics = http_get(&p.addr, "/metrics");
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /metrics: {metrics}"))
+    };
+    let allocated = value("plaza_allocator_allocated_bytes");
+    let resident = value("plaza_allocator_resident_bytes");
+    // A running server has live data, and jemalloc maps at least what is live.
+    assert!(allocated > 0.0, "{allocated}");
+    assert!(
+        resident >= allocated,
+        "resident {resident} < allocated {allocated}"
+    );
+}
+
 /// A minimal HTTP/1.1 GET over a TcpStream; returns the whole response.
 fn http_get(addr: &str, path: &str) -> String {
     use std::io::{Read, Write};
