@@ -220,7 +220,7 @@ async fn a_node_cut_off_from_redis_refuses_writes_then_comes_back_clean() {
     publish_until_acked(&mut a, "a-0").await;
     publish_until_acked(&mut d, "d-0").await;
 
-    c.lab.cut(NODES[0], Some("redis"));
+    c.lab.cut(NODES[0], "redis");
     // A write node 1 cannot log is refused, with the documented code.
     a.publish("a-1", json!("a-1")).await;
     a.pump_until(LIMIT, |a| has_error(a, "broker_unavailable"))
@@ -278,7 +278,7 @@ async fn members_cut_off_from_their_node_resume_on_the_other_and_nothing_acknowl
         if i == N / 3 {
             // The balancer can no longer reach the room's node, nor it the
             // balancer; the node itself still reaches Redis.
-            c.lab.cut(victim, Some("lb"));
+            c.lab.cut(victim, "lb");
         }
         for m in [&mut a, &mut b, &mut d] {
             let id = format!("{}-{i}", m.name);

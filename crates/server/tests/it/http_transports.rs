@@ -313,19 +313,26 @@ async fn a_closed_transport_session_is_resumed_by_a_new_one_without_loss() {
         (status, body["error"]["code"].clone()),
         (404, json!("transport_not_found"))
     );
-    let mut again = Poller::open(&s).await;
-    again
-        .send(json!({"type": "join", "room": ROOM, "name": "ann",
-            "resume": {"token": joined["resume_token"], "last_seq": joined["seq"]}}))
-        .await;
-    let resumed = again.until(|v| v["type"] == "joined").await;
-    assert_eq!(resumed["resumed"], true);
+    let (mut again, resumed) = resume_ann(&s, &joined).await;
     assert_eq!(resumed["session"], joined["session"]);
     let missed = again.until(|v| v["kind"] == "message").await;
     assert_eq!(
         (missed["data"].clone(), missed["seq"].clone()),
         (json!("missed"), ack["seq"].clone())
     );
+}
+
+/// A new transport session resuming ann's membership (`joined`: her first
+/// `joined` frame): the session and its resumed `joined`.
+async fn resume_ann<'a>(s: &'a TestServer, joined: &Value) -> (Poller<'a>, Value) {
+    let mut again = Poller::open(s).await;
+    again
+        .send(json!({"type": "join", "room": ROOM, "name": "ann",
+            "resume": {"token": joined["resume_token"], "last_seq": joined["seq"]}}))
+        .await;
+    let resumed = again.until(|v| v["type"] == "joined").await;
+    assert_eq!(resumed["resumed"], true);
+    (again, resumed)
 }
 
 #[tokio::test]
@@ -346,13 +353,7 @@ async fn a_replay_longer_than_the_send_queue_reaches_a_polling_client_whole() {
         let (ack, _) = bob.publish(ROOM, "chat", json!(i)).await;
         acks.push(ack["seq"].clone());
     }
-    let mut again = Poller::open(&s).await;
-    again
-        .send(json!({"type": "join", "room": ROOM, "name": "ann",
-            "resume": {"token": joined["resume_token"], "last_seq": joined["seq"]}}))
-        .await;
-    let resumed = again.until(|v| v["type"] == "joined").await;
-    assert_eq!(resumed["resumed"], true);
+    let (mut again, _) = resume_ann(&s, &joined).await;
     let mut seqs = Vec::new();
     while seqs.len() < acks.len() {
         seqs.push(again.until(|v| v["kind"] == "message").await["seq"].clone());

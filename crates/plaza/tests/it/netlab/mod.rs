@@ -64,6 +64,22 @@ fn must(program: &str, args: &[&str]) {
     }
 }
 
+/// `ip [-n NS] ARGS…`, failing the test with what went wrong.
+fn ip(ns: Option<&str>, args: &[&str]) {
+    let mut all = Vec::with_capacity(args.len() + 2);
+    if let Some(ns) = ns {
+        all.extend_from_slice(&["-n", ns]);
+    }
+    all.extend_from_slice(args);
+    must("ip", &all);
+}
+
+/// Gives `dev` (in namespace `ns`, or this one) the address `cidr` and brings it up.
+fn up(ns: Option<&str>, dev: &str, cidr: &str) {
+    ip(ns, &["addr", "add", cidr, "dev", dev]);
+    ip(ns, &["link", "set", dev, "up"]);
+}
+
 /// Removes namespaces left by test processes that no longer run.
 fn remove_stale() {
     let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
@@ -128,32 +144,10 @@ impl Lab {
             leaves: Vec::new(),
             delays: Vec::new(),
         };
-        let root_dev = lab.root_dev();
-        must(
-            "ip",
-            &[
-                "addr",
-                "add",
-                &format!("10.{octet}.0.1/24"),
-                "dev",
-                &root_dev,
-            ],
-        );
-        must("ip", &["link", "set", &root_dev, "up"]);
-        must(
-            "ip",
-            &[
-                "-n",
-                &hub,
-                "addr",
-                "add",
-                &format!("10.{octet}.0.2/24"),
-                "dev",
-                "uplink",
-            ],
-        );
-        must("ip", &["-n", &hub, "link", "set", "uplink", "up"]);
-        must("ip", &["-n", &hub, "link", "set", "lo", "up"]);
+        let hub_ns = Some(hub.as_str());
+        up(None, &lab.root_dev(), &format!("10.{octet}.0.1/24"));
+        up(hub_ns, "uplink", &format!("10.{octet}.0.2/24"));
+        ip(hub_ns, &["link", "set", "lo", "up"]);
         must(
             "ip",
             &[
@@ -165,15 +159,10 @@ impl Lab {
                 "net.ipv4.ip_forward=1",
             ],
         );
-        must(
-            "ip",
-            &[
-                "route",
-                "add",
-                &format!("10.{octet}.0.0/16"),
-                "via",
-                &format!("10.{octet}.0.2"),
-            ],
+        let via = format!("10.{octet}.0.2");
+        ip(
+            None,
+            &["route", "add", &format!("10.{octet}.0.0/16"), "via", &via],
         );
         for (i, name) in leaves.iter().enumerate() {
             let k = i + 1;
@@ -181,45 +170,17 @@ impl Lab {
             must("ip", &["netns", "add", &ns]);
             lab.leaves.push((name.to_string(), ns.clone()));
             let dev = format!("l{k}");
-            must(
-                "ip",
+            let peer = [
+                "link", "add", &dev, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+            ];
+            ip(hub_ns, &peer);
+            up(hub_ns, &dev, &format!("10.{octet}.{k}.1/24"));
+            let leaf = Some(ns.as_str());
+            up(leaf, "eth0", &format!("10.{octet}.{k}.2/24"));
+            ip(leaf, &["link", "set", "lo", "up"]);
+            ip(
+                leaf,
                 &[
-                    "-n", &hub, "link", "add", &dev, "type", "veth", "peer", "name", "eth0",
-                    "netns", &ns,
-                ],
-            );
-            must(
-                "ip",
-                &[
-                    "-n",
-                    &hub,
-                    "addr",
-                    "add",
-                    &format!("10.{octet}.{k}.1/24"),
-                    "dev",
-                    &dev,
-                ],
-            );
-            must("ip", &["-n", &hub, "link", "set", &dev, "up"]);
-            must(
-                "ip",
-                &[
-                    "-n",
-                    &ns,
-                    "addr",
-                    "add",
-                    &format!("10.{octet}.{k}.2/24"),
-                    "dev",
-                    "eth0",
-                ],
-            );
-            must("ip", &["-n", &ns, "link", "set", "eth0", "up"]);
-            must("ip", &["-n", &ns, "link", "set", "lo", "up"]);
-            must(
-                "ip",
-                &[
-                    "-n",
-                    &ns,
                     "route",
                     "add",
                     "default",
@@ -265,13 +226,10 @@ impl Lab {
         must("ip", &args);
     }
 
-    /// Cuts `leaf` off from `other` (a leaf, or `None` for this process): every
-    /// packet between them is dropped silently, as in a real partition.
-    pub fn cut(&self, leaf: &str, other: Option<&str>) {
-        let peer = match other {
-            Some(o) => self.ip(o).to_string(),
-            None => format!("10.{}.0.1", self.octet),
-        };
+    /// Cuts `leaf` off from the leaf `other`: every packet between them is
+    /// dropped silently, as in a real partition.
+    pub fn cut(&self, leaf: &str, other: &str) {
+        let peer = self.ip(other).to_string();
         let ns = self.netns(leaf).to_owned();
         self.iptables(&ns, &["-I", "INPUT", "-s", &peer, "-j", "DROP"]);
         self.iptables(&ns, &["-I", "OUTPUT", "-d", &peer, "-j", "DROP"]);
