@@ -8,7 +8,7 @@
 #     SOAK_SET="users_per_room=10" CHURN_SET="users=20" bench/soak.sh   # the CI version
 #
 # The server runs on CPU 0 and the load on CPU 1 when there are two. Writes OUT/soak and
-# OUT/churn (result.json, summary.md), OUT/rss.csv (the server's RSS every 10 s) and
+# OUT/churn (result.json, summary.md), OUT/rss.csv (the server's RSS every 10 s, with its allocator's live and resident KiB) and
 # OUT/serve.log, and the verdict lines in OUT/summary.txt; exits non-zero when either run failed an expectation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,15 +58,18 @@ out = sys.argv[1]
 r = json.load(open(f"{out}/soak/result.json"))
 series = r.get("server_rss_series", [])
 with open(f"{out}/rss.csv", "w") as f:
-    f.write("seconds,rss_kib,recorded\n")
+    f.write("seconds,rss_kib,recorded,heap_kib,allocator_resident_kib\n")
     for s in series:
-        f.write(f"{s['at_s']:.0f},{s['kib']},{int(s['recorded'])}\n")
+        f.write(f"{s['at_s']:.0f},{s['kib']},{int(s['recorded'])},"
+                f"{s.get('heap_kib', '')},{s.get('allocator_resident_kib', '')}\n")
 c = json.load(open(f"{out}/churn/result.json"))
 drift = r.get("server_rss_drift")
+heap = r.get("server_heap_drift")
 print(f"soak: passed={r['passed']} joined={r['joined']} publishes={r['publishes_total']} "
       f"deliveries={r['deliveries_total']}/{r['expected_deliveries_total']} "
       f"errors={sum(r['errors'].values()) if r['errors'] else 0} "
-      f"rss_drift={'n/a' if drift is None else f'{drift * 100:.1f} %'} ({len(series)} readings)")
+      f"rss_drift={'n/a' if drift is None else f'{drift * 100:.1f} %'} "
+      f"heap_drift={'n/a' if heap is None else f'{heap * 100:.1f} %'} ({len(series)} readings)")
 print(f"churn: passed={c['passed']} joins={c['joined']} "
       f"errors={sum(c['errors'].values()) if c['errors'] else 0}")
 for name, rep in (("soak", r), ("churn", c)):

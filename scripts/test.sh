@@ -158,6 +158,11 @@ if [ "$status" -eq 0 ]; then
     SOAK_SET="users_per_room=10 rooms=2" CHURN_SET="users=10 rooms=2" bench/soak.sh
   status=$?
   set -e
+  # plaza bench reads the allocator's live bytes beside RSS (what tells a leak from kept pages).
+  if [ "$status" -eq 0 ] && ! grep -q 'heap_drift=[0-9]' /tmp/plaza-ci-soak/summary.txt; then
+    echo "soak: the run has no allocator readings from /metrics" >&2
+    status=1
+  fi
   if [ "$status" -eq 0 ]; then
     soak_summary="passed ($(head -1 /tmp/plaza-ci-soak/summary.txt))"
   else

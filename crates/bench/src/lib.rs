@@ -22,6 +22,7 @@
 
 #![warn(missing_docs)]
 
+pub mod allocator_gauges;
 pub mod chart;
 pub mod cli;
 pub mod compare;

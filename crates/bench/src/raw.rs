@@ -91,6 +91,15 @@ pub struct RssSample {
     pub kib: u64,
     /// Whether a recorded phase was running.
     pub recorded: bool,
+    /// The server allocator's live bytes at that moment, KiB (Plaza's
+    /// `plaza_allocator_allocated_bytes`; absent for servers that do not
+    /// report it). Beside RSS it tells live data from pages kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heap_kib: Option<u64>,
+    /// The pages the server's allocator holds, KiB
+    /// (`plaza_allocator_resident_bytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocator_resident_kib: Option<u64>,
 }
 
 fn websocket() -> String {

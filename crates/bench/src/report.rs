@@ -214,6 +214,11 @@ pub struct Report {
     /// from the first recorded one, as a fraction of it.
     #[serde(default)]
     pub server_rss_drift: Option<f64>,
+    /// The same distance for the server allocator's live bytes (Plaza's
+    /// `plaza_allocator_allocated_bytes`): growing live data, where RSS
+    /// can also grow by pages the allocator keeps. Not a check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_heap_drift: Option<f64>,
     /// Generator CPU while recording, % of one core.
     pub generator_cpu_percent: Option<f64>,
     /// Whether the generator used ≥ 90 % of the cores its threads can use
@@ -234,11 +239,24 @@ const GENERATOR_BUSY_PERCENT: f64 = 90.0;
 /// The largest distance of a recorded RSS reading from the first recorded
 /// one, as a fraction of it; `None` with fewer than two readings.
 fn rss_drift(series: &[crate::raw::RssSample]) -> Option<f64> {
-    let mut recorded = series.iter().filter(|r| r.recorded);
-    let first = recorded.next()?.kib as f64;
+    drift(series, |r| Some(r.kib))
+}
+
+/// [`rss_drift`] of the allocator's live bytes, over the readings that have
+/// them.
+fn heap_drift(series: &[crate::raw::RssSample]) -> Option<f64> {
+    drift(series, |r| r.heap_kib)
+}
+
+fn drift(
+    series: &[crate::raw::RssSample],
+    value: impl Fn(&crate::raw::RssSample) -> Option<u64>,
+) -> Option<f64> {
+    let mut recorded = series.iter().filter(|r| r.recorded).filter_map(value);
+    let first = recorded.next()? as f64;
     let mut drift = None;
-    for r in recorded {
-        let d = (r.kib as f64 - first).abs() / first.max(1.0);
+    for v in recorded {
+        let d = (v as f64 - first).abs() / first.max(1.0);
         drift = Some(drift.map_or(d, |m: f64| m.max(d)));
     }
     drift
@@ -416,6 +434,7 @@ impl Report {
             server_rss_start_kib: i.server_rss_start_kib,
             server_rss_series: i.server_rss_series.clone(),
             server_rss_drift,
+            server_heap_drift: heap_drift(&i.server_rss_series),
             server_rss_per_user_kib: i
                 .server_rss_kib
                 .zip(i.server_rss_start_kib)
@@ -583,6 +602,23 @@ impl Report {
                 d * 100.0
             );
         }
+        let heap: Vec<u64> = self
+            .server_rss_series
+            .iter()
+            .filter(|r| r.recorded)
+            .filter_map(|r| r.heap_kib)
+            .collect();
+        if let (Some(d), Some(lo), Some(hi)) =
+            (self.server_heap_drift, heap.iter().min(), heap.iter().max())
+        {
+            let _ = writeln!(
+                s,
+                "| server allocator, live bytes while recording | {:.1} to {:.1} MiB, at most {:.1} % from the first |",
+                *lo as f64 / 1024.0,
+                *hi as f64 / 1024.0,
+                d * 100.0
+            );
+        }
         let _ = writeln!(
             s,
             "| generator CPU | {} |",
@@ -631,6 +667,8 @@ mod tests {
             at_s,
             kib,
             recorded,
+            heap_kib: None,
+            allocator_resident_kib: None,
         };
         // Warm-up readings do not count; the first recorded one is the base.
         let series = [
@@ -647,5 +685,27 @@ mod tests {
             "one recorded reading is no curve"
         );
         assert_eq!(rss_drift(&[]), None);
+        assert_eq!(heap_drift(&series), None, "no allocator readings");
+    }
+
+    #[test]
+    fn heap_drift_uses_only_the_readings_that_have_the_allocator_figure() {
+        let at = |kib: u64, heap_kib: Option<u64>| RssSample {
+            at_s: 0.0,
+            kib,
+            recorded: true,
+            heap_kib,
+            allocator_resident_kib: heap_kib.map(|h| h + 1),
+        };
+        let series = [
+            at(1000, None),
+            at(1000, Some(200)),
+            at(2000, Some(210)),
+            at(900, None),
+        ];
+        let d = heap_drift(&series).unwrap();
+        assert!((d - 0.05).abs() < 1e-9, "{d}");
+        let r = rss_drift(&series).unwrap();
+        assert!((r - 1.0).abs() < 1e-9, "{r}");
     }
 }

@@ -560,10 +560,19 @@ async fn wait_sampling(
                 .last()
                 .is_none_or(|s| at_s - s.at_s >= RSS_SERIES_EVERY_S)
             {
+                let recorded = shared.recording();
+                let gauges = crate::allocator_gauges::scrape(
+                    &shared.http,
+                    shared.opts.addr,
+                    &shared.opts.host,
+                )
+                .await;
                 rss.series.push(RssSample {
                     at_s,
                     kib,
-                    recorded: shared.recording(),
+                    recorded,
+                    heap_kib: gauges.map(|g| g.heap_kib),
+                    allocator_resident_kib: gauges.map(|g| g.resident_kib),
                 });
             }
         }
