@@ -36,6 +36,8 @@ pub struct NodeMetrics {
     pub bytes_out: Counter,
     /// Time from an event's ordering to its socket write (sampled once per write batch).
     pub delivery_latency: Histogram,
+    /// Time a client's command waited for its room's task (embedded mode).
+    pub room_wait: Histogram,
     /// Connections closed because their send queue stayed full.
     pub slow_consumers: Counter,
     /// Connections refused because the node held `max_connections`.
@@ -62,6 +64,13 @@ impl NodeMetrics {
                 Matcher::Full("plaza_delivery_latency_seconds".into()),
                 &[
                     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                ],
+            )
+            .expect("bucket list is not empty")
+            .set_buckets_for_metric(
+                Matcher::Full("plaza_room_wait_seconds".into()),
+                &[
+                    0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
                 ],
             )
             .expect("bucket list is not empty")
@@ -103,6 +112,8 @@ impl NodeMetrics {
             jwks_reloads: counter("plaza_jwks_reloads_total").1,
             jwks_reload_failures: counter("plaza_jwks_reload_failures_total").1,
             delivery_latency,
+            room_wait: recorder
+                .register_histogram(&Key::from_static_name("plaza_room_wait_seconds"), &METADATA),
             error_set: ErrorCounter(
                 errors
                     .iter()

@@ -267,6 +267,49 @@ impl OutboxReceiver {
         }
     }
 
+    /// Waits until something is queued, taking nothing: a writer that
+    /// holds its next write (coalescing) keeps the frames where producers
+    /// can still add to them and the connection's close can still find them.
+    pub async fn ready(&self) {
+        loop {
+            if !self.is_empty() {
+                return;
+            }
+            self.queue.ready.notified().await;
+        }
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.queue
+            .items
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
+    /// Takes up to `max` queued frames, oldest first, under one lock: a
+    /// writer takes its whole batch at once rather than frame by frame, so
+    /// producers (the room fanning out) meet the lock once per batch.
+    pub fn take_batch(&mut self, max: usize) -> VecDeque<Outgoing> {
+        let mut items = self.queue.items.lock().unwrap_or_else(|p| p.into_inner());
+        let batch = if items.len() <= max {
+            // The queue's own buffer goes with the batch; the next frame
+            // queued starts a small one.
+            std::mem::take(&mut *items)
+        } else {
+            items.drain(..max).collect()
+        };
+        let replayed = batch.iter().filter(|i| i.is_replayed()).count();
+        if replayed > 0 {
+            self.queue.replaying.fetch_sub(replayed, Ordering::Relaxed);
+        }
+        if items.is_empty() && items.capacity() > KEEP {
+            *items = VecDeque::new();
+        }
+        batch
+    }
+
     /// Takes the next frame if one is queued.
     pub fn try_recv(&mut self) -> Result<Outgoing, Empty> {
         let mut items = self.queue.items.lock().unwrap_or_else(|p| p.into_inner());
@@ -424,6 +467,51 @@ mod tests {
             (ack.frame().as_ref(), ack.ordered_at()),
             (&b"ack"[..], None)
         );
+    }
+
+    #[test]
+    fn a_batch_takes_at_most_max_frames_in_order_and_gives_back_the_replay_allowance() {
+        let control = ConnectionControl::new();
+        let (out, mut rx) = Outbox::new(2, control.clone());
+        assert!(out.send(Bytes::from_static(b"joined")));
+        let missed: Vec<_> = (1..=5).map(entry).collect();
+        assert!(out.replay(&missed));
+        let first = rx.take_batch(4);
+        let frames: Vec<_> = first.iter().map(|i| i.frame().clone()).collect();
+        assert_eq!(frames[0], "joined");
+        assert_eq!(
+            frames[1..],
+            [1, 2, 3].map(|s| Bytes::from(format!("{{\"seq\":{s}}}")))
+        );
+        // Two replayed events are still queued: they alone are within the
+        // allowance, and one live frame more fits the bound of two.
+        assert!(out.send(Bytes::from_static(b"live")));
+        let rest = rx.take_batch(100);
+        assert_eq!(rest.len(), 3);
+        assert_eq!(rest[2].frame(), "live");
+        assert!(rx.is_empty());
+        // With the replay read, the bound is the queue's own again.
+        assert!(out.send(Bytes::from_static(b"a")));
+        assert!(out.send(Bytes::from_static(b"b")));
+        assert!(!out.send(Bytes::from_static(b"c")));
+        assert_eq!(control.close_code(), Some(CloseCode::SlowConsumer.code()));
+    }
+
+    #[tokio::test]
+    async fn ready_waits_for_a_frame_without_taking_it() {
+        let (out, mut rx) = Outbox::new(4, ConnectionControl::new());
+        out.send(Bytes::from_static(b"a"));
+        rx.ready().await;
+        assert_eq!(rx.take_batch(8).len(), 1);
+        let waiter = tokio::spawn(async move {
+            rx.ready().await;
+            rx
+        });
+        tokio::task::yield_now().await;
+        out.send(Bytes::from_static(b"b"));
+        let mut rx = waiter.await.unwrap();
+        assert!(!rx.is_empty(), "ready took nothing");
+        assert_eq!(rx.try_recv().unwrap().frame(), "b");
     }
 
     #[tokio::test]

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use metrics::Gauge;
+use metrics::{Gauge, Histogram};
 use plaza_core::RoomError;
 use plaza_protocol::ErrorCode;
 
@@ -20,6 +20,7 @@ pub(crate) struct LocalRooms {
     rooms: RwLock<HashMap<String, RoomHandle>>,
     gauge: Gauge,
     errors: ErrorCounter,
+    room_wait: Histogram,
 }
 
 impl LocalRooms {
@@ -30,6 +31,7 @@ impl LocalRooms {
             rooms: RwLock::new(HashMap::new()),
             gauge: metrics.rooms.clone(),
             errors: metrics.error_counter_set(),
+            room_wait: metrics.room_wait.clone(),
         }
     }
 
@@ -48,7 +50,12 @@ impl LocalRooms {
         }
         let id = new.id.clone();
         let room = new.build(plaza_broker::new_epoch(), now_ms());
-        let handle = embedded::spawn(room, self.me.clone(), self.errors.clone());
+        let handle = embedded::spawn(
+            room,
+            self.me.clone(),
+            self.errors.clone(),
+            self.room_wait.clone(),
+        );
         let summary = handle.summary();
         rooms.insert(id, handle);
         self.gauge.set(rooms.len() as f64);

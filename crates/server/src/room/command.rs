@@ -89,6 +89,9 @@ impl Intent {
 pub(crate) struct ClientCommand {
     pub(crate) intent: Intent,
     pub(crate) pending: Pending,
+    /// When the connection handed it to the room: how long it waited for
+    /// the room's task is `plaza_room_wait_seconds`.
+    pub(crate) handed_at: std::time::Instant,
 }
 
 /// Who waits for the outcome of a command on this node: the connection's

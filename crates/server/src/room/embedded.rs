@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use metrics::Histogram;
 use plaza_core::Room;
 use tokio::sync::mpsc;
 
@@ -17,12 +18,17 @@ use crate::clock::now_ms;
 use crate::metrics::ErrorCounter;
 
 /// Starts the task of a new room.
-pub(crate) fn spawn(room: Room<Sink>, node: Arc<str>, errors: ErrorCounter) -> RoomHandle {
+pub(crate) fn spawn(
+    room: Room<Sink>,
+    node: Arc<str>,
+    errors: ErrorCounter,
+    room_wait: Histogram,
+) -> RoomHandle {
     let members = Arc::new(AtomicUsize::new(0));
     let info = RoomInfo::new(room.name(), room.config(), room.created_at());
     let (handle, rx) = mailbox(room.id(), info, members.clone());
     let machine = RoomMachine::new(room, node, errors);
-    tokio::spawn(run(machine, members, rx));
+    tokio::spawn(run(machine, members, rx, room_wait));
     handle
 }
 
@@ -30,6 +36,7 @@ async fn run(
     mut machine: RoomMachine,
     members: Arc<AtomicUsize>,
     mut rx: mpsc::Receiver<RoomCommand>,
+    room_wait: Histogram,
 ) {
     let me = machine.me().clone();
     loop {
@@ -47,7 +54,8 @@ async fn run(
             cmd = rx.recv() => match cmd {
                 None => break,
                 Some(RoomCommand::Client(c)) => {
-                    let ClientCommand { intent, pending } = *c;
+                    let ClientCommand { intent, pending, handed_at } = *c;
+                    room_wait.record(handed_at.elapsed().as_secs_f64());
                     (Origin { node: &me, conn: pending.conn() }, intent, Some(pending))
                 }
                 Some(RoomCommand::Members { reply }) => {

@@ -44,7 +44,11 @@ pub(crate) enum RoomCommand {
 impl RoomCommand {
     /// A client's command.
     pub(crate) fn client(intent: Intent, pending: Pending) -> RoomCommand {
-        RoomCommand::Client(Box::new(ClientCommand { intent, pending }))
+        RoomCommand::Client(Box::new(ClientCommand {
+            intent,
+            pending,
+            handed_at: std::time::Instant::now(),
+        }))
     }
 
     /// Answers a command that will not be carried out.

@@ -46,3 +46,58 @@ async fn frames_after_a_write_wait_for_the_window_and_a_quiet_connection_does_no
     assert_eq!(m3["event"], "m3");
     assert_eq!(m3["seq"].as_u64(), m2["seq"].as_u64().map(|s| s + 1));
 }
+
+/// A busy connection holds its writes, not its reads: what its client sends
+/// meanwhile is handled at once. (Before, the connection slept through the
+/// window with its socket unread, so a member receiving much also had its
+/// own messages delayed by up to a window.)
+#[tokio::test]
+async fn a_connection_holding_its_writes_still_reads_its_client() {
+    const HOLD: Duration = Duration::from_secs(2);
+    let s = TestServer::with_config(ServerConfig {
+        write_coalesce_ms: HOLD.as_millis() as u64,
+        ..Default::default()
+    })
+    .await;
+    s.create_room(json!({"id": "co"})).await;
+    // Rooms without presence: joining them writes nothing to the others.
+    for id in ["other", "solo"] {
+        s.create_room(json!({"id": id, "options": {"presence": false}}))
+            .await;
+    }
+    let mut clients = s.join_all("co", &["a", "b"]).await;
+    let (mut b, _) = clients.pop().unwrap();
+    let (mut a, _) = clients.pop().unwrap();
+    let (mut c, _) = s.join("other", "c").await;
+    for room in ["other", "solo"] {
+        b.send(json!({"type": "join", "room": room, "name": "b"}))
+            .await;
+        assert_eq!(b.recv_type("joined").await["room"], room);
+    }
+
+    // Everyone quiet for longer than the window (nothing to await: quiet is
+    // the absence of writes).
+    tokio::time::sleep(HOLD + Duration::from_millis(200)).await;
+    // b writes (its ack, at once: it was quiet), so b is busy now…
+    b.publish("solo", "busy", json!(0)).await;
+    // …and a's message to b is held there. a's ack (a is quiet) comes
+    // after the fan-out, so once a has it, the message waits in b's queue.
+    a.publish("co", "held", json!(1)).await;
+
+    let sent = Instant::now();
+    b.send(json!({"type": "publish", "room": "other", "event": "through", "data": 2}))
+        .await;
+    let through = c.recv_type("event").await;
+    let took = sent.elapsed();
+    assert_eq!(through["event"], "through");
+    assert!(
+        took < HOLD / 2,
+        "b's message waited {took:?} for b's held write (window {HOLD:?})"
+    );
+
+    // b's held frames come once the window is over, in order.
+    let held = b.recv_type("event").await;
+    assert_eq!(held["event"], "held");
+    let (ack, _) = b.recv_until(|v| v["type"] == "ack").await;
+    assert_eq!(ack["room"], "other");
+}

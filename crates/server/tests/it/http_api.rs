@@ -343,6 +343,9 @@ async fn metrics_are_exposed_in_prometheus_text() {
         Some(0.0)
     );
     assert!(s.metric("plaza_frames_in_total").await >= Some(7.0));
+    // Two joins, the publish and the request waited for the room's task:
+    // each was sampled before it was applied, so before its answer came.
+    assert!(s.metric("plaza_room_wait_seconds_count").await >= Some(4.0));
     // A latency sample is taken once the event is written.
     assert!(
         wait_until(|| async {

@@ -287,7 +287,9 @@ impl Replica {
     fn handle(&mut self, cmd: RoomCommand) {
         match cmd {
             RoomCommand::Client(c) => {
-                let ClientCommand { intent, pending } = *c;
+                let ClientCommand {
+                    intent, pending, ..
+                } = *c;
                 let conn = pending.conn();
                 // Changes that must not be lost are appended until they land.
                 let must_land = matches!(intent, Intent::Leave { .. } | Intent::Disconnect { .. });

@@ -176,17 +176,16 @@ async fn run(mut client: ClientSession, shared: &HttpSession, mut rx: mpsc::Rece
                 Some(m) => client.receive(&m).await,
                 None => break,
             },
-            first = client.queue.recv() => {
+            () = client.queue.ready() => {
+                let batch = client.queue.take_batch(usize::MAX);
                 let mut out = shared.out.lock().unwrap_or_else(|p| p.into_inner());
-                let mut next = Some(first);
-                while let Some(item) = next.take() {
+                for item in batch {
                     let pos = out.next;
                     out.next += 1;
                     if item.is_replayed() {
                         out.replay_end = pos;
                     }
                     out.frames.push_back((pos, item.frame().clone()));
-                    next = client.queue.try_recv().ok();
                 }
                 // Room for what comes: drop what a reader already sent
                 // (a reconnect cannot ask for it again), else the client

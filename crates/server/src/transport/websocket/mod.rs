@@ -28,7 +28,7 @@ use crate::Node;
 use deflate::Deflate;
 use frames::{put_header, put_text, FrameReader, Incoming, ServerOp};
 pub(crate) use upgrade::upgrade;
-use writer::{close_reason, failed_write, write_all, write_batch, write_control, BatchWrite};
+use writer::{close_reason, failed_write, write_all, write_batch, write_control};
 
 /// How long a server-initiated close waits for the client's Close.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
@@ -72,6 +72,8 @@ pub(crate) async fn serve_socket(
     let control = session.control.clone();
     let mut unfinished = Vec::new();
     let mut last_write = None;
+    // When the queued frames are written, while a busy connection holds them.
+    let mut write_at: Option<Instant> = None;
 
     let end = 'conn: loop {
         // Handle every complete frame already read.
@@ -111,13 +113,37 @@ pub(crate) async fn serve_socket(
         if pending.is_empty() && pending.capacity() > 0 {
             pending = BytesMut::new();
         }
+        // One timer for both deadlines (each timer is ~100 bytes of every
+        // connection's task): the held batch's write and the heartbeat.
         let deadline = session.heartbeat_deadline();
+        let wake = write_at.map_or(deadline, |at| at.min(deadline));
         tokio::select! {
             biased;
             _ = control.closed.cancelled() => break End::Server,
             _ = shutdown.cancelled() => {
                 control.close(CloseCode::Restarting);
                 break End::Server;
+            }
+            _ = tokio::time::sleep_until(wake) => {
+                // A held batch is due. Reading went on while it waited:
+                // holding the writes must not hold the client's messages.
+                if write_at.is_some_and(|at| at <= Instant::now()) {
+                    write_at = None;
+                    let batch = write_batch(&session.node, &stream, &control, deflate, &mut session.queue, &mut unfinished);
+                    match Box::pin(batch).await {
+                        Ok(done) => last_write = Some(done),
+                        Err(_) => break failed_write(&control),
+                    }
+                }
+                match session.heartbeat() {
+                    Heartbeat::Nothing => {}
+                    Heartbeat::Expired => break End::Server,
+                    Heartbeat::Ping => {
+                        if write_control(&stream, &control, ServerOp::Ping, &[], &mut unfinished).await.is_err() {
+                            break failed_write(&control);
+                        }
+                    }
+                }
             }
             ready = stream.readable() => {
                 if ready.is_err() {
@@ -133,24 +159,18 @@ pub(crate) async fn serve_socket(
                     Err(_) => break End::Gone,
                 }
             }
-            first = session.queue.recv() => {
-                let hold = coalesce::hold_until(last_write, Instant::now(), coalesce);
-                let how = BatchWrite { hold, deflate };
-                let batch = write_batch(&session.node, &stream, &control, how, first, &mut session.queue, &mut unfinished);
-                if Box::pin(batch).await.is_err() {
-                    break failed_write(&control);
-                }
-                last_write = Some(Instant::now());
-            }
-            _ = tokio::time::sleep_until(deadline) => match session.heartbeat() {
-                Heartbeat::Nothing => {}
-                Heartbeat::Expired => break End::Server,
-                Heartbeat::Ping => {
-                    if write_control(&stream, &control, ServerOp::Ping, &[], &mut unfinished).await.is_err() {
-                        break failed_write(&control);
+            // Something was queued: written now, or held while the
+            // connection is busy (see `coalesce`).
+            () = session.queue.ready(), if write_at.is_none() => {
+                write_at = coalesce::hold_until(last_write, Instant::now(), coalesce);
+                if write_at.is_none() {
+                    let batch = write_batch(&session.node, &stream, &control, deflate, &mut session.queue, &mut unfinished);
+                    match Box::pin(batch).await {
+                        Ok(done) => last_write = Some(done),
+                        Err(_) => break failed_write(&control),
                     }
                 }
-            },
+            }
         }
     };
 

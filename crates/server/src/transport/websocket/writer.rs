@@ -3,14 +3,13 @@
 
 use std::io;
 
-use tokio::net::TcpStream;
-use tokio::time::Instant;
-
 use super::deflate::{self, Deflate};
 use super::frames::{put_compressed, put_header, put_text, ServerOp};
 use super::End;
 use crate::outbox::{ConnectionControl, OutboxReceiver, Outgoing};
 use crate::Node;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 /// The window every browser gets (nobody asks for less): the one whose
 /// compressed events are shared by all recipients.
@@ -43,40 +42,29 @@ pub(super) fn close_reason(code: u16) -> &'static str {
     }
 }
 
-/// How a batch is written.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct BatchWrite {
-    /// Wait until then first (see [`super::coalesce`]).
-    pub hold: Option<Instant>,
-    /// permessage-deflate and the smallest message it compresses.
-    pub deflate: Option<(Deflate, usize)>,
-}
-
-/// Writes the first queued frame and everything else queued (up to
-/// [`MAX_BATCH`]) in one buffer, after waiting until `hold` (see
-/// [`coalesce`]) so that frames arriving meanwhile join the batch.
+/// Writes what is queued (up to [`MAX_BATCH`] frames) in one buffer: the
+/// batch is taken from the queue at once and written with as few syscalls as
+/// the socket allows. When to call it is the connection loop's decision
+/// (see [`super::coalesce`]); nothing here waits but the socket. Returns
+/// when the write ended, the start of the next coalescing window.
 pub(super) async fn write_batch(
     node: &Node,
     stream: &TcpStream,
     control: &ConnectionControl,
-    how: BatchWrite,
-    first: Outgoing,
+    deflate: Option<(Deflate, usize)>,
     rx: &mut OutboxReceiver,
     unfinished: &mut Vec<u8>,
-) -> io::Result<()> {
-    let BatchWrite { hold, deflate } = how;
-    if let Some(at) = hold {
-        tokio::select! {
-            biased;
-            _ = control.closed.cancelled() => return Err(io::ErrorKind::ConnectionAborted.into()),
-            _ = tokio::time::sleep_until(at) => {}
-        }
-    }
-    let oldest = first.ordered_at();
-    let mut out = Vec::with_capacity(first.frame().len() + 16);
-    let mut frames = 0u64;
-    let mut next = Some(first);
-    while let Some(item) = next.take() {
+) -> io::Result<Instant> {
+    let batch = rx.take_batch(MAX_BATCH);
+    let Some(oldest) = batch.front().map(Outgoing::ordered_at) else {
+        return Ok(Instant::now());
+    };
+    // Header room for each frame: the buffer is allocated once, at its size
+    // (compressed frames are smaller than their text).
+    let size: usize = batch.iter().map(|i| i.frame().len() + 14).sum();
+    let mut out = Vec::with_capacity(size);
+    let frames = batch.len() as u64;
+    for item in batch {
         match (item.entry(), deflate) {
             // A room event goes to many: compressed once, for all of them.
             (Some(entry), Some((d, min_bytes)))
@@ -91,10 +79,6 @@ pub(super) async fn write_batch(
             }
             _ => put_text(&mut out, item.frame(), deflate),
         }
-        frames += 1;
-        if frames < MAX_BATCH as u64 {
-            next = rx.try_recv().ok();
-        }
     }
     guarded_write(stream, control, &out, unfinished).await?;
     let m = &node.metrics;
@@ -103,7 +87,7 @@ pub(super) async fn write_batch(
     if let Some(t) = oldest {
         m.latency(t.elapsed());
     }
-    Ok(())
+    Ok(Instant::now())
 }
 
 pub(super) async fn write_control(
