@@ -633,9 +633,38 @@ function parseFrame(data: unknown): ServerFrame | undefined {
   if (text === undefined) return undefined;
   try {
     const frame = JSON.parse(text) as unknown;
-    return typeof frame === 'object' && frame !== null ? (frame as ServerFrame) : undefined;
+    return typeof frame === 'object' && frame !== null ? withDefaults(frame as ServerFrame) : undefined;
   } catch {
     return undefined;
+  }
+}
+
+/**
+ * Fills in what the server leaves out because it is the default: a `message` event names its
+ * `channel` only when it is not `main` (docs/protocol.md, event). Done once here, so every
+ * listener sees `channel` set, as with servers that always sent it.
+ */
+export function withDefaults(frame: ServerFrame): ServerFrame {
+  switch (frame.type) {
+    case 'event':
+      defaultChannel(frame);
+      break;
+    case 'batch':
+      if (Array.isArray(frame.events)) frame.events.forEach(defaultChannel);
+      break;
+    case 'joined':
+    case 'resync':
+      if (Array.isArray(frame.history?.events)) frame.history.events.forEach(defaultChannel);
+      break;
+    default:
+      break;
+  }
+  return frame;
+}
+
+function defaultChannel(e: RoomEvent): void {
+  if (typeof e === 'object' && e !== null && e.kind === 'message' && (e as { channel?: unknown }).channel === undefined) {
+    e.channel = 'main';
   }
 }
 

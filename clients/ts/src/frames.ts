@@ -90,6 +90,7 @@ interface EventBase {
  */
 export interface MessageEvent extends EventBase {
   kind: 'message';
+  /** The channel; the server leaves `main` out and the client fills it in. */
   channel: string;
   event: string;
   data?: Json;

@@ -100,6 +100,10 @@ pub enum ResyncReason {
     EpochChanged,
 }
 
+fn is_default_channel(channel: &str) -> bool {
+    channel == crate::DEFAULT_CHANNEL
+}
+
 /// The room-specific part of an event.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind")]
@@ -107,7 +111,10 @@ pub enum EventBody {
     /// A published message.
     #[serde(rename = "message")]
     Message {
-        /// Channel it was published on.
+        /// Channel it was published on; not sent when it is
+        /// [`DEFAULT_CHANNEL`](crate::DEFAULT_CHANNEL), the channel of most
+        /// messages (17 bytes of every delivery).
+        #[serde(skip_serializing_if = "is_default_channel")]
         channel: String,
         /// Application event name.
         event: String,
@@ -521,8 +528,36 @@ mod tests {
         });
         assert_eq!(
             std::str::from_utf8(&f.encode()).unwrap(),
-            r#"{"type":"event","room":"r","seq":3,"ts":10,"from":"s1","kind":"message","channel":"main","event":"chat","data":{"t":"hi"},"reply_to":2}"#
+            r#"{"type":"event","room":"r","seq":3,"ts":10,"from":"s1","kind":"message","event":"chat","data":{"t":"hi"},"reply_to":2}"#
         );
+    }
+
+    #[test]
+    fn a_message_names_its_channel_only_when_it_is_not_main() {
+        let on = |channel: &str| {
+            ServerFrame::Event(Event {
+                room: "r".into(),
+                seq: 1,
+                ts: 1,
+                from: None,
+                body: EventBody::Message {
+                    channel: channel.into(),
+                    event: "e".into(),
+                    data: None,
+                    topic: None,
+                    reply_to: None,
+                    id: None,
+                },
+            })
+            .encode()
+        };
+        let xr: serde_json::Value = serde_json::from_slice(&on("xr")).unwrap();
+        assert_eq!(xr["channel"], "xr");
+        let main: serde_json::Value = serde_json::from_slice(&on("main")).unwrap();
+        assert!(main.get("channel").is_none(), "{main}");
+        // Not a prefix match: a channel named like main is still named.
+        let mainly: serde_json::Value = serde_json::from_slice(&on("main2")).unwrap();
+        assert_eq!(mainly["channel"], "main2");
     }
 
     #[test]

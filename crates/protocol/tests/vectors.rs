@@ -544,6 +544,19 @@ fn expected_server_frame(name: &str) -> ServerFrame {
                 id: Some("m-17".into()),
             },
         ),
+        "server/event-message-channel.json" => event(
+            44,
+            1_732_312_400_180,
+            Some(BOB),
+            EventBody::Message {
+                channel: "xr".into(),
+                event: "pose".into(),
+                data: Some(raw(json!({"head": [0.1, 1.7, -0.4]}))),
+                topic: None,
+                reply_to: None,
+                id: None,
+            },
+        ),
         "server/event-presence-join.json" => event(
             58,
             1_732_312_460_050,

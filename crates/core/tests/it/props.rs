@@ -534,8 +534,11 @@ fn should_see(e: &HistoryEntry, me: &str, channels: &[String], echoed: &HashSet<
     let mine = v["from"].as_str() == Some(me);
     match v["kind"].as_str().expect("kind") {
         "message" => {
-            channels.iter().any(|c| v["channel"] == c.as_str())
-                && (!mine || echoed.contains(&e.seq))
+            // A message on main does not name its channel.
+            let channel = v["channel"]
+                .as_str()
+                .unwrap_or(plaza_protocol::DEFAULT_CHANNEL);
+            channels.iter().any(|c| c == channel) && (!mine || echoed.contains(&e.seq))
         }
         // its own joins and leaves are answers to it, not events
         "presence.join" | "presence.leave" => !mine,
