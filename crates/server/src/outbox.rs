@@ -9,12 +9,12 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use bytes::Bytes;
 use plaza_core::HistoryEntry;
 use plaza_protocol::CloseCode;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// One queued frame.
@@ -140,17 +140,33 @@ impl ConnectionControl {
 ///
 /// A `VecDeque` under a mutex rather than a channel: it holds no memory while
 /// empty (a channel keeps its blocks), and the consumer gives the memory of a
-/// burst back once it has drained it.
+/// burst back once it has drained it. The waiting consumer's waker sits under
+/// the same lock, so queueing a frame and waking the connection take one lock
+/// (a room fans each event out to every member: this is per delivery).
 #[derive(Debug)]
 struct Queue {
-    items: Mutex<VecDeque<Outgoing>>,
-    ready: Notify,
+    items: Mutex<Frames>,
     capacity: usize,
     /// Replayed events still queued, over and above `capacity` (changed
     /// only under the `items` lock): a resume's replay is as long as the
     /// room's history allows, and a client that reads it is no slow consumer.
     replaying: AtomicUsize,
     open: AtomicBool,
+}
+
+/// What the queue's lock guards.
+#[derive(Debug, Default)]
+struct Frames {
+    queued: VecDeque<Outgoing>,
+    /// The consumer, while it waits for a frame.
+    waiter: Option<Waker>,
+}
+
+impl Frames {
+    /// The waiting consumer, to wake once the lock is released.
+    fn take_waiter(&mut self) -> Option<Waker> {
+        self.waiter.take()
+    }
 }
 
 /// Capacity kept after a drain; larger buffers are given back.
@@ -177,8 +193,7 @@ impl Outbox {
     /// A queue holding at most `capacity` frames.
     pub fn new(capacity: usize, control: Arc<ConnectionControl>) -> (Outbox, OutboxReceiver) {
         let queue = Arc::new(Queue {
-            items: Mutex::new(VecDeque::new()),
-            ready: Notify::new(),
+            items: Mutex::new(Frames::default()),
             capacity: capacity.max(1),
             replaying: AtomicUsize::new(0),
             open: AtomicBool::new(true),
@@ -212,17 +227,16 @@ impl Outbox {
             return false;
         }
         let mut items = q.items.lock().unwrap_or_else(|p| p.into_inner());
-        if items.len() >= q.capacity + q.replaying.load(Ordering::Relaxed) {
+        if items.queued.len() >= q.capacity + q.replaying.load(Ordering::Relaxed) {
             drop(items);
             self.control.close(CloseCode::SlowConsumer);
             return false;
         }
-        items.push_back(item);
-        let first = items.len() == 1;
+        items.queued.push_back(item);
+        let waiter = items.take_waiter();
         drop(items);
-        if first {
-            // Stores a permit if the consumer is not waiting yet: no lost wake-up.
-            q.ready.notify_one();
+        if let Some(w) = waiter {
+            w.wake();
         }
         true
     }
@@ -240,12 +254,14 @@ impl Outbox {
             return true;
         }
         let mut items = q.items.lock().unwrap_or_else(|p| p.into_inner());
-        let first = items.is_empty();
-        items.extend(entries.iter().map(|e| Outgoing::Replayed(e.clone())));
+        items
+            .queued
+            .extend(entries.iter().map(|e| Outgoing::Replayed(e.clone())));
         q.replaying.fetch_add(entries.len(), Ordering::Relaxed);
+        let waiter = items.take_waiter();
         drop(items);
-        if first {
-            q.ready.notify_one();
+        if let Some(w) = waiter {
+            w.wake();
         }
         true
     }
@@ -263,62 +279,69 @@ impl OutboxReceiver {
             if let Ok(item) = self.try_recv() {
                 return item;
             }
-            self.queue.ready.notified().await;
+            self.ready().await;
         }
     }
 
     /// Waits until something is queued, taking nothing: a writer that
     /// holds its next write (coalescing) keeps the frames where producers
     /// can still add to them and the connection's close can still find them.
-    pub async fn ready(&self) {
-        loop {
-            if !self.is_empty() {
-                return;
-            }
-            self.queue.ready.notified().await;
+    pub fn ready(&self) -> impl std::future::Future<Output = ()> + '_ {
+        std::future::poll_fn(|cx| self.poll_ready(cx))
+    }
+
+    /// [`OutboxReceiver::ready`] as a poll: ready when something is queued,
+    /// else the task is woken by the next frame queued.
+    pub fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut items = self.frames();
+        if !items.queued.is_empty() {
+            return Poll::Ready(());
         }
+        match &mut items.waiter {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            slot => *slot = Some(cx.waker().clone()),
+        }
+        Poll::Pending
     }
 
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
-        self.queue
-            .items
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_empty()
+        self.frames().queued.is_empty()
     }
 
     /// Takes up to `max` queued frames, oldest first, under one lock: a
     /// writer takes its whole batch at once rather than frame by frame, so
     /// producers (the room fanning out) meet the lock once per batch.
     pub fn take_batch(&mut self, max: usize) -> VecDeque<Outgoing> {
-        let mut items = self.queue.items.lock().unwrap_or_else(|p| p.into_inner());
-        let batch = if items.len() <= max {
+        let mut items = self.frames();
+        let queued = &mut items.queued;
+        let batch = if queued.len() <= max {
             // The queue's own buffer goes with the batch; the next frame
             // queued starts a small one.
-            std::mem::take(&mut *items)
+            std::mem::take(queued)
         } else {
-            items.drain(..max).collect()
+            queued.drain(..max).collect()
         };
         let replayed = batch.iter().filter(|i| i.is_replayed()).count();
         if replayed > 0 {
             self.queue.replaying.fetch_sub(replayed, Ordering::Relaxed);
         }
-        if items.is_empty() && items.capacity() > KEEP {
-            *items = VecDeque::new();
+        if queued.is_empty() && queued.capacity() > KEEP {
+            *queued = VecDeque::new();
         }
         batch
     }
 
     /// Takes the next frame if one is queued.
     pub fn try_recv(&mut self) -> Result<Outgoing, Empty> {
-        let mut items = self.queue.items.lock().unwrap_or_else(|p| p.into_inner());
-        let item = items.pop_front().ok_or(Empty)?;
+        let mut items = self.frames();
+        let queued = &mut items.queued;
+        let item = queued.pop_front().ok_or(Empty)?;
         if item.is_replayed() {
             self.queue.replaying.fetch_sub(1, Ordering::Relaxed);
         }
-        if items.is_empty() && items.capacity() > KEEP {
-            *items = VecDeque::new();
+        if queued.is_empty() && queued.capacity() > KEEP {
+            *queued = VecDeque::new();
         }
         Ok(item)
     }
@@ -326,21 +349,23 @@ impl OutboxReceiver {
     /// Gives back the small buffer a drain keeps, if nothing is queued: for
     /// connections that have gone quiet, so an idle connection holds none.
     pub fn release_idle_memory(&mut self) {
-        let mut items = self.queue.items.lock().unwrap_or_else(|p| p.into_inner());
-        if items.is_empty() && items.capacity() > 0 {
-            *items = VecDeque::new();
+        let mut items = self.frames();
+        if items.queued.is_empty() && items.queued.capacity() > 0 {
+            items.queued = VecDeque::new();
         }
+    }
+
+    fn frames(&self) -> std::sync::MutexGuard<'_, Frames> {
+        self.queue.items.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 impl Drop for OutboxReceiver {
     fn drop(&mut self) {
         self.queue.open.store(false, Ordering::Release);
-        self.queue
-            .items
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        let mut items = self.frames();
+        items.queued.clear();
+        items.waiter = None;
     }
 }
 
@@ -373,7 +398,7 @@ mod tests {
             assert_eq!(*rx.try_recv().unwrap().frame(), Bytes::from(vec![i]));
         }
         assert_eq!(rx.try_recv().unwrap_err(), Empty);
-        assert_eq!(out.queue.items.lock().unwrap().capacity(), 0);
+        assert_eq!(out.queue.items.lock().unwrap().queued.capacity(), 0);
         drop(rx);
         assert!(!out.send(Bytes::from_static(b"late")));
         assert!(
@@ -388,9 +413,9 @@ mod tests {
         out.send(Bytes::from_static(b"a"));
         rx.release_idle_memory();
         assert_eq!(rx.try_recv().unwrap().frame(), "a", "a queued frame stays");
-        assert!(out.queue.items.lock().unwrap().capacity() > 0);
+        assert!(out.queue.items.lock().unwrap().queued.capacity() > 0);
         rx.release_idle_memory();
-        assert_eq!(out.queue.items.lock().unwrap().capacity(), 0);
+        assert_eq!(out.queue.items.lock().unwrap().queued.capacity(), 0);
     }
 
     fn entry(seq: u64) -> Arc<HistoryEntry> {

@@ -74,6 +74,14 @@ pub(crate) async fn serve_socket(
     let mut last_write = None;
     // When the queued frames are written, while a busy connection holds them.
     let mut write_at: Option<Instant> = None;
+    // The loop wakes many times a second in a busy room: what lives as long
+    // as the connection is made once, not on every turn (each made anew
+    // would register and unregister a waiter or a timer every time).
+    let closed = control.closed.cancelled();
+    let shut_down = shutdown.cancelled();
+    // One timer for both deadlines: the held batch's write and the heartbeat.
+    let timer = tokio::time::sleep_until(session.heartbeat_deadline());
+    tokio::pin!(closed, shut_down, timer);
 
     let end = 'conn: loop {
         // Handle every complete frame already read.
@@ -81,10 +89,11 @@ pub(crate) async fn serve_socket(
             match reader.next(&mut pending) {
                 Ok(Some(Incoming::Text(m) | Incoming::Binary(m))) => session.receive(&m).await,
                 Ok(Some(Incoming::Ping(payload))) => {
-                    if write_control(&stream, &control, ServerOp::Pong, &payload, &mut unfinished)
-                        .await
-                        .is_err()
-                    {
+                    // Control frames are rare: boxed, their state is not part of
+                    // every connection's task.
+                    let pong =
+                        write_control(&stream, &control, ServerOp::Pong, &payload, &mut unfinished);
+                    if Box::pin(pong).await.is_err() {
                         break 'conn failed_write(&control);
                     }
                 }
@@ -92,9 +101,9 @@ pub(crate) async fn serve_socket(
                 Ok(Some(Incoming::Close(code))) => {
                     let echo = code.map(u16::to_be_bytes);
                     let payload = echo.as_ref().map_or(&[][..], |c| &c[..]);
-                    let _ =
-                        write_control(&stream, &control, ServerOp::Close, payload, &mut unfinished)
-                            .await;
+                    let close =
+                        write_control(&stream, &control, ServerOp::Close, payload, &mut unfinished);
+                    let _ = Box::pin(close).await;
                     break 'conn End::ClientClosed;
                 }
                 Ok(None) => break,
@@ -113,18 +122,19 @@ pub(crate) async fn serve_socket(
         if pending.is_empty() && pending.capacity() > 0 {
             pending = BytesMut::new();
         }
-        // One timer for both deadlines (each timer is ~100 bytes of every
-        // connection's task): the held batch's write and the heartbeat.
         let deadline = session.heartbeat_deadline();
         let wake = write_at.map_or(deadline, |at| at.min(deadline));
+        if timer.deadline() != wake {
+            timer.as_mut().reset(wake);
+        }
         tokio::select! {
             biased;
-            _ = control.closed.cancelled() => break End::Server,
-            _ = shutdown.cancelled() => {
+            () = &mut closed => break End::Server,
+            () = &mut shut_down => {
                 control.close(CloseCode::Restarting);
                 break End::Server;
             }
-            _ = tokio::time::sleep_until(wake) => {
+            () = &mut timer => {
                 // A held batch is due. Reading went on while it waited:
                 // holding the writes must not hold the client's messages.
                 if write_at.is_some_and(|at| at <= Instant::now()) {
@@ -139,13 +149,14 @@ pub(crate) async fn serve_socket(
                     Heartbeat::Nothing => {}
                     Heartbeat::Expired => break End::Server,
                     Heartbeat::Ping => {
-                        if write_control(&stream, &control, ServerOp::Ping, &[], &mut unfinished).await.is_err() {
+                        let ping = write_control(&stream, &control, ServerOp::Ping, &[], &mut unfinished);
+                        if Box::pin(ping).await.is_err() {
                             break failed_write(&control);
                         }
                     }
                 }
             }
-            ready = stream.readable() => {
+            ready = std::future::poll_fn(|cx| stream.poll_read_ready(cx)) => {
                 if ready.is_err() {
                     break End::Gone;
                 }
@@ -250,6 +261,6 @@ mod tests {
         let node = Node::new(ServerConfig::default(), Arc::new(MemoryTicketStore::new()));
         let task = super::serve_socket(node, stream, bytes::Bytes::new(), None, None);
         let size = std::mem::size_of_val(&task);
-        assert!(size <= 1280, "serve_socket future has {size} bytes");
+        assert!(size <= 1152, "serve_socket future has {size} bytes");
     }
 }
