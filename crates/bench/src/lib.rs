@@ -22,7 +22,6 @@
 
 #![warn(missing_docs)]
 
-pub mod allocator_gauges;
 pub mod chart;
 pub mod cli;
 pub mod compare;
@@ -30,6 +29,7 @@ pub mod counts;
 pub mod cpucap;
 pub mod driver;
 pub mod multiproc;
+pub mod plaza_metrics;
 pub mod procstat;
 pub mod raw;
 pub mod reference;

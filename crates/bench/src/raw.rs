@@ -70,6 +70,10 @@ pub struct RawRun {
     /// series is kept.
     #[serde(default)]
     pub server_rss_series: Vec<RssSample>,
+    /// Where events spent their time inside the server over the recorded
+    /// stretch, from its own `/metrics` (Plaza only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_stages: Option<crate::plaza_metrics::StageMeans>,
     /// Bytes over the loopback interface while recording (a target on
     /// loopback only): IP and TCP headers included, both directions.
     #[serde(default)]
@@ -154,6 +158,8 @@ impl RawRun {
         if other.server_rss_series.len() > self.server_rss_series.len() {
             self.server_rss_series.clone_from(&other.server_rss_series);
         }
+        // Every process reads the same server: one reading is the figure.
+        self.server_stages = self.server_stages.or(other.server_stages);
         // One machine's interface, seen by every process: the same traffic.
         self.loopback_bytes = max(self.loopback_bytes, other.loopback_bytes);
         self.loopback_packets = max(self.loopback_packets, other.loopback_packets);
@@ -245,6 +251,7 @@ mod tests {
             server_rss_max_kib: Some(2000),
             server_rss_start_kib: Some(500 - users),
             server_rss_series: Vec::new(),
+            server_stages: None,
             loopback_bytes: None,
             loopback_packets: None,
         }

@@ -219,6 +219,11 @@ pub struct Report {
     /// can also grow by pages the allocator keeps. Not a check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_heap_drift: Option<f64>,
+    /// Where events spent their time inside the server while recording,
+    /// from its own `/metrics` (Plaza only): with the delivery latency the
+    /// clients measured, it tells the server's part from the network's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_stages: Option<crate::plaza_metrics::StageMeans>,
     /// Generator CPU while recording, % of one core.
     pub generator_cpu_percent: Option<f64>,
     /// Whether the generator used ≥ 90 % of the cores its threads can use
@@ -435,6 +440,7 @@ impl Report {
             server_rss_series: i.server_rss_series.clone(),
             server_rss_drift,
             server_heap_drift: heap_drift(&i.server_rss_series),
+            server_stages: i.server_stages,
             server_rss_per_user_kib: i
                 .server_rss_kib
                 .zip(i.server_rss_start_kib)
@@ -564,6 +570,16 @@ impl Report {
             );
         }
         let _ = writeln!(s, "| server CPU | {} |", opt(self.server_cpu_percent, " %"));
+        if let Some(st) = &self.server_stages {
+            let _ = writeln!(
+                s,
+                "| in the server (its /metrics): command's wait for its room; room to socket write | {} ({} commands); {} ({} write batches) |",
+                opt(st.room_wait_ms, " ms"),
+                st.room_wait_samples,
+                opt(st.to_write_ms, " ms"),
+                st.to_write_samples
+            );
+        }
         let _ = writeln!(
             s,
             "| server CPU per delivery | {} |",

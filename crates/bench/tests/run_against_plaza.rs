@@ -84,6 +84,18 @@ async fn every_publish_is_counted_once_for_every_other_member() {
     assert!(latency.count > 0 && latency.count <= 2 * 2 * 5 * 5);
     assert!(report.server_cpu_us_per_delivery.is_some());
     assert!(report.markdown().contains("count-check"));
+    // The server's own account of where the time went, from its /metrics
+    // (this process is the server): commands waited for their rooms, and
+    // events went from their rooms to socket writes, while recording.
+    let stages = report.server_stages.expect("Plaza reports its stages");
+    assert!(stages.room_wait_samples >= 1, "{stages:?}");
+    assert!(stages.to_write_samples >= 1, "{stages:?}");
+    let (wait, write) = (stages.room_wait_ms.unwrap(), stages.to_write_ms.unwrap());
+    assert!(
+        wait >= 0.0 && (0.0..10_000.0).contains(&write),
+        "{stages:?}"
+    );
+    assert!(report.markdown().contains("in the server (its /metrics)"));
     // From the first publish to the last message received: at least the
     // 5 publishes 20 ms apart, at most the run.
     let ws = report.ws_duration_s.expect("WebSocket traffic");

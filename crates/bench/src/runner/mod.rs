@@ -352,6 +352,7 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         .sum();
     let mut rss = RssWatch::default();
     let mut at_start = CpuReading::default();
+    let mut stages_at_start = None;
     let mut resources = ResourceUse {
         server_rss_start_kib: pid.and_then(procstat::rss_kib),
         ..ResourceUse::default()
@@ -404,10 +405,14 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
                 .store(requests - at_start.socket.2, Ordering::Relaxed);
             resources.server_rss_kib = pid.and_then(procstat::rss_kib);
             resources.server_rss_max_kib = pid.map(|_| rss.max);
+            resources.server_stages = stages_at_start
+                .zip(server_stages(&shared).await)
+                .map(|(a, b)| crate::plaza_metrics::StageMeans::between(&a, &b));
         }
         if recorded.is_some_and(|(from, _)| from == t) {
             at_start = CpuReading::take(pid);
             at_start.socket = shared.socket.load();
+            stages_at_start = server_stages(&shared).await;
         }
         let record = phase.is_some_and(|p| p.record);
         if let Some(p) = phase {
@@ -487,6 +492,7 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         server_rss_max_kib: resources.server_rss_max_kib,
         server_rss_start_kib: resources.server_rss_start_kib,
         server_rss_series: rss_series,
+        server_stages: resources.server_stages,
         loopback_bytes: resources
             .loopback
             .filter(|_| shared.opts.addr.ip().is_loopback())
@@ -516,6 +522,17 @@ struct ResourceUse {
     server_rss_start_kib: Option<u64>,
     server_rss_max_kib: Option<u64>,
     generator_cpu: Option<Duration>,
+    /// Where events spent their time inside the server (Plaza only).
+    server_stages: Option<crate::plaza_metrics::StageMeans>,
+}
+
+/// The server's own stage totals (see [`crate::plaza_metrics`]), for a
+/// server this run watches (its pid given) that reports them.
+async fn server_stages(shared: &Shared) -> Option<crate::plaza_metrics::StageTotals> {
+    shared.opts.server_pid?;
+    let page =
+        crate::plaza_metrics::page(&shared.http, shared.opts.addr, &shared.opts.host).await?;
+    crate::plaza_metrics::stages(&page)
 }
 
 /// CPU time used so far by the server and by this process.
@@ -561,12 +578,10 @@ async fn wait_sampling(
                 .is_none_or(|s| at_s - s.at_s >= RSS_SERIES_EVERY_S)
             {
                 let recorded = shared.recording();
-                let gauges = crate::allocator_gauges::scrape(
-                    &shared.http,
-                    shared.opts.addr,
-                    &shared.opts.host,
-                )
-                .await;
+                let page =
+                    crate::plaza_metrics::page(&shared.http, shared.opts.addr, &shared.opts.host)
+                        .await;
+                let gauges = page.as_deref().and_then(crate::plaza_metrics::parse);
                 rss.series.push(RssSample {
                     at_s,
                     kib,
