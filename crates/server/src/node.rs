@@ -1,16 +1,19 @@
 //! The node: its rooms, its ticket store, its metrics and its shutdown signal.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use plaza_broker::{Cluster, TicketStore};
 use plaza_core::RoomError;
+use plaza_protocol::CloseCode;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::directory::{CreateRoom, RoomDirectory, RoomSummary};
 use crate::metrics::NodeMetrics;
+use crate::outbox::ConnectionControl;
 use crate::room::RoomHandle;
 use crate::status::Status;
 use crate::ServerConfig;
@@ -23,6 +26,10 @@ pub struct Node {
     rooms: RoomDirectory,
     pub(crate) metrics: NodeMetrics,
     shutdown: CancellationToken,
+    /// The open sessions' controls, by id: shutdown closes each. (A
+    /// session does not watch the shutdown token itself: polling a token
+    /// takes its lock, and a busy connection polls on every wake-up.)
+    sessions: std::sync::Mutex<HashMap<u64, std::sync::Weak<ConnectionControl>>>,
     connections: AtomicUsize,
     connections_changed: Notify,
     /// Open HTTP transport sessions (SSE, long polling).
@@ -90,6 +97,7 @@ impl Node {
             rooms,
             metrics,
             shutdown: CancellationToken::new(),
+            sessions: std::sync::Mutex::new(HashMap::new()),
             connections: AtomicUsize::new(0),
             connections_changed: Notify::new(),
             http_sessions: Default::default(),
@@ -153,7 +161,30 @@ impl Node {
 
     /// Starts shutdown: stop accepting, tell clients to reconnect.
     pub fn shutdown(&self) {
+        // Under the sessions' lock: a session opened meanwhile is either
+        // closed here or sees the token cancelled when it registers.
+        let sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         self.shutdown.cancel();
+        for control in sessions.values().filter_map(std::sync::Weak::upgrade) {
+            control.close(CloseCode::Restarting);
+        }
+    }
+
+    /// Registers an open session's control, for [`Node::shutdown`] to close.
+    pub(crate) fn session_opened(&self, control: &Arc<ConnectionControl>) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if self.shutdown.is_cancelled() {
+            control.close(CloseCode::Restarting);
+        }
+        sessions.insert(control.id(), Arc::downgrade(control));
+    }
+
+    /// Forgets a session registered with [`Node::session_opened`].
+    pub(crate) fn session_closed(&self, control: &ConnectionControl) {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&control.id());
     }
 
     /// Whether shutdown has started.

@@ -13,6 +13,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use bytes::Bytes;
+use futures_util::task::AtomicWaker;
 use plaza_core::HistoryEntry;
 use plaza_protocol::CloseCode;
 use tokio_util::sync::CancellationToken;
@@ -81,6 +82,9 @@ pub struct ConnectionControl {
     /// Cancelled when the connection must close.
     pub closed: CancellationToken,
     close_code: AtomicU16,
+    /// The connection's task, woken by [`ConnectionControl::close`]: it
+    /// checks one atomic per wake-up, where polling `closed` takes a lock.
+    task: AtomicWaker,
     /// Rooms whose session on this connection was taken over by a resume on
     /// another connection; the reader forgets them.
     evicted: Mutex<Vec<String>>,
@@ -94,6 +98,7 @@ impl ConnectionControl {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             closed: CancellationToken::new(),
             close_code: AtomicU16::new(0),
+            task: AtomicWaker::new(),
             evicted: Mutex::new(Vec::new()),
         })
     }
@@ -124,7 +129,23 @@ impl ConnectionControl {
             .is_ok()
         {
             self.closed.cancel();
+            self.task.wake();
         }
+    }
+
+    /// Ready once the connection is closing ([`ConnectionControl::close`]);
+    /// else the task is woken when it is. For the one task that serves the
+    /// connection: a later poll from another task takes the wake-up over.
+    pub fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.close_code().is_some() {
+            return Poll::Ready(());
+        }
+        self.task.register(cx.waker());
+        // A close between the check and the registration woke nobody.
+        if self.close_code().is_some() {
+            return Poll::Ready(());
+        }
+        Poll::Pending
     }
 
     /// The close code, once closing.
@@ -537,6 +558,23 @@ mod tests {
         let mut rx = waiter.await.unwrap();
         assert!(!rx.is_empty(), "ready took nothing");
         assert_eq!(rx.try_recv().unwrap().frame(), "b");
+    }
+
+    #[tokio::test]
+    async fn closing_wakes_the_connection_task_once_with_the_first_code() {
+        let control = ConnectionControl::new();
+        let waiting = control.clone();
+        let task = tokio::spawn(async move {
+            std::future::poll_fn(|cx| waiting.poll_closed(cx)).await;
+            waiting.close_code()
+        });
+        tokio::task::yield_now().await;
+        control.close(CloseCode::SlowConsumer);
+        control.close(CloseCode::Restarting);
+        assert_eq!(task.await.unwrap(), Some(CloseCode::SlowConsumer.code()));
+        // Closed already: ready at once.
+        let mut cx = Context::from_waker(Waker::noop());
+        assert_eq!(control.poll_closed(&mut cx), Poll::Ready(()));
     }
 
     #[tokio::test]

@@ -42,6 +42,7 @@ impl ClientSession {
         node.connection_opened();
         let config = node.config();
         let control = ConnectionControl::new();
+        node.session_opened(&control);
         let (outbox, queue) = Outbox::new(config.send_queue_frames, control.clone());
         let liveness = Liveness::new(
             std::time::Duration::from_millis(config.heartbeat_interval_ms),
@@ -115,6 +116,7 @@ impl ClientSession {
     /// The session is over: nothing more is queued for it and it no longer counts.
     pub(crate) fn finish(self) {
         self.control.close(CloseCode::Normal);
+        self.node.session_closed(&self.control);
         let node = self.node.clone();
         drop(self);
         node.connection_closed();

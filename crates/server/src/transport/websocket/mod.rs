@@ -68,7 +68,6 @@ pub(crate) async fn serve_socket(
     // holds (usually nothing) and let the buffer go.
     let mut pending = BytesMut::from(&pre[..]);
     drop(pre);
-    let shutdown = session.shutdown();
     let control = session.control.clone();
     let mut unfinished = Vec::new();
     let mut last_write = None;
@@ -76,12 +75,10 @@ pub(crate) async fn serve_socket(
     let mut write_at: Option<Instant> = None;
     // The loop wakes many times a second in a busy room: what lives as long
     // as the connection is made once, not on every turn (each made anew
-    // would register and unregister a waiter or a timer every time).
-    let closed = control.closed.cancelled();
-    let shut_down = shutdown.cancelled();
-    // One timer for both deadlines: the held batch's write and the heartbeat.
+    // would register and unregister a waiter or a timer every time). One
+    // timer serves both deadlines: the held batch's write and the heartbeat.
     let timer = tokio::time::sleep_until(session.heartbeat_deadline());
-    tokio::pin!(closed, shut_down, timer);
+    tokio::pin!(timer);
 
     let end = 'conn: loop {
         // Handle every complete frame already read.
@@ -129,11 +126,10 @@ pub(crate) async fn serve_socket(
         }
         tokio::select! {
             biased;
-            () = &mut closed => break End::Server,
-            () = &mut shut_down => {
-                control.close(CloseCode::Restarting);
-                break End::Server;
-            }
+            // Closed by the server: a slow consumer, a kick, shutdown (the
+            // node closes every session with 1012), … One atomic per
+            // wake-up, not a token's lock.
+            () = std::future::poll_fn(|cx| control.poll_closed(cx)) => break End::Server,
             () = &mut timer => {
                 // A held batch is due. Reading went on while it waited:
                 // holding the writes must not hold the client's messages.

@@ -115,6 +115,17 @@ async fn guarded_write(
 ) -> io::Result<()> {
     let mut rest = buf;
     while !rest.is_empty() {
+        // Written at once nearly always: waiting for the socket (and for a
+        // close meanwhile) only when its buffer is full.
+        match stream.try_write(rest) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                rest = &rest[n..];
+                continue;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
         tokio::select! {
             biased;
             ready = stream.writable() => ready?,
@@ -122,12 +133,6 @@ async fn guarded_write(
                 unfinished.extend_from_slice(rest);
                 return Err(io::ErrorKind::ConnectionAborted.into());
             }
-        }
-        match stream.try_write(rest) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => rest = &rest[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
         }
     }
     Ok(())
