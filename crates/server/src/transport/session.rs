@@ -87,8 +87,8 @@ impl ClientSession {
     }
 
     /// What the heartbeat deadline asks for; an expired session is closed.
-    pub(crate) fn heartbeat(&mut self) -> Heartbeat {
-        match self.liveness.due(Instant::now()) {
+    pub(crate) fn heartbeat(&mut self, now: Instant) -> Heartbeat {
+        match self.liveness.due(now) {
             Due::Nothing => Heartbeat::Nothing,
             Due::Ping => {
                 // Quiet for a heartbeat interval, most likely: keep nothing.

@@ -133,7 +133,8 @@ pub(crate) async fn serve_socket(
             () = &mut timer => {
                 // A held batch is due. Reading went on while it waited:
                 // holding the writes must not hold the client's messages.
-                if write_at.is_some_and(|at| at <= Instant::now()) {
+                let now = Instant::now();
+                if write_at.is_some_and(|at| at <= now) {
                     write_at = None;
                     let batch = write_batch(&session.node, &stream, &control, deflate, &mut session.queue, &mut unfinished);
                     match Box::pin(batch).await {
@@ -141,7 +142,7 @@ pub(crate) async fn serve_socket(
                         Err(_) => break failed_write(&control),
                     }
                 }
-                match session.heartbeat() {
+                match session.heartbeat(now) {
                     Heartbeat::Nothing => {}
                     Heartbeat::Expired => break End::Server,
                     Heartbeat::Ping => {

@@ -84,10 +84,12 @@ pub(super) async fn write_batch(
     let m = &node.metrics;
     m.frames_out.increment(frames);
     m.bytes_out.increment(out.len() as u64);
+    // One clock reading for both: the latency sample and the window's start.
+    let done = std::time::Instant::now();
     if let Some(t) = oldest {
-        m.latency(t.elapsed());
+        m.latency(done.saturating_duration_since(t));
     }
-    Ok(Instant::now())
+    Ok(Instant::from_std(done))
 }
 
 pub(super) async fn write_control(
