@@ -11,6 +11,7 @@ mod admin;
 pub mod allocator;
 mod api_error;
 pub mod auth;
+mod bucket_histogram;
 mod clock;
 mod cluster;
 pub mod config;

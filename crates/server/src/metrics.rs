@@ -11,11 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
-use metrics_exporter_prometheus::{
-    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
-};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use plaza_protocol::ErrorCode;
 
+use crate::bucket_histogram::BucketHistogram;
 use crate::status::{self, Sampler, TeeCounter, TeeHistogram, Totals};
 
 /// Pre-registered metric handles of one node.
@@ -51,6 +50,8 @@ pub struct NodeMetrics {
     error_set: ErrorCounter,
     totals: [Arc<TeeCounter>; 4],
     recent_latency: Arc<TeeHistogram>,
+    /// The per-event histograms, rendered after the recorder's text.
+    histograms: [Arc<BucketHistogram>; 2],
     sampler: Sampler,
 }
 
@@ -59,22 +60,21 @@ const METADATA: Metadata<'static> = Metadata::new("plaza", Level::INFO, Some(mod
 impl NodeMetrics {
     /// Registers every metric on a fresh recorder.
     pub fn new() -> Self {
-        let recorder = PrometheusBuilder::new()
-            .set_buckets_for_metric(
-                Matcher::Full("plaza_delivery_latency_seconds".into()),
-                &[
-                    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-                ],
-            )
-            .expect("bucket list is not empty")
-            .set_buckets_for_metric(
-                Matcher::Full("plaza_room_wait_seconds".into()),
-                &[
-                    0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
-                ],
-            )
-            .expect("bucket list is not empty")
-            .build_recorder();
+        let recorder = PrometheusBuilder::new().build_recorder();
+        // Sampled per write batch and per command: kept in fixed buckets
+        // (see `bucket_histogram`), rendered after the recorder's text.
+        let delivery_histogram = BucketHistogram::new(
+            "plaza_delivery_latency_seconds",
+            &[
+                0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+            ],
+        );
+        let room_wait_histogram = BucketHistogram::new(
+            "plaza_room_wait_seconds",
+            &[
+                0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+            ],
+        );
         let counter = |name: &'static str| {
             TeeCounter::wrap(recorder.register_counter(&Key::from_static_name(name), &METADATA))
         };
@@ -95,10 +95,8 @@ impl NodeMetrics {
         let (frames_out_tee, frames_out) = counter("plaza_frames_out_total");
         let (bytes_in_tee, bytes_in) = counter("plaza_bytes_in_total");
         let (bytes_out_tee, bytes_out) = counter("plaza_bytes_out_total");
-        let (recent_latency, delivery_latency) = TeeHistogram::wrap(recorder.register_histogram(
-            &Key::from_static_name("plaza_delivery_latency_seconds"),
-            &METADATA,
-        ));
+        let (recent_latency, delivery_latency) =
+            TeeHistogram::wrap(Histogram::from_arc(delivery_histogram.clone()));
         NodeMetrics {
             handle: recorder.handle(),
             connections: gauge("plaza_connections"),
@@ -112,8 +110,8 @@ impl NodeMetrics {
             jwks_reloads: counter("plaza_jwks_reloads_total").1,
             jwks_reload_failures: counter("plaza_jwks_reload_failures_total").1,
             delivery_latency,
-            room_wait: recorder
-                .register_histogram(&Key::from_static_name("plaza_room_wait_seconds"), &METADATA),
+            room_wait: Histogram::from_arc(room_wait_histogram.clone()),
+            histograms: [delivery_histogram, room_wait_histogram],
             error_set: ErrorCounter(
                 errors
                     .iter()
@@ -204,7 +202,11 @@ impl NodeMetrics {
             gauge("plaza_allocator_resident_bytes").set(f.resident as f64);
         }
         self.handle.run_upkeep();
-        self.handle.render()
+        let mut text = self.handle.render();
+        for h in &self.histograms {
+            h.render(&mut text);
+        }
+        text
     }
 }
 
