@@ -35,7 +35,7 @@ pub struct NodeMetrics {
     pub bytes_out: Counter,
     /// Time from an event's ordering to its socket write (sampled once per write batch).
     pub delivery_latency: Histogram,
-    /// Time a client's command waited for its room's task (embedded mode).
+    /// Time a client's command waited for its room's task (in cluster mode, for this node's replica).
     pub room_wait: Histogram,
     /// Connections closed because their send queue stayed full.
     pub slow_consumers: Counter,

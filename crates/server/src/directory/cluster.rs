@@ -26,6 +26,7 @@ pub(crate) struct ClusterRooms {
     hosted: RwLock<HashMap<String, RoomHandle>>,
     gauge: Gauge,
     errors: ErrorCounter,
+    room_wait: metrics::Histogram,
     /// Itself, for the replicas it starts.
     this: Weak<ClusterRooms>,
 }
@@ -43,6 +44,7 @@ impl ClusterRooms {
             hosted: RwLock::new(HashMap::new()),
             gauge: metrics.rooms.clone(),
             errors: metrics.error_counter_set(),
+            room_wait: metrics.room_wait.clone(),
             this: this.clone(),
         })
     }
@@ -109,6 +111,7 @@ impl ClusterRooms {
             me: self.me.clone(),
             linger: Duration::from_millis(self.config.room_linger_ms),
             errors: self.errors.clone(),
+            room_wait: self.room_wait.clone(),
         };
         let handle = cluster::spawn_replica(setup, info, id);
         hosted.insert(id.to_owned(), handle.clone());

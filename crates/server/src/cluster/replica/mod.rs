@@ -59,6 +59,8 @@ pub(crate) struct ReplicaSetup {
     /// How long the room stays hosted without local members.
     pub(crate) linger: Duration,
     pub(crate) errors: ErrorCounter,
+    /// `plaza_room_wait_seconds`: a command's wait in the mailbox.
+    pub(crate) room_wait: metrics::Histogram,
 }
 
 /// Starts hosting room `id` on this node. The replica loads the room's latest
@@ -90,6 +92,7 @@ pub(crate) fn spawn_replica(setup: ReplicaSetup, info: RoomInfo, id: &str) -> Ro
         barrier: None,
         linger: setup.linger,
         errors: setup.errors,
+        room_wait: setup.room_wait,
     };
     tokio::spawn(task.run(rx, notices));
     handle
@@ -137,6 +140,7 @@ struct Replica {
     /// How long the room stays hosted without local members.
     linger: Duration,
     errors: ErrorCounter,
+    room_wait: metrics::Histogram,
 }
 
 impl Replica {
@@ -288,8 +292,11 @@ impl Replica {
         match cmd {
             RoomCommand::Client(c) => {
                 let ClientCommand {
-                    intent, pending, ..
+                    intent,
+                    pending,
+                    handed_at,
                 } = *c;
+                self.room_wait.record(handed_at.elapsed().as_secs_f64());
                 let conn = pending.conn();
                 // Changes that must not be lost are appended until they land.
                 let must_land = matches!(intent, Intent::Leave { .. } | Intent::Disconnect { .. });
