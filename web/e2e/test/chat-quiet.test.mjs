@@ -8,7 +8,7 @@ import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
 import { launchChromium } from './browser.mjs';
-import { openTab } from './pages.mjs';
+import { openTab, toClient } from './pages.mjs';
 
 const ARTIFACTS = fileURLToPath(new URL('../artifacts/', import.meta.url));
 const WAIT = { timeout: 10_000 };
@@ -146,6 +146,27 @@ describe('demo chat: topics and quiet mode', () => {
           window.__plaza.avatar(sa) !== undefined &&
           window.__plaza.avatar(sb) !== undefined,
         sessions,
+        WAIT,
+      );
+    }
+    // The room is spatial: a proximity event goes to its pair at once, and so flushes what a
+    // policy holds before it (ordering). Both avatars walk far apart and come to rest, and any
+    // call their spawn points started has ended, before the policies below are tested.
+    for (const [page, x] of [[a, 60], [b, 740]]) {
+      const p = await toClient(page, x, 250);
+      await page.mouse.click(p.x, p.y);
+    }
+    for (const page of [a, b]) {
+      await page.waitForFunction(
+        ([sa, sb, ta, tb]) =>
+          [
+            [sa, ta],
+            [sb, tb],
+          ].every(([s, tx]) => {
+            const v = window.__plaza.avatar(s);
+            return v !== undefined && Math.abs(v.tx - tx) < 2 && Math.hypot(v.x - v.tx, v.y - v.ty) < 0.5;
+          }) && window.__plaza.calls().length === 0,
+        [...sessions, 60, 740],
         WAIT,
       );
     }
