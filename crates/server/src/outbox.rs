@@ -294,16 +294,6 @@ impl Outbox {
 }
 
 impl OutboxReceiver {
-    /// Waits for the next frame.
-    pub async fn recv(&mut self) -> Outgoing {
-        loop {
-            if let Ok(item) = self.try_recv() {
-                return item;
-            }
-            self.ready().await;
-        }
-    }
-
     /// Waits until something is queued, taking nothing: a writer that
     /// holds its next write (coalescing) keeps the frames where producers
     /// can still add to them and the connection's close can still find them.
@@ -323,11 +313,6 @@ impl OutboxReceiver {
             slot => *slot = Some(cx.waker().clone()),
         }
         Poll::Pending
-    }
-
-    /// Whether nothing is queued.
-    pub fn is_empty(&self) -> bool {
-        self.frames().queued.is_empty()
     }
 
     /// Takes up to `max` queued frames, oldest first, under one lock: a
@@ -535,7 +520,7 @@ mod tests {
         let rest = rx.take_batch(100);
         assert_eq!(rest.len(), 3);
         assert_eq!(rest[2].frame(), "live");
-        assert!(rx.is_empty());
+        assert_eq!(rx.try_recv().unwrap_err(), Empty);
         // With the replay read, the bound is the queue's own again.
         assert!(out.send(Bytes::from_static(b"a")));
         assert!(out.send(Bytes::from_static(b"b")));
@@ -556,8 +541,7 @@ mod tests {
         tokio::task::yield_now().await;
         out.send(Bytes::from_static(b"b"));
         let mut rx = waiter.await.unwrap();
-        assert!(!rx.is_empty(), "ready took nothing");
-        assert_eq!(rx.try_recv().unwrap().frame(), "b");
+        assert_eq!(rx.try_recv().unwrap().frame(), "b", "ready took nothing");
     }
 
     #[tokio::test]
@@ -575,16 +559,5 @@ mod tests {
         // Closed already: ready at once.
         let mut cx = Context::from_waker(Waker::noop());
         assert_eq!(control.poll_closed(&mut cx), Poll::Ready(()));
-    }
-
-    #[tokio::test]
-    async fn recv_wakes_for_a_frame_sent_before_it_waits() {
-        let (out, mut rx) = Outbox::new(4, ConnectionControl::new());
-        out.send(Bytes::from_static(b"a"));
-        assert_eq!(rx.try_recv().unwrap().frame(), "a");
-        // the permit stored by that first send must not hide the next frame
-        let task = tokio::spawn(async move { rx.recv().await.frame().clone() });
-        out.send(Bytes::from_static(b"b"));
-        assert_eq!(task.await.unwrap(), "b");
     }
 }

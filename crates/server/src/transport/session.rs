@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use plaza_protocol::CloseCode;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use super::liveness::{Due, Liveness};
 use crate::connection::Connection;
@@ -62,11 +61,6 @@ impl ClientSession {
     /// `auth` frame would: the answer is the session's first frame.
     pub(crate) fn authenticate(&mut self, token: &str) {
         self.conn.authenticate(token);
-    }
-
-    /// Cancelled when the node shuts down.
-    pub(crate) fn shutdown(&self) -> CancellationToken {
-        self.node.shutdown_token()
     }
 
     /// Handles one complete client message.

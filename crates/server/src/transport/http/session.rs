@@ -155,7 +155,7 @@ async fn run(mut client: ClientSession, shared: &HttpSession, mut rx: mpsc::Rece
     let config = client.node.config();
     let idle = Duration::from_millis(config.idle_timeout_ms);
     let limit = config.send_queue_frames.max(1);
-    let shutdown = client.shutdown();
+    // Shutdown closes the session through its control (1012), like any close.
     let control = client.control.clone();
     loop {
         // A reader waiting counts as the client being there.
@@ -168,10 +168,6 @@ async fn run(mut client: ClientSession, shared: &HttpSession, mut rx: mpsc::Rece
         tokio::select! {
             biased;
             _ = control.closed.cancelled() => break,
-            _ = shutdown.cancelled() => {
-                control.close(CloseCode::Restarting);
-                break;
-            }
             message = rx.recv() => match message {
                 Some(m) => client.receive(&m).await,
                 None => break,
