@@ -20,8 +20,11 @@ export interface WebSocketLike {
  */
 export type Handler<T> = { bivarianceHack(ev: T): void }['bivarianceHack'];
 
-/** A WebSocket constructor, e.g. `globalThis.WebSocket` or `import { WebSocket } from 'ws'`. */
-export type WebSocketConstructor = new (url: string) => WebSocketLike;
+/**
+ * A WebSocket constructor, e.g. `globalThis.WebSocket` or `import { WebSocket } from 'ws'`.
+ * `protocols` are the subprotocols to offer (`Sec-WebSocket-Protocol`).
+ */
+export type WebSocketConstructor = new (url: string, protocols?: string[]) => WebSocketLike;
 
 /** `readyState` of an open socket. */
 export const OPEN = 1;

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { PlazaError, type MessageEvent, type PublishAck } from '../src/index.js';
+import { WebSocket } from 'ws';
+import { expandCompact, PlazaError, type Json, type MessageEvent, type PublishAck } from '../src/index.js';
 import { gate, newClient, next, uniqueRoom } from './helpers.js';
 
 async function twoMembers(room = uniqueRoom()) {
@@ -39,6 +40,47 @@ describe('join and publish', () => {
     const error = await client.join('not a valid id!', { name: 'ann' }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(PlazaError);
     expect(error).toMatchObject({ code: 'invalid_request' });
+  });
+});
+
+describe('encodings', () => {
+  /** A `ws` socket that keeps the raw text of what it receives and the subprotocol chosen. */
+  function recording(into: { frames: string[]; protocol?: string }) {
+    return class extends WebSocket {
+      constructor(url: string, protocols?: string[]) {
+        super(url, protocols);
+        this.on('open', () => (into.protocol = this.protocol));
+        this.on('message', (data: Buffer) => into.frames.push(data.toString()));
+      }
+    };
+  }
+
+  it('gets messages as compact arrays by default and as v1 objects with json, the same events either way', async () => {
+    const room = uniqueRoom();
+    const compactWire: { frames: string[]; protocol?: string } = { frames: [] };
+    const jsonWire: { frames: string[]; protocol?: string } = { frames: [] };
+    const sender = newClient({ room });
+    const compact = newClient({ room, WebSocket: recording(compactWire) });
+    const json = newClient({ room, WebSocket: recording(jsonWire), encoding: 'json' });
+    const roomS = await sender.join(room, { name: 'ann' });
+    const roomC = await compact.join(room, { name: 'bob' });
+    const roomJ = await json.join(room, { name: 'cid' });
+    expect(compactWire.protocol).toBe('plaza.v1.compact');
+    expect(jsonWire.protocol).toBe('');
+    const gotC = next(roomC, 'message');
+    const gotJ = next(roomJ, 'message');
+    const ack = await roomS.publish('chat', { text: 'hi' }, { topic: 't' });
+    const [c, j] = await Promise.all([gotC, gotJ]);
+    expect(c).toEqual(j);
+    expect(c).toMatchObject({ seq: ack.seq, channel: 'main', event: 'chat', data: { text: 'hi' }, topic: 't' });
+    const rawC = compactWire.frames.find((f) => f.startsWith('['));
+    const array = JSON.parse(rawC!) as Json[];
+    expect(array.slice(0, 6)).toEqual([room, ack.seq, c.ts, roomS.session, 'chat', { text: 'hi' }]);
+    expect(array[6]).toMatchObject({ topic: 't' });
+    expect(expandCompact(array)).toEqual(c);
+    expect(jsonWire.frames.some((f) => f.startsWith('['))).toBe(false);
+    // Everything but messages is v1 on both.
+    expect(compactWire.frames.filter((f) => !f.startsWith('[')).every((f) => f.startsWith('{'))).toBe(true);
   });
 });
 

@@ -76,7 +76,10 @@ class FakeSocket implements WebSocketLike {
   onclose: ((ev: never) => void) | null = null;
   onerror: ((ev: never) => void) | null = null;
   onmessage: ((ev: { data: unknown }) => void) | null = null;
-  constructor(readonly url: string) {
+  constructor(
+    readonly url: string,
+    readonly protocols?: string[],
+  ) {
     FakeSocket.last = this;
     FakeSocket.onCreated?.(this);
     FakeSocket.onCreated = undefined;
@@ -92,7 +95,7 @@ class FakeSocket implements WebSocketLike {
     this.onopen?.(undefined as never);
   }
   /** A frame from the server, as text on the wire. */
-  deliver(frame: { [key: string]: Json }): void {
+  deliver(frame: { [key: string]: Json } | Json[]): void {
     this.onmessage?.({ data: JSON.stringify(frame) });
   }
   lastSent(): { [key: string]: Json } {
@@ -584,4 +587,51 @@ describe('server frames', () => {
       await check!(v.frame);
     });
   }
+});
+
+interface CompactVector {
+  name: string;
+  v1: string;
+  frame: Json[];
+}
+
+describe('compact messages (protocol/vectors/compact)', () => {
+  const dir = join(root, 'protocol/vectors/compact');
+  const compact: CompactVector[] = readdirSync(dir)
+    .filter((f) => f.endsWith('.json'))
+    .sort()
+    .map((f) => ({ name: f.replace(/\.json$/, ''), ...(JSON.parse(readFileSync(join(dir, f), 'utf8')) as Omit<CompactVector, 'name'>) }));
+
+  it('offers plaza.v1.compact over WebSocket unless told json', async () => {
+    const { socket } = await joinedClient();
+    expect(socket.protocols).toEqual(['plaza.v1.compact']);
+    const json = new PlazaClient('ws://plaza.test/v1/ws', { WebSocket: FakeSocket, reconnect: false, encoding: 'json' });
+    void json.join(ROOM, { name: 'ann' }).catch(() => undefined);
+    expect(FakeSocket.last!.protocols).toBeUndefined();
+    json.close();
+  });
+
+  it('has vectors', () => expect(compact.length).toBeGreaterThan(0));
+
+  for (const v of compact) {
+    it(`${v.name}: the client reads it as ${v.v1}`, async () => {
+      const v1 = vector('server', v.v1.replace(/^server\//, '').replace(/\.json$/, ''));
+      const { socket, room } = await joinedClient();
+      const events: unknown[] = [];
+      room.on('event', (e) => events.push(e));
+      socket.deliver(v.frame);
+      expect(events).toEqual([{ channel: 'main', ...v1 }]);
+      expect(room.lastSeq).toBe(v1['seq']);
+    });
+  }
+
+  it('ignores arrays of another shape', async () => {
+    const { socket, room } = await joinedClient();
+    const events: unknown[] = [];
+    room.on('event', (e) => events.push(e));
+    for (const bad of [[], [ROOM, 2, 3], [ROOM, '2', 3, 'x', 'e', null], [ROOM, 2, 3, 'x', 'e', null, 5]] as Json[][]) {
+      socket.deliver(bad);
+    }
+    expect(events).toEqual([]);
+  });
 });

@@ -36,14 +36,12 @@ pub async fn connect_for(
     deflate: bool,
 ) -> io::Result<(Reader, Writer)> {
     let sessions = driver.sessions_path_for(room);
-    transport::connect(
-        at,
-        transport,
-        &driver.ws_path_for(room),
-        sessions.as_deref(),
-        deflate,
-    )
-    .await
+    let path = driver.ws_path_for(room);
+    let ws = transport::WsOffer {
+        path: &path,
+        subprotocol: driver.subprotocol(),
+    };
+    transport::connect(at, transport, ws, sessions.as_deref(), deflate).await
 }
 
 /// The messages of the next read (at least one), answering pings meanwhile.

@@ -121,17 +121,19 @@ pub async fn connect_with(
     bind: Option<IpAddr>,
     deflate: bool,
 ) -> io::Result<(WsReader, WsWriter)> {
-    connect_counted(addr, host, path, bind, deflate, None).await
+    connect_counted(addr, host, path, bind, deflate, None, None).await
 }
 
-/// [`connect_with`], counting every byte read and written (the handshake
-/// included) in `tally`.
+/// [`connect_with`], offering the WebSocket subprotocol `subprotocol` if
+/// given (the server must choose it) and counting every byte read and
+/// written (the handshake included) in `tally`.
 pub async fn connect_counted(
     addr: SocketAddr,
     host: &str,
     path: &str,
     bind: Option<IpAddr>,
     deflate: bool,
+    subprotocol: Option<&str>,
     tally: Option<Arc<SocketTally>>,
 ) -> io::Result<(WsReader, WsWriter)> {
     let stream = match bind {
@@ -148,11 +150,14 @@ pub async fn connect_counted(
     };
     stream.set_nodelay(true)?;
     let key = base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 16]>());
-    let offer = if deflate {
+    let mut offer = if deflate {
         format!("Sec-WebSocket-Extensions: {DEFLATE_OFFER}\r\n")
     } else {
         String::new()
     };
+    if let Some(p) = subprotocol {
+        offer.push_str(&format!("Sec-WebSocket-Protocol: {p}\r\n"));
+    }
     let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{offer}\r\n"
@@ -190,6 +195,17 @@ pub async fn connect_counted(
         )));
     }
     let head = String::from_utf8_lossy(&buf[..header_end]).to_ascii_lowercase();
+    if let Some(p) = subprotocol {
+        let chosen = head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == "sec-websocket-protocol").then(|| v.trim().to_owned())
+        });
+        if chosen.as_deref() != Some(&p.to_ascii_lowercase()) {
+            return Err(io::Error::other(format!(
+                "the server did not choose the subprotocol {p} (it chose {chosen:?})"
+            )));
+        }
+    }
     let accepted = head.lines().find_map(|l| {
         let (k, v) = l.split_once(':')?;
         (k.trim() == "sec-websocket-extensions" && v.contains("permessage-deflate"))

@@ -18,7 +18,7 @@ fn options(addr: SocketAddr) -> RunOptions {
     RunOptions {
         addr,
         host: addr.to_string(),
-        driver: Arc::new(PlazaDriver),
+        driver: Arc::new(PlazaDriver::default()),
         observers_per_room: 1,
         server_pid: None,
         bind: vec![],

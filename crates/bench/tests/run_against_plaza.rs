@@ -35,6 +35,32 @@ drain: { quiet_ms: 300, max_ms: 10000 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_publish_is_counted_once_for_every_other_member() {
+    count_check(Arc::new(PlazaDriver::default())).await;
+}
+
+/// With `plaza.v1.compact` the same messages arrive, counted the same, in
+/// fewer bytes: 72 fewer for every delivery of a message on main.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compact_messages_are_counted_the_same_in_fewer_bytes() {
+    let (plain, plain_out) = count_check(Arc::new(PlazaDriver::default())).await;
+    let (compact, compact_out) =
+        count_check(plaza_bench::driver::by_name("plaza-compact").unwrap()).await;
+    assert_eq!(plain.deliveries_total, compact.deliveries_total);
+    // What the server wrote in all (not only while recording), so timing
+    // cannot move it: every delivery of a message on main is 72 bytes
+    // shorter, all else is the same size.
+    let saved = plain_out as i64 - compact_out as i64;
+    assert!(
+        saved >= compact.deliveries_total as i64 * 70,
+        "plain {plain_out} bytes, compact {compact_out} bytes, {} deliveries",
+        compact.deliveries_total
+    );
+}
+
+/// Runs [`SCENARIO`] against a fresh in-process Plaza with `driver`, checks
+/// that every publish was counted once for every other member, and returns
+/// the report and the bytes the server wrote.
+async fn count_check(driver: Arc<dyn plaza_bench::driver::Driver>) -> (plaza_bench::Report, u64) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let node = Node::new(ServerConfig::default(), Arc::new(MemoryTicketStore::new()));
@@ -48,7 +74,7 @@ async fn every_publish_is_counted_once_for_every_other_member() {
         RunOptions {
             addr,
             host: addr.to_string(),
-            driver: Arc::new(PlazaDriver),
+            driver,
             observers_per_room: 2,
             server_pid: Some(std::process::id()),
             bind: vec![],
@@ -104,6 +130,7 @@ async fn every_publish_is_counted_once_for_every_other_member() {
     // The rooms exist, with their members still in them.
     let rooms = node.list_rooms().await.unwrap();
     assert_eq!(rooms.len(), 2);
+    (report, node.status().bytes_out)
 }
 
 const JOIN_ONLY: &str = r#"
@@ -149,7 +176,7 @@ async fn refused_joins_are_errors_and_fail_the_expectations() {
     assert_eq!(created.status(), 201);
 
     let scenario = Scenario::parse(JOIN_ONLY, &[]).unwrap();
-    let report = run(&scenario, options(addr, Arc::new(PlazaDriver)))
+    let report = run(&scenario, options(addr, Arc::new(PlazaDriver::default())))
         .await
         .unwrap();
     assert_eq!(report.joined, 0);
@@ -177,7 +204,7 @@ async fn an_unreachable_target_fails_setup_or_counts_connect_errors() {
     };
     let scenario = Scenario::parse(JOIN_ONLY, &[]).unwrap();
     // Plaza needs its rooms created first: the run cannot start.
-    let e = run(&scenario, options(addr, Arc::new(PlazaDriver)))
+    let e = run(&scenario, options(addr, Arc::new(PlazaDriver::default())))
         .await
         .unwrap_err();
     assert!(e.to_string().starts_with("setup:"), "{e}");
@@ -237,7 +264,7 @@ async fn channel_publishes_count_only_subscribers_and_parallel_branches_both_run
     tokio::spawn(plaza_server::serve(node.clone(), listener));
     let scenario = Scenario::parse(CROSS_PLATFORM, &[]).unwrap();
     assert_eq!(scenario.phases[0].users, Some(8), "users_per_room × rooms");
-    let report = run(&scenario, options(addr, Arc::new(PlazaDriver)))
+    let report = run(&scenario, options(addr, Arc::new(PlazaDriver::default())))
         .await
         .unwrap();
     assert_eq!(report.joined, 8, "{report:#?}");
@@ -281,7 +308,7 @@ async fn the_leader_publishes_once_when_the_phase_starts_and_everyone_times_it()
     let node = Node::new(ServerConfig::default(), Arc::new(MemoryTicketStore::new()));
     tokio::spawn(plaza_server::serve(node.clone(), listener));
     let scenario = Scenario::parse(ONE_BROADCAST, &[]).unwrap();
-    let mut opts = options(addr, Arc::new(PlazaDriver));
+    let mut opts = options(addr, Arc::new(PlazaDriver::default()));
     opts.observers_per_room = 5;
     opts.server_pid = Some(std::process::id());
     let report = run(&scenario, opts).await.unwrap();
@@ -323,7 +350,7 @@ async fn http_steps_are_timed_and_unexpected_statuses_fail() {
     let node = Node::new(ServerConfig::default(), Arc::new(MemoryTicketStore::new()));
     tokio::spawn(plaza_server::serve(node.clone(), listener));
     let scenario = Scenario::parse(HTTP_CALLS, &[]).unwrap();
-    let report = run(&scenario, options(addr, Arc::new(PlazaDriver)))
+    let report = run(&scenario, options(addr, Arc::new(PlazaDriver::default())))
         .await
         .unwrap();
     assert_eq!(report.http_ok, 8, "{report:#?}");
@@ -366,7 +393,7 @@ async fn run_scenario_file(file: &str, set: &[(&str, &str)]) -> plaza_bench::Rep
         RunOptions {
             addr,
             host: addr.to_string(),
-            driver: Arc::new(PlazaDriver),
+            driver: Arc::new(PlazaDriver::default()),
             observers_per_room: 100,
             server_pid: None,
             bind: vec![],
@@ -558,7 +585,7 @@ async fn stalled_readers_are_closed_as_slow_consumers_and_the_others_go_on() {
     let scenario = Scenario::parse(&yaml, &set).unwrap();
     let every_user_observes = RunOptions {
         observers_per_room: 100,
-        ..options(addr, Arc::new(PlazaDriver))
+        ..options(addr, Arc::new(PlazaDriver::default()))
     };
     let report = run(&scenario, every_user_observes).await.unwrap();
     assert_eq!(report.joined, 20, "{report:#?}");

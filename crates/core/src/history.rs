@@ -1,5 +1,5 @@
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -44,23 +44,42 @@ pub struct HistoryEntry {
     /// The `event` frame as sent on the wire.
     #[serde(with = "frame_bytes")]
     pub frame: Bytes,
-    /// The frame in another wire form, made once for every recipient that
-    /// needs it (the transport's permessage-deflate: each message compressed
-    /// on its own comes out the same for everyone). Not part of snapshots.
+    /// The frame's other wire forms, each made once for every recipient
+    /// that needs it. Not part of snapshots.
     #[serde(skip)]
     pub wire: WireCache,
 }
 
-/// A lazily made second form of a frame, shared by every recipient.
+/// The other wire forms of a frame, each made lazily (the first time a
+/// recipient needs it) and then shared by every recipient.
 ///
 /// Equal to any other: it only caches what the frame determines.
 #[derive(Clone, Default)]
-pub struct WireCache(std::sync::OnceLock<Bytes>);
+pub struct WireCache {
+    /// Compressed on its own by permessage-deflate: it comes out the same
+    /// for everyone.
+    deflated: OnceLock<Bytes>,
+    /// The compact form (`plaza_protocol::compact`); `None` for a frame that
+    /// has none and goes as it is.
+    compact: OnceLock<Option<Bytes>>,
+    /// The compact form, compressed.
+    compact_deflated: OnceLock<Bytes>,
+}
 
 impl WireCache {
-    /// The cached form, made by `make` the first time.
-    pub fn get_or_init(&self, make: impl FnOnce() -> Bytes) -> &Bytes {
-        self.0.get_or_init(make)
+    /// The frame compressed, made by `make` the first time.
+    pub fn deflated(&self, make: impl FnOnce() -> Bytes) -> &Bytes {
+        self.deflated.get_or_init(make)
+    }
+
+    /// The frame's compact form, if it has one, made by `make` the first time.
+    pub fn compact(&self, make: impl FnOnce() -> Option<Bytes>) -> Option<&Bytes> {
+        self.compact.get_or_init(make).as_ref()
+    }
+
+    /// The compact form compressed, made by `make` the first time.
+    pub fn compact_deflated(&self, make: impl FnOnce() -> Bytes) -> &Bytes {
+        self.compact_deflated.get_or_init(make)
     }
 }
 
@@ -74,11 +93,11 @@ impl Eq for WireCache {}
 
 impl std::fmt::Debug for WireCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.get().is_some() {
-            "WireCache(made)"
-        } else {
-            "WireCache"
-        })
+        f.debug_struct("WireCache")
+            .field("deflated", &self.deflated.get().is_some())
+            .field("compact", &self.compact.get().is_some())
+            .field("compact_deflated", &self.compact_deflated.get().is_some())
+            .finish()
     }
 }
 

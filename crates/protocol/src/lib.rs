@@ -18,6 +18,7 @@
 
 pub mod client;
 mod codes;
+pub mod compact;
 pub mod policy;
 pub mod server;
 

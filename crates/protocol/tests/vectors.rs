@@ -16,6 +16,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use plaza_protocol::client::{self, ClientFrame, Op};
+use plaza_protocol::compact::{compact_message, expand};
 use plaza_protocol::server::{
     ClosedReason, EntityInfo, ErrorBody, ErrorRef, Event, EventBody, JoinHistory, Joined,
     LeaveReason, LockInfo, MemberInfo, Outcome, ResyncReason, ServerFrame, Snapshot, UnlockReason,
@@ -42,6 +43,8 @@ struct Vector {
     name: String,
     frame: Value,
     error: Option<String>,
+    /// For a compact form: the server vector it stands for.
+    v1: Option<String>,
 }
 
 /// Every vector file, by name (`client/publish.json`, ...).
@@ -52,8 +55,8 @@ fn vectors() -> BTreeMap<String, Vector> {
         let entry = entry.unwrap();
         let side = entry.file_name().into_string().unwrap();
         assert!(
-            side == "client" || side == "server" || side == "http",
-            "protocol/vectors/{side}: only client/, server/ and http/ belong here"
+            ["client", "server", "http", "compact"].contains(&side.as_str()),
+            "protocol/vectors/{side}: only client/, server/, http/ and compact/ belong here"
         );
         for file in fs::read_dir(entry.path()).unwrap() {
             let file = file.unwrap();
@@ -73,6 +76,9 @@ fn vectors() -> BTreeMap<String, Vector> {
             // they are in the doc; the server's tests replay them.
             let keys: &[&str] = if side == "http" {
                 &["description", "request", "response"]
+            } else if side == "compact" {
+                // A compact form (`frame`) and the server vector it stands for (`v1`).
+                &["description", "frame", "v1"]
             } else {
                 &["description", "frame", "error"]
             };
@@ -105,7 +111,25 @@ fn vectors() -> BTreeMap<String, Vector> {
                     .unwrap_or_else(|| panic!("{name}: error must be a string"))
                     .to_owned()
             });
-            out.insert(name.clone(), Vector { name, frame, error });
+            let v1 = obj.get("v1").map(|n| {
+                n.as_str()
+                    .unwrap_or_else(|| panic!("{name}: v1 names a server vector"))
+                    .to_owned()
+            });
+            assert_eq!(
+                side == "compact",
+                v1.is_some(),
+                "{name}: v1 is for compact/ only"
+            );
+            out.insert(
+                name.clone(),
+                Vector {
+                    name,
+                    frame,
+                    error,
+                    v1,
+                },
+            );
         }
     }
     assert!(!out.is_empty(), "no vectors in {}", dir.display());
@@ -557,6 +581,19 @@ fn expected_server_frame(name: &str) -> ServerFrame {
                 id: None,
             },
         ),
+        "server/event-message-minimal.json" => event(
+            45,
+            1_732_312_400_240,
+            Some(ANN),
+            EventBody::Message {
+                channel: "main".into(),
+                event: "cursor".into(),
+                data: Some(raw(json!([120, 48]))),
+                topic: None,
+                reply_to: None,
+                id: None,
+            },
+        ),
         "server/event-presence-join.json" => event(
             58,
             1_732_312_460_050,
@@ -767,6 +804,41 @@ fn server_vectors_are_exactly_what_the_encoder_produces() {
         checked += 1;
     }
     assert!(checked > 0);
+}
+
+#[test]
+fn compact_vectors_are_the_compact_form_of_their_server_vector_and_expand_back() {
+    let all = vectors();
+    let mut checked = 0;
+    for v in all.values().filter(|v| v.name.starts_with("compact/")) {
+        let v1_name = v.v1.as_deref().unwrap();
+        let v1 = all
+            .get(v1_name)
+            .unwrap_or_else(|| panic!("{}: no vector {v1_name}", v.name));
+        assert!(
+            v1_name.starts_with("server/"),
+            "{}: v1 is a server vector",
+            v.name
+        );
+        let compact = compact_message(&expected_server_frame(v1_name).encode())
+            .unwrap_or_else(|| panic!("{}: {v1_name} has no compact form", v.name));
+        let got: Value = serde_json::from_slice(&compact).unwrap();
+        assert_eq!(got, v.frame, "{}: the encoder produces {got}", v.name);
+        assert_eq!(expand(&compact).unwrap(), v1.frame, "{}", v.name);
+        checked += 1;
+    }
+    assert!(checked > 0);
+    // Every other server vector goes as it is.
+    let compacted: BTreeSet<&str> = all.values().filter_map(|v| v.v1.as_deref()).collect();
+    for v in all.values().filter(|v| v.name.starts_with("server/")) {
+        let has_form = compact_message(&expected_server_frame(&v.name).encode()).is_some();
+        assert_eq!(
+            has_form,
+            compacted.contains(v.name.as_str()),
+            "{}: a compact form exactly for the vectors that show one",
+            v.name
+        );
+    }
 }
 
 // ------------------------------------------------------------------- doc ---

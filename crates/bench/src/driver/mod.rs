@@ -105,6 +105,11 @@ pub trait Driver: Send + Sync {
     fn name(&self) -> &'static str;
     /// Path (and query) of the WebSocket endpoint.
     fn ws_path(&self) -> String;
+
+    /// The WebSocket subprotocol to offer, if the protocol has one worth asking for.
+    fn subprotocol(&self) -> Option<&'static str> {
+        None
+    }
     /// Path (and query) of the WebSocket endpoint for a user whose first join
     /// is to `room` (`None`: unknown). A protocol whose clients name the room
     /// in the URL, for a load balancer to route on, puts it there; the
@@ -193,7 +198,8 @@ pub trait Driver: Send + Sync {
 /// The driver called `name`.
 pub fn by_name(name: &str) -> Result<std::sync::Arc<dyn Driver>, String> {
     match name {
-        "plaza" => Ok(std::sync::Arc::new(PlazaDriver)),
+        "plaza" => Ok(std::sync::Arc::new(PlazaDriver::default())),
+        "plaza-compact" => Ok(std::sync::Arc::new(PlazaDriver { compact: true })),
         "broadcast" | "reference" => Ok(std::sync::Arc::new(BroadcastDriver)),
         "socketio" => Ok(std::sync::Arc::new(SocketIoDriver)),
         "centrifugo" => Ok(std::sync::Arc::new(CentrifugoDriver)),
@@ -205,7 +211,13 @@ pub fn by_name(name: &str) -> Result<std::sync::Arc<dyn Driver>, String> {
 }
 
 /// Names accepted by [`by_name`].
-pub const DRIVERS: &[&str] = &["plaza", "broadcast", "socketio", "centrifugo"];
+pub const DRIVERS: &[&str] = &[
+    "plaza",
+    "plaza-compact",
+    "broadcast",
+    "socketio",
+    "centrifugo",
+];
 
 impl Inbound {
     /// The published messages in `msg`: `Deliveries` when it holds markers,

@@ -6,7 +6,11 @@ use super::{ChatMessage, Driver, Handshake, HttpCall, Inbound, JoinSpec};
 
 /// Plaza over `/v1/ws`.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct PlazaDriver;
+pub struct PlazaDriver {
+    /// Offer `plaza.v1.compact` (room messages as arrays; the driver name
+    /// `plaza-compact`).
+    pub compact: bool,
+}
 
 impl Driver for PlazaDriver {
     fn name(&self) -> &'static str {
@@ -15,6 +19,11 @@ impl Driver for PlazaDriver {
 
     fn ws_path(&self) -> String {
         "/v1/ws".into()
+    }
+
+    fn subprotocol(&self) -> Option<&'static str> {
+        self.compact
+            .then_some(plaza_protocol::compact::COMPACT_SUBPROTOCOL)
     }
 
     /// `/v1/ws?room=ID`: a cluster's load balancer hashes on it, so that a
@@ -147,6 +156,10 @@ impl Driver for PlazaDriver {
     }
 
     fn classify(&self, msg: &[u8], _replies: &mut Vec<String>) -> Inbound {
+        if msg.starts_with(b"[") {
+            // A compact message (plaza.v1.compact): only messages are arrays.
+            return Inbound::markers_in(msg);
+        }
         if msg.starts_with(br#"{"type":"event""#) {
             if memchr::memmem::find(msg, br#""kind":"space.moved""#).is_some() {
                 return Inbound::Deliveries(1);
@@ -230,7 +243,7 @@ mod tests {
 
     #[test]
     fn the_url_names_the_room_for_the_load_balancer() {
-        let d = PlazaDriver;
+        let d = PlazaDriver::default();
         assert_eq!(
             d.ws_path_for(Some("explorviz-3")),
             "/v1/ws?room=explorviz-3"
@@ -247,7 +260,7 @@ mod tests {
 
     #[test]
     fn chat_messages_carry_topic_reply_and_id_and_joins_their_extra_fields() {
-        let d = PlazaDriver;
+        let d = PlazaDriver::default();
         let mut out = String::new();
         let msg = ChatMessage {
             topic: "t2",
@@ -272,7 +285,7 @@ mod tests {
 
     #[test]
     fn joins_with_a_join_frame_and_waits_for_joined() {
-        let d = PlazaDriver;
+        let d = PlazaDriver::default();
         let Handshake::Send(frames) = d.handshake(None, &spec()) else {
             panic!()
         };
@@ -291,7 +304,7 @@ mod tests {
 
     #[test]
     fn publishes_valid_frames_and_classifies_what_comes_back() {
-        let d = PlazaDriver;
+        let d = PlazaDriver::default();
         let mut out = String::new();
         d.publish("r\"0", Some("xr"), "b", r#"{"bt":12,"p":"x"}"#, &mut out);
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();

@@ -187,13 +187,13 @@ impl Writer {
     }
 }
 
-/// Opens a connection over `transport`: a WebSocket at `ws_path` (offering
-/// permessage-deflate if `deflate`), or an HTTP transport session opened at
-/// `sessions_path` (`None`: the protocol has none).
+/// Opens a connection over `transport`: a WebSocket at `ws.path` (offering
+/// permessage-deflate if `deflate`, and `ws.subprotocol`), or an HTTP
+/// transport session opened at `sessions_path` (`None`: the protocol has none).
 pub async fn connect(
     at: &Endpoint<'_>,
     transport: Transport,
-    ws_path: &str,
+    ws: WsOffer<'_>,
     sessions_path: Option<&str>,
     deflate: bool,
 ) -> io::Result<(Reader, Writer)> {
@@ -201,9 +201,10 @@ pub async fn connect(
         let (r, w) = wsclient::connect_counted(
             at.addr,
             at.host,
-            ws_path,
+            ws.path,
             at.bind,
             deflate,
+            ws.subprotocol,
             at.tally.clone(),
         )
         .await?;
@@ -217,6 +218,15 @@ pub async fn connect(
     };
     let (r, w) = http::open(at, transport, sessions).await?;
     Ok((Reader::Http(r), Writer::Http(w)))
+}
+
+/// Where a WebSocket connects and which subprotocol it offers.
+#[derive(Debug, Clone, Copy)]
+pub struct WsOffer<'a> {
+    /// The path (and query) of the upgrade request.
+    pub path: &'a str,
+    /// The subprotocol to offer, if any.
+    pub subprotocol: Option<&'a str>,
 }
 
 #[cfg(test)]

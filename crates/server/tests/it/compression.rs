@@ -27,6 +27,15 @@ struct RawClient {
 
 impl RawClient {
     async fn connect(s: &TestServer, offer: Option<&str>) -> RawClient {
+        Self::connect_with(s, offer, None).await
+    }
+
+    /// Connects offering permessage-deflate (`offer`) and a subprotocol.
+    async fn connect_with(
+        s: &TestServer,
+        offer: Option<&str>,
+        protocol: Option<&str>,
+    ) -> RawClient {
         let mut tcp = TcpStream::connect(s.addr).await.unwrap();
         let mut req = format!(
             "GET /v1/ws HTTP/1.1\r\nHost: {}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
@@ -35,6 +44,9 @@ impl RawClient {
         );
         if let Some(o) = offer {
             req.push_str(&format!("Sec-WebSocket-Extensions: {o}\r\n"));
+        }
+        if let Some(p) = protocol {
+            req.push_str(&format!("Sec-WebSocket-Protocol: {p}\r\n"));
         }
         req.push_str("\r\n");
         tcp.write_all(req.as_bytes()).await.unwrap();
@@ -201,6 +213,48 @@ async fn a_browser_offer_gets_compressed_messages_and_may_send_compressed_ones()
     assert_eq!(ev["data"]["text"], text.as_str());
     assert!(rsv1);
     assert!(sent * 2 < ev.to_string().len(), "{sent}");
+}
+
+#[tokio::test]
+async fn compact_messages_are_compressed_too_and_each_form_is_made_for_its_own_clients() {
+    let s = server(100, true).await;
+    let deflate = Some("permessage-deflate");
+    let mut compact = RawClient::connect_with(&s, deflate, Some("plaza.v1.compact")).await;
+    let mut plain = RawClient::connect(&s, deflate).await;
+    for (c, name) in [(&mut compact, "ann"), (&mut plain, "bob")] {
+        c.send(&json!({"type": "join", "room": "z", "name": name}), false)
+            .await;
+        let (_, _, joined) = c.recv().await;
+        assert_eq!(joined["type"], "joined", "{joined}");
+    }
+    let (_, _, presence) = compact.recv().await;
+    assert_eq!(presence["kind"], "presence.join");
+    let (mut cid, _) = s.join("z", "cid").await;
+    for c in [&mut compact, &mut plain] {
+        let (_, _, presence) = c.recv().await;
+        assert_eq!(presence["member"]["name"], "cid", "{presence}");
+    }
+    let text = "the same words again and again; ".repeat(8);
+    cid.send(json!({"type": "publish", "room": "z", "event": "chat", "data": {"text": text}}))
+        .await;
+    let (rsv1, compact_sent, c) = compact.recv().await;
+    assert!(rsv1, "{c}");
+    assert_eq!(c[4], "chat", "{c}");
+    assert_eq!(c[5]["text"], text.as_str(), "{c}");
+    let (rsv1, plain_sent, v1) = plain.recv().await;
+    assert!(rsv1);
+    assert_eq!(v1["data"]["text"], text.as_str());
+    assert_eq!(
+        plaza_protocol::compact::expand(c.to_string().as_bytes()).unwrap(),
+        v1
+    );
+    assert!(compact_sent < plain_sent, "{compact_sent} < {plain_sent}");
+    // A small message goes uncompressed, as an array.
+    cid.send(json!({"type": "publish", "room": "z", "event": "e"}))
+        .await;
+    let (rsv1, _, c) = compact.recv().await;
+    assert!(!rsv1);
+    assert_eq!(c[5], Value::Null, "{c}");
 }
 
 #[tokio::test]

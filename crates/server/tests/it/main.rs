@@ -9,6 +9,7 @@ mod broadcast;
 mod chat_history;
 mod cluster;
 mod coalescing;
+mod compact;
 mod compression;
 mod direct;
 mod heartbeat;

@@ -26,9 +26,9 @@ use super::coalesce;
 use super::session::{ClientSession, Heartbeat};
 use crate::Node;
 use deflate::Deflate;
-use frames::{put_header, put_text, FrameReader, Incoming, ServerOp};
+use frames::{put_header, FrameReader, Incoming, ServerOp};
 pub(crate) use upgrade::upgrade;
-use writer::{close_reason, failed_write, write_all, write_batch, write_control};
+use writer::{close_reason, failed_write, write_all, write_batch, write_control, WireForm};
 
 /// How long a server-initiated close waits for the client's Close.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
@@ -51,6 +51,7 @@ pub(crate) async fn serve_socket(
     stream: TcpStream,
     pre: Bytes,
     deflate: Option<Deflate>,
+    compact: bool,
     token: Option<String>,
 ) {
     let _ = stream.set_nodelay(true);
@@ -58,7 +59,10 @@ pub(crate) async fn serve_socket(
     let max_message = config.max_frame_bytes.saturating_mul(4).max(1024);
     let mut reader = FrameReader::new(max_message, deflate);
     let coalesce = Duration::from_millis(config.write_coalesce_ms);
-    let deflate = deflate.map(|d| (d, config.compression_min_bytes));
+    let form = WireForm {
+        deflate: deflate.map(|d| (d, config.compression_min_bytes)),
+        compact,
+    };
     let peer = stream.peer_addr().ok().map(|a| a.ip());
     let mut session = ClientSession::open(node, peer);
     if let Some(t) = token {
@@ -136,7 +140,7 @@ pub(crate) async fn serve_socket(
                 let now = Instant::now();
                 if write_at.is_some_and(|at| at <= now) {
                     write_at = None;
-                    let batch = write_batch(&session.node, &stream, &control, deflate, &mut session.queue, &mut unfinished);
+                    let batch = write_batch(&session.node, &stream, &control, form, &mut session.queue, &mut unfinished);
                     match Box::pin(batch).await {
                         Ok(done) => last_write = Some(done),
                         Err(_) => break failed_write(&control),
@@ -172,7 +176,7 @@ pub(crate) async fn serve_socket(
             () = session.queue.ready(), if write_at.is_none() => {
                 write_at = coalesce::hold_until(last_write, Instant::now(), coalesce);
                 if write_at.is_none() {
-                    let batch = write_batch(&session.node, &stream, &control, deflate, &mut session.queue, &mut unfinished);
+                    let batch = write_batch(&session.node, &stream, &control, form, &mut session.queue, &mut unfinished);
                     match Box::pin(batch).await {
                         Ok(done) => last_write = Some(done),
                         Err(_) => break failed_write(&control),
@@ -199,7 +203,7 @@ pub(crate) async fn serve_socket(
                     let Ok(item) = session.queue.try_recv() else {
                         break;
                     };
-                    put_text(&mut out, item.frame(), deflate);
+                    form.put(&mut out, &item);
                 }
             }
             let wrote = tokio::time::timeout(CLOSE_WAIT, async {
@@ -256,7 +260,7 @@ mod tests {
             .await
             .unwrap();
         let node = Node::new(ServerConfig::default(), Arc::new(MemoryTicketStore::new()));
-        let task = super::serve_socket(node, stream, bytes::Bytes::new(), None, None);
+        let task = super::serve_socket(node, stream, bytes::Bytes::new(), None, false, None);
         let size = std::mem::size_of_val(&task);
         assert!(size <= 1152, "serve_socket future has {size} bytes");
     }

@@ -8,6 +8,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
+use plaza_protocol::compact::{COMPACT_SUBPROTOCOL, JSON_SUBPROTOCOL};
 use plaza_protocol::ErrorCode;
 use tokio::net::TcpStream;
 
@@ -68,6 +69,11 @@ pub(crate) async fn upgrade(State(node): State<Arc<Node>>, mut req: Request) -> 
     } else {
         None
     };
+    let subprotocol = match negotiate_subprotocol(h) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let compact = subprotocol == Some(COMPACT_SUBPROTOCOL);
     let token = crate::auth::query_token(req.uri().query());
     let extensions = deflate.as_ref().map(|(_, response)| response.clone());
     let deflate = deflate.map(|(d, _)| d);
@@ -81,7 +87,7 @@ pub(crate) async fn upgrade(State(node): State<Arc<Node>>, mut req: Request) -> 
                 match downcast::<TokioIo<AdmittedStream>>(upgraded) {
                     Ok(parts) => {
                         let (stream, place) = parts.io.into_inner().into_parts();
-                        serve_socket(node, stream, parts.read_buf, deflate, token).await;
+                        serve_socket(node, stream, parts.read_buf, deflate, compact, token).await;
                         drop(place);
                     }
                     Err(upgraded) => match downcast::<TokioIo<TcpStream>>(upgraded) {
@@ -91,6 +97,7 @@ pub(crate) async fn upgrade(State(node): State<Arc<Node>>, mut req: Request) -> 
                                 parts.io.into_inner(),
                                 parts.read_buf,
                                 deflate,
+                                compact,
                                 token,
                             )
                             .await
@@ -107,10 +114,43 @@ pub(crate) async fn upgrade(State(node): State<Arc<Node>>, mut req: Request) -> 
         .header(header::CONNECTION, "upgrade")
         .header(header::UPGRADE, "websocket")
         .header(header::SEC_WEBSOCKET_ACCEPT, accept);
+    if let Some(p) = subprotocol {
+        response = response.header(header::SEC_WEBSOCKET_PROTOCOL, p);
+    }
     if let Some(e) = extensions {
         response = response.header(header::SEC_WEBSOCKET_EXTENSIONS, e);
     }
     response.body(Body::empty()).expect("valid response")
+}
+
+/// The subprotocol chosen among the client's offers: the first it lists
+/// that Plaza speaks (`plaza.v1.compact` or `plaza.v1`), or none when it
+/// offers none. Offers of only other subprotocols are refused: a browser
+/// would fail the connection on an answer without one of them anyway.
+fn negotiate_subprotocol(h: &HeaderMap) -> Result<Option<&'static str>, ApiError> {
+    let mut offered = h
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .peekable();
+    if offered.peek().is_none() {
+        return Ok(None);
+    }
+    match offered.find_map(|t| {
+        [COMPACT_SUBPROTOCOL, JSON_SUBPROTOCOL]
+            .into_iter()
+            .find(|p| *p == t)
+    }) {
+        Some(p) => Ok(Some(p)),
+        None => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidRequest,
+            "unsupported WebSocket subprotocol: Plaza speaks plaza.v1.compact and plaza.v1",
+        )),
+    }
 }
 
 fn has_token(h: &HeaderMap, name: header::HeaderName, token: &str) -> bool {

@@ -3,6 +3,8 @@
 
 use std::io;
 
+use bytes::Bytes;
+
 use super::deflate::{self, Deflate};
 use super::frames::{put_compressed, put_header, put_text, ServerOp};
 use super::End;
@@ -17,6 +19,56 @@ const SHARED_WINDOW_BITS: u8 = 15;
 
 /// Frames written per batch at most, so one busy connection cannot hog its task.
 const MAX_BATCH: usize = 512;
+
+/// How the frames of a connection go on the wire: what its client
+/// negotiated at the upgrade.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct WireForm {
+    /// permessage-deflate, and the size from which a message is compressed.
+    pub(crate) deflate: Option<(Deflate, usize)>,
+    /// The subprotocol `plaza.v1.compact`: room messages as arrays
+    /// ([`plaza_protocol::compact`]).
+    pub(crate) compact: bool,
+}
+
+impl WireForm {
+    /// The text of a queued frame in this form: a room message's compact
+    /// form (made once for all who asked for it), else the frame.
+    fn text<'a>(&self, item: &'a Outgoing) -> &'a Bytes {
+        match item.entry() {
+            Some(entry) if self.compact => entry
+                .wire
+                .compact(|| plaza_protocol::compact::compact_message(&entry.frame))
+                .unwrap_or(&entry.frame),
+            _ => item.frame(),
+        }
+    }
+
+    /// Puts a queued frame, compressed if the connection deflates and it is
+    /// large enough. A room event goes to many: it is compressed once, for
+    /// all of them.
+    pub(super) fn put(&self, out: &mut Vec<u8>, item: &Outgoing) {
+        let text = self.text(item);
+        match (item.entry(), self.deflate) {
+            (Some(entry), Some((d, min_bytes)))
+                if d.server_window_bits == SHARED_WINDOW_BITS && text.len() >= min_bytes =>
+            {
+                let make = || {
+                    let mut packed = Vec::with_capacity(text.len() / 2 + 16);
+                    deflate::compress(text, SHARED_WINDOW_BITS, &mut packed);
+                    Bytes::from(packed)
+                };
+                let packed = if std::ptr::eq(text, &entry.frame) {
+                    entry.wire.deflated(make)
+                } else {
+                    entry.wire.compact_deflated(make)
+                };
+                put_compressed(out, packed);
+            }
+            _ => put_text(out, text, self.deflate),
+        }
+    }
+}
 
 /// A write stopped: because the server closed the connection meanwhile
 /// (then a Close frame follows), or because the socket failed.
@@ -51,7 +103,7 @@ pub(super) async fn write_batch(
     node: &Node,
     stream: &TcpStream,
     control: &ConnectionControl,
-    deflate: Option<(Deflate, usize)>,
+    form: WireForm,
     rx: &mut OutboxReceiver,
     unfinished: &mut Vec<u8>,
 ) -> io::Result<Instant> {
@@ -64,21 +116,8 @@ pub(super) async fn write_batch(
     let size: usize = batch.iter().map(|i| i.frame().len() + 14).sum();
     let mut out = Vec::with_capacity(size);
     let frames = batch.len() as u64;
-    for item in batch {
-        match (item.entry(), deflate) {
-            // A room event goes to many: compressed once, for all of them.
-            (Some(entry), Some((d, min_bytes)))
-                if d.server_window_bits == SHARED_WINDOW_BITS && entry.frame.len() >= min_bytes =>
-            {
-                let packed = entry.wire.get_or_init(|| {
-                    let mut packed = Vec::with_capacity(entry.frame.len() / 2 + 16);
-                    deflate::compress(&entry.frame, SHARED_WINDOW_BITS, &mut packed);
-                    packed.into()
-                });
-                put_compressed(&mut out, packed);
-            }
-            _ => put_text(&mut out, item.frame(), deflate),
-        }
+    for item in &batch {
+        form.put(&mut out, item);
     }
     guarded_write(stream, control, &out, unfinished).await?;
     let m = &node.metrics;

@@ -360,6 +360,27 @@ impl Client {
         Client { ws, muted }
     }
 
+    /// Connects offering the WebSocket subprotocols `offer` (e.g.
+    /// `plaza.v1.compact`); returns the client and the one the server chose.
+    pub async fn connect_offering(addr: SocketAddr, offer: &str) -> (Client, Option<String>) {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let muted = Arc::new(AtomicBool::new(false));
+        let stream = Mutable {
+            tcp,
+            muted: muted.clone(),
+        };
+        let mut req = format!("ws://{addr}/v1/ws").into_client_request().unwrap();
+        req.headers_mut()
+            .insert("sec-websocket-protocol", offer.parse().unwrap());
+        let (ws, response) = tokio_tungstenite::client_async(req, stream).await.unwrap();
+        let chosen = response
+            .headers()
+            .get("sec-websocket-protocol")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (Client { ws, muted }, chosen)
+    }
+
     /// Connects, returning the handshake error instead of panicking.
     pub async fn try_connect(
         addr: SocketAddr,
