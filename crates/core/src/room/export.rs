@@ -83,7 +83,7 @@ impl<S> Room<S> {
             tokens.insert(m.resume_token.clone(), m.session.clone());
             members.insert(
                 m.session.clone(),
-                Member {
+                Box::new(Member {
                     info: MemberInfo {
                         session: m.session,
                         name: m.name,
@@ -97,7 +97,7 @@ impl<S> Room<S> {
                     disconnected_at: m.disconnected_at,
                     recent,
                     policy: m.policy.map(Box::new),
-                },
+                }),
             );
         }
         let space = match (&state.config.space, state.space) {

@@ -205,7 +205,7 @@ impl<S> Room<S> {
             .insert(p.resume_token.clone(), p.session.clone());
         self.members.insert(
             p.session.clone(),
-            Member {
+            Box::new(Member {
                 info: info.clone(),
                 channels,
                 subscribed_at: HashMap::new(),
@@ -214,7 +214,7 @@ impl<S> Room<S> {
                 disconnected_at: None,
                 recent: None,
                 policy: p.policy.map(Box::new),
-            },
+            }),
         );
         self.connected += 1;
         let mut events: Vec<Arc<HistoryEntry>> = self
