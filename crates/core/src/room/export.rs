@@ -80,7 +80,7 @@ impl<S> Room<S> {
                     order: m.recent.into_iter().map(|(id, _)| id).collect(),
                 })
             });
-            tokens.insert(m.resume_token.clone(), m.session.clone());
+            tokens.insert(m.resume_token.as_str().into(), m.session.as_str().into());
             members.insert(
                 m.session.clone(),
                 Box::new(Member {

@@ -133,7 +133,7 @@ impl<S> Room<S> {
         now: Millis,
     ) -> Result<Joined<S>, RoomError> {
         if let Some(r) = resume {
-            if let Some(session) = self.tokens.get(&r.token).cloned() {
+            if let Some(session) = self.tokens.get(r.token.as_str()).map(|s| s.to_string()) {
                 if self.resume_window_ended(&session, now) {
                     // `tick` has not run yet: the session is over all the same.
                     self.remove_session(&session);
@@ -171,7 +171,9 @@ impl<S> Room<S> {
                 format!("room has {} members, its limit", self.config.max_members),
             ));
         }
-        if self.members.contains_key(&p.session) || self.tokens.contains_key(&p.resume_token) {
+        if self.members.contains_key(&p.session)
+            || self.tokens.contains_key(p.resume_token.as_str())
+        {
             return Err(RoomError::new(
                 ErrorCode::Internal,
                 "session id or token collision",
@@ -202,7 +204,7 @@ impl<S> Room<S> {
             user: p.user,
         };
         self.tokens
-            .insert(p.resume_token.clone(), p.session.clone());
+            .insert(p.resume_token.as_str().into(), p.session.as_str().into());
         self.members.insert(
             p.session.clone(),
             Box::new(Member {
@@ -385,7 +387,7 @@ impl<S> Room<S> {
 
     fn remove(&mut self, session: &str, reason: LeaveReason, now: Millis) -> Option<Removed<S>> {
         let m = self.members.remove(session)?;
-        self.tokens.remove(&m.resume_token);
+        self.tokens.remove(m.resume_token.as_str());
         if let Some(t) = m.disconnected_at {
             self.disconnected.remove(&(t, session.to_owned()));
         }
@@ -508,7 +510,7 @@ impl<S> Room<S> {
     pub(super) fn remove_session(&mut self, session: &str) {
         self.space_forget(session);
         if let Some(m) = self.members.remove(session) {
-            self.tokens.remove(&m.resume_token);
+            self.tokens.remove(m.resume_token.as_str());
             if let Some(t) = m.disconnected_at {
                 self.disconnected.remove(&(t, session.to_owned()));
             }

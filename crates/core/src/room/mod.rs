@@ -77,7 +77,9 @@ pub struct Room<S> {
     /// holds its value: a pointer, not a 288-byte member (which made a busy
     /// room's table step up by ~300 KiB per 1,000 members once it doubled).
     members: HashMap<String, Box<Member<S>>>,
-    tokens: HashMap<String, String>,
+    /// Resume token to session. Boxed strings for the same reason as the
+    /// members: 32-byte buckets rather than 48.
+    tokens: HashMap<Box<str>, Box<str>>,
     connected: usize,
     /// The disconnected sessions by when they dropped (then by id): the
     /// first is the next resume window to end and the first to evict,
