@@ -62,7 +62,8 @@ struct RunArgs {
     /// The server: host:port, or a ws:// or http:// URL (its path is ignored).
     #[arg(long, default_value = "127.0.0.1:7700")]
     target: String,
-    /// Protocol: plaza, broadcast (any plain relay), socketio (Socket.IO v4), centrifugo (v6 JSON).
+    /// Protocol: plaza, plaza-compact (Plaza with compact messages, plaza.v1.compact), broadcast
+    /// (any plain relay), socketio (Socket.IO v4), centrifugo (v6 JSON).
     #[arg(long, default_value = "plaza")]
     driver: String,
     /// Override a scenario parameter, e.g. --set members=500 (repeatable).
