@@ -827,3 +827,34 @@ async fn requests_are_answered_by_nonce_and_bad_frames_get_error_frames_over_sse
     assert!(has_request_answers(&frames), "{frames:?}");
     check_request_answers(&frames);
 }
+
+#[tokio::test]
+async fn shutdown_ends_an_event_stream_with_1012() {
+    // Served without graceful shutdown, so the stream can be read to its
+    // end once the node has closed its sessions.
+    let s = TestServer::without_graceful_shutdown(ServerConfig::default()).await;
+    s.create_room(json!({"id": ROOM})).await;
+    let (mut bob, _) = s.join(ROOM, "bob").await;
+    let ann = Poller::open(&s).await;
+    let url = s.url(&format!("/v1/sessions/{}/events", ann.id));
+    let mut stream = s.http.get(&url).send().await.unwrap();
+    ann.send(json!({"type": "join", "room": ROOM, "name": "ann"}))
+        .await;
+    let got = read_events(&mut stream, 1).await;
+    assert_eq!(got[0].1["type"], "joined");
+    bob.recv_event("presence.join").await;
+
+    s.node.shutdown();
+    let mut text = String::new();
+    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(5), stream.chunk())
+        .await
+        .expect("the stream ends in time")
+        .unwrap()
+    {
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let last = text.trim_end().rsplit("\n\n").next().unwrap();
+    // Reconnect (to another node, behind a balancer) and resume.
+    assert_eq!(last, "event: closed\ndata: {\"code\":1012}", "{text}");
+    assert_eq!(bob.closed().await, crate::support::Closed::Code(1012));
+}
