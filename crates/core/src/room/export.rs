@@ -64,8 +64,8 @@ impl<S> Room<S> {
         for e in state.history {
             log.push(e);
         }
-        let mut members = HashMap::with_capacity(state.members.len());
-        let mut tokens = HashMap::with_capacity(state.members.len());
+        let mut members = BTreeMap::new();
+        let mut tokens = BTreeMap::new();
         let mut connected = 0;
         let mut disconnected = BTreeSet::new();
         for m in state.members {
@@ -83,7 +83,7 @@ impl<S> Room<S> {
             tokens.insert(m.resume_token.as_str().into(), m.session.as_str().into());
             members.insert(
                 m.session.clone(),
-                Box::new(Member {
+                Member {
                     info: MemberInfo {
                         session: m.session,
                         name: m.name,
@@ -97,7 +97,7 @@ impl<S> Room<S> {
                     disconnected_at: m.disconnected_at,
                     recent,
                     policy: m.policy.map(Box::new),
-                }),
+                },
             );
         }
         let space = match (&state.config.space, state.space) {

@@ -207,7 +207,7 @@ impl<S> Room<S> {
             .insert(p.resume_token.as_str().into(), p.session.as_str().into());
         self.members.insert(
             p.session.clone(),
-            Box::new(Member {
+            Member {
                 info: info.clone(),
                 channels,
                 subscribed_at: HashMap::new(),
@@ -216,7 +216,7 @@ impl<S> Room<S> {
                 disconnected_at: None,
                 recent: None,
                 policy: p.policy.map(Box::new),
-            }),
+            },
         );
         self.connected += 1;
         let mut events: Vec<Arc<HistoryEntry>> = self
@@ -442,14 +442,11 @@ impl<S> Room<S> {
         self.tokens.clear();
         self.connected = 0;
         self.disconnected.clear();
-        // Sorted so that every replica closes its members in the same order.
-        let mut closed: Vec<(String, S)> = self
-            .members
-            .drain()
-            .filter_map(|(s, m)| Some((s, m.sink?)))
-            .collect();
-        closed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        closed.into_iter().map(|(_, sink)| sink).collect()
+        // In session order, the same on every replica.
+        std::mem::take(&mut self.members)
+            .into_values()
+            .filter_map(|m| m.sink)
+            .collect()
     }
 
     /// Expires leases and resume windows that ended by `now`.

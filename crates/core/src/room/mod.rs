@@ -55,12 +55,10 @@ use member::RecentIds;
 /// [`RoomState`] and continues from there. Replicas must keep identical state
 /// and emit byte-identical frames, or seqs, snapshots and resumes stop
 /// agreeing between nodes. So the room reads no clock and no randomness, and
-/// nothing it decides or emits may depend on the iteration order of
-/// `members`, a `HashMap` whose order differs between instances (random
-/// seeds): where members are iterated to choose, emit or return something,
-/// the result is sorted or tie-broken by session id. The one exception is
-/// [`Room::for_each_recipient`]: it only fans one frame out to distinct
-/// connections, whose relative order nobody can observe, and it is the hot path.
+/// nothing it decides or emits may depend on an order that differs between
+/// instances: `members` is ordered by session id, and where other collections
+/// are iterated to choose, emit or return something, the result is sorted or
+/// tie-broken by session id.
 #[derive(Debug)]
 pub struct Room<S> {
     id: String,
@@ -72,14 +70,14 @@ pub struct Room<S> {
     log: RoomLog,
     entities: EntityStore,
     locks: LockTable,
-    /// Boxed: a table with members joining and leaving all the time settles,
-    /// tombstones and all, at up to four buckets a member, and each bucket
-    /// holds its value: a pointer, not a 288-byte member (which made a busy
-    /// room's table step up by ~300 KiB per 1,000 members once it doubled).
-    members: HashMap<String, Box<Member<S>>>,
-    /// Resume token to session. Boxed strings for the same reason as the
-    /// members: 32-byte buckets rather than 48.
-    tokens: HashMap<Box<str>, Box<str>>,
+    /// Ordered by session id, in a B-tree rather than a hash table: its memory
+    /// follows the members held. A hash table with members joining and leaving
+    /// all the time (each kept for its resume window) fills with tombstones
+    /// and, once they use up its free slots, doubles although the count stays
+    /// the same: RSS stepped up ~20 minutes into a soak (docs/benchmarks.md).
+    members: BTreeMap<String, Member<S>>,
+    /// Resume token to session, a B-tree for the same reason.
+    tokens: BTreeMap<Box<str>, Box<str>>,
     connected: usize,
     /// The disconnected sessions by when they dropped (then by id): the
     /// first is the next resume window to end and the first to evict,
@@ -103,8 +101,8 @@ impl<S> Room<S> {
             seq: 0,
             entities: EntityStore::default(),
             locks: LockTable::default(),
-            members: HashMap::new(),
-            tokens: HashMap::new(),
+            members: BTreeMap::new(),
+            tokens: BTreeMap::new(),
             connected: 0,
             disconnected: BTreeSet::new(),
         }
@@ -162,7 +160,7 @@ impl<S> Room<S> {
 
     /// A member by session id.
     pub fn member(&self, session: &str) -> Option<&Member<S>> {
-        self.members.get(session).map(|m| &**m)
+        self.members.get(session)
     }
 
     /// Adds an entity without an event: for the initial state of a new room.
