@@ -9,7 +9,11 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
-use plaza_core::{JoinParams, Room, RoomConfig};
+use plaza_core::{Room, RoomConfig};
+
+#[path = "it/common/mod.rs"]
+mod common;
+use common::{params, sid};
 
 /// Counts the bytes allocated and not freed.
 struct Counting;
@@ -46,21 +50,6 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-fn params(n: u32) -> JoinParams<u32> {
-    JoinParams {
-        session: format!("session-{n:08}"),
-        resume_token: format!("token-{n:026}"),
-        name: format!("user{n}"),
-        platform: "browser".into(),
-        user: None,
-        channels: Vec::new(),
-        ticket: false,
-        policy: None,
-        history: None,
-        sink: n,
-    }
-}
-
 #[test]
 fn a_churning_room_holds_its_memory_steady() {
     let config = RoomConfig::default();
@@ -74,7 +63,7 @@ fn a_churning_room_holds_its_memory_steady() {
         for n in from..to {
             let now = u64::from(n) * every_ms;
             room.join(params(n), None, now).expect("join");
-            room.disconnect(&format!("session-{n:08}"), now);
+            room.disconnect(&sid(n), now);
             room.tick(now);
             most = most.max(LIVE.load(Ordering::Relaxed));
         }
