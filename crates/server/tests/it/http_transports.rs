@@ -472,6 +472,23 @@ async fn a_session_nobody_reads_is_closed_as_a_slow_consumer() {
     assert_eq!((status, body["members"].clone()), (200, json!(1)), "{body}");
 }
 
+/// Room [`ROOM`] on `s` with bob there over WebSocket, and ann joined over
+/// an open event stream that has carried her `joined`.
+async fn bob_and_streaming_ann(
+    s: &TestServer,
+) -> (crate::support::Client, Poller<'_>, reqwest::Response) {
+    s.create_room(json!({"id": ROOM})).await;
+    let (bob, _) = s.join(ROOM, "bob").await;
+    let ann = Poller::open(s).await;
+    let url = s.url(&format!("/v1/sessions/{}/events", ann.id));
+    let mut stream = s.http.get(&url).send().await.unwrap();
+    ann.send(json!({"type": "join", "room": ROOM, "name": "ann"}))
+        .await;
+    let got = read_events(&mut stream, 1).await;
+    assert_eq!(got[0].1["type"], "joined");
+    (bob, ann, stream)
+}
+
 #[tokio::test]
 async fn a_stream_cannot_go_back_before_what_the_bound_let_go() {
     let s = TestServer::with_config(ServerConfig {
@@ -479,14 +496,7 @@ async fn a_stream_cannot_go_back_before_what_the_bound_let_go() {
         ..ServerConfig::default()
     })
     .await;
-    s.create_room(json!({"id": ROOM})).await;
-    let (mut bob, _) = s.join(ROOM, "bob").await;
-    let ann = Poller::open(&s).await;
-    let url = s.url(&format!("/v1/sessions/{}/events", ann.id));
-    let mut stream = s.http.get(&url).send().await.unwrap();
-    ann.send(json!({"type": "join", "room": ROOM, "name": "ann"}))
-        .await;
-    read_events(&mut stream, 1).await;
+    let (mut bob, ann, mut stream) = bob_and_streaming_ann(&s).await;
     // Ann reads as they come: what was streamed may be let go, 12 > 8.
     for i in 0..12 {
         bob.send(json!({"type": "publish", "room": ROOM, "event": "chat", "data": i}))
@@ -496,6 +506,7 @@ async fn a_stream_cannot_go_back_before_what_the_bound_let_go() {
     let got = read_events(&mut stream, 12).await;
     assert_eq!(got.last().unwrap().1["data"], 11, "{got:?}");
     drop(stream);
+    let url = s.url(&format!("/v1/sessions/{}/events", ann.id));
     // Going back to position 1: gone (once the dropped stream's end is noticed:
     // until then the session answers 409, its old reader still reading).
     let gone = std::sync::Mutex::new(None);
@@ -833,15 +844,7 @@ async fn shutdown_ends_an_event_stream_with_1012() {
     // Served without graceful shutdown, so the stream can be read to its
     // end once the node has closed its sessions.
     let s = TestServer::without_graceful_shutdown(ServerConfig::default()).await;
-    s.create_room(json!({"id": ROOM})).await;
-    let (mut bob, _) = s.join(ROOM, "bob").await;
-    let ann = Poller::open(&s).await;
-    let url = s.url(&format!("/v1/sessions/{}/events", ann.id));
-    let mut stream = s.http.get(&url).send().await.unwrap();
-    ann.send(json!({"type": "join", "room": ROOM, "name": "ann"}))
-        .await;
-    let got = read_events(&mut stream, 1).await;
-    assert_eq!(got[0].1["type"], "joined");
+    let (mut bob, _ann, mut stream) = bob_and_streaming_ann(&s).await;
     bob.recv_event("presence.join").await;
 
     s.node.shutdown();
