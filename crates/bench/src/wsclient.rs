@@ -414,6 +414,37 @@ mod tests {
         f
     }
 
+    /// A server that ignores the subprotocol offered (the reference relay
+    /// speaks none) is refused: the run would otherwise count frames of a
+    /// form it did not ask for.
+    #[tokio::test]
+    async fn a_subprotocol_the_server_did_not_choose_fails_the_connect() {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(crate::reference::bind_and_serve(
+            "127.0.0.1:0".parse().unwrap(),
+            Default::default(),
+            move |a| {
+                let _ = tx.send(a);
+            },
+        ));
+        let addr = rx.await.unwrap();
+        let host = addr.to_string();
+        let plain = connect_counted(addr, &host, "/", None, false, None, None).await;
+        assert!(plain.is_ok(), "{:?}", plain.err());
+        let offered = connect_counted(
+            addr,
+            &host,
+            "/",
+            None,
+            false,
+            Some("plaza.v1.compact"),
+            None,
+        )
+        .await;
+        let err = offered.err().expect("refused");
+        assert!(err.to_string().contains("did not choose"), "{err}");
+    }
+
     #[test]
     fn headers_of_every_length_form_and_incomplete_frames() {
         let small = frame(true, 1, b"hi");
