@@ -31,8 +31,8 @@ pub use locks::{LockLease, LockTable};
 pub use rate::{RatePerKey, TokenBucket};
 pub use rights::{Right, Rights, RoomGrants};
 pub use room::{
-    Delivery, Held, JoinParams, Joined, Member, PublishParams, Published, Removed, RequestOutcome,
-    Resume, Room,
+    receives_live, Delivery, Held, JoinParams, Joined, Member, PublishParams, Published, Removed,
+    RequestOutcome, Resume, Room,
 };
 pub use room_config::{Access, RoomConfig};
 pub use room_state::{InvalidRoomState, MemberState, RoomState};

@@ -22,6 +22,14 @@ pub(super) fn replayed<S>(entry: &HistoryEntry, session: &str, m: &Member<S>) ->
     !before_subscribing && visible(entry, session, &m.channels)
 }
 
+/// Whether a connected member `session` with no delivery policy, subscribed
+/// to `channels`, is sent `entry` live: what [`Room::route`] decides for such
+/// a member. A member's connection can so pick its events out of a feed the
+/// room shares with all of them, rather than be handed each one.
+pub fn receives_live(entry: &HistoryEntry, session: &str, channels: &[String]) -> bool {
+    entry.scope.is_all() && visible(entry, session, channels)
+}
+
 /// Whether `session`, subscribed to `channels`, receives `entry`: not its own
 /// event (unless echoed), and messages only on subscribed channels.
 pub(super) fn visible(entry: &HistoryEntry, session: &str, channels: &[String]) -> bool {

@@ -23,11 +23,12 @@ pub(crate) fn spawn(
     node: Arc<str>,
     errors: ErrorCounter,
     room_wait: Histogram,
+    feed_capacity: usize,
 ) -> RoomHandle {
     let members = Arc::new(AtomicUsize::new(0));
     let info = RoomInfo::new(room.name(), room.config(), room.created_at());
     let (handle, rx) = mailbox(room.id(), info, members.clone());
-    let machine = RoomMachine::new(room, node, errors);
+    let machine = RoomMachine::new(room, node, errors, feed_capacity);
     tokio::spawn(run(machine, members, rx, room_wait));
     handle
 }

@@ -7,8 +7,14 @@
 //! the node that appended it holds the [`Pending`] answer. Every outcome
 //! reaches this node's members through [`RoomMachine::deliver`], the one place
 //! where per-member delivery happens.
+//!
+//! Most members follow the room's [`RoomFeed`]: their connections read the
+//! room's events from it, so the room appends an event once rather than
+//! queueing it for each of them. The machine decides who follows
+//! ([`RoomMachine::reconcile`]): a member connected here with no delivery
+//! policy; the others are handed each event by [`Room::route`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,7 +28,21 @@ use super::command::{Intent, Pending, Waiter};
 use super::flush;
 use super::sink::Sink;
 use crate::metrics::ErrorCounter;
-use crate::outbox::Outbox;
+use crate::outbox::{Follower, Outbox, RoomFeed};
+
+/// Events fed between two looks for followers that fell too far behind
+/// (and for what every follower has read, which the feed then forgets).
+const SCAN_EVERY: usize = 64;
+
+/// A member of this node that reads the room's events from its feed.
+struct Following {
+    conn: u64,
+    /// Its connection's outbox, through the feed.
+    outbox: Outbox,
+    /// The channels its connection picks events by.
+    channels: Vec<String>,
+    follower: Arc<Follower>,
+}
 
 /// Where a command came from: a node and one of its connections (0 for
 /// commands no connection caused, such as ticks).
@@ -59,17 +79,39 @@ pub(crate) struct RoomMachine {
     /// been sent yet (a resume anywhere finds them in the history).
     held: Held,
     errors: ErrorCounter,
+    /// The room's live events for the members that follow it.
+    feed: Arc<RoomFeed>,
+    /// This node's members that follow the feed, by session.
+    followers: HashMap<String, Following>,
+    /// Their connections.
+    follower_conns: HashSet<u64>,
+    /// This node's connected members that do not follow it (a delivery
+    /// policy decides what they get when): they are handed each event.
+    handed: HashSet<String>,
+    /// Events fed since the last look at the followers.
+    fed_since_scan: usize,
 }
 
 impl RoomMachine {
-    /// A machine for `room` on node `me`.
-    pub(crate) fn new(room: Room<Sink>, me: Arc<str>, errors: ErrorCounter) -> RoomMachine {
+    /// A machine for `room` on node `me`, whose followers may fall
+    /// `feed_capacity` events behind before they are slow consumers.
+    pub(crate) fn new(
+        room: Room<Sink>,
+        me: Arc<str>,
+        errors: ErrorCounter,
+        feed_capacity: usize,
+    ) -> RoomMachine {
         RoomMachine {
             room,
             me,
             locals: HashMap::new(),
             held: Held::default(),
             errors,
+            feed: RoomFeed::new(feed_capacity),
+            followers: HashMap::new(),
+            follower_conns: HashSet::new(),
+            handed: HashSet::new(),
+            fed_since_scan: 0,
         }
     }
 
@@ -101,6 +143,9 @@ impl RoomMachine {
     /// Forgets a local connection (it dropped; its disconnect is on its way).
     pub(crate) fn forget_local(&mut self, conn: u64) {
         self.locals.remove(&conn);
+        if self.follower_conns.remove(&conn) {
+            self.followers.retain(|_, f| f.conn != conn);
+        }
     }
 
     /// Replaces the room (cluster mode: a newer snapshot) and keeps only the
@@ -117,11 +162,30 @@ impl RoomMachine {
             .route_all(&mut self.held, flush::to_local(id, None));
         self.room = room;
         self.locals.retain(|conn, outbox| keep(*conn, outbox));
+        self.reconcile_all();
     }
 
     /// Applies one command at time `now` and answers `pending`, if this node
     /// holds it.
     pub(crate) fn apply(
+        &mut self,
+        origin: Origin<'_>,
+        intent: Intent,
+        pending: Option<Pending>,
+        now: Millis,
+    ) -> FollowUp {
+        // What is queued in answer comes after the room's events so far.
+        let pending = pending.map(|mut p| {
+            p.outbox = p.outbox.with_feed(&self.feed);
+            p
+        });
+        let follow_up = self.apply_intent(origin, intent, pending, now);
+        #[cfg(debug_assertions)]
+        self.check_followers();
+        follow_up
+    }
+
+    fn apply_intent(
         &mut self,
         origin: Origin<'_>,
         intent: Intent,
@@ -211,6 +275,7 @@ impl RoomMachine {
                     }
                     _ => {}
                 }
+                self.reconcile(&joined.frame.session);
                 self.deliver(&joined.events, now);
                 follow_up
             }
@@ -218,6 +283,7 @@ impl RoomMachine {
                 if self.connected_on(&session, origin) {
                     self.held.forget(&session);
                     let events = self.room.leave(&session, now);
+                    self.reconcile(&session);
                     self.deliver(&events, now);
                 }
                 if *origin.node == *self.me {
@@ -237,6 +303,7 @@ impl RoomMachine {
                     );
                     return self.refuse(pending, e);
                 };
+                self.reconcile(&session);
                 if let Some(outbox) = removed.sink.as_ref().and_then(|s| s.outbox.as_ref()) {
                     let id = self.room.id();
                     // Its connection forgets the room, as after a resume elsewhere.
@@ -269,6 +336,7 @@ impl RoomMachine {
                     // What it held is after its last seq: its resume replays it.
                     self.held.forget(&session);
                     let events = self.room.disconnect(&session, now);
+                    self.reconcile(&session);
                     self.deliver(&events, now);
                 }
                 FollowUp::None
@@ -307,6 +375,8 @@ impl RoomMachine {
                 };
                 match result {
                     Ok(out) => {
+                        // Channels and policy take effect from its events on.
+                        self.reconcile(&session);
                         self.deliver(&out.events, now);
                         if policy_changed {
                             let id = self.room.id();
@@ -387,20 +457,152 @@ impl RoomMachine {
         FollowUp::None
     }
 
-    /// Hands each event's single encoded buffer to every recipient on this
-    /// node, under the members' delivery policies ([`Room::route`]).
+    /// Gets each event's single encoded buffer to every recipient on this
+    /// node: appended to the feed for the followers, handed to the others
+    /// under their delivery policies ([`Room::route`]). An event for some
+    /// members only (spatial rooms) is handed to each of them.
     pub(crate) fn deliver(&mut self, events: &[Arc<HistoryEntry>], now: Millis) {
         if events.is_empty() {
             return;
         }
         let ordered_at = Some(Instant::now());
-        let (room, held) = (&self.room, &mut self.held);
+        let (room, held, feed) = (&self.room, &mut self.held, &self.feed);
         let to = flush::to_local(room.id(), ordered_at);
-        let local = |s: &Sink| s.outbox.is_some();
+        let followed = !self.followers.is_empty();
+        let (conns, handed) = (&self.follower_conns, &self.handed);
         for e in events {
+            let everyone = e.scope.is_all();
+            if everyone && followed {
+                feed.append(e.clone(), ordered_at);
+                self.fed_since_scan += 1;
+            }
+            // With every member here a follower, there is nobody to hand
+            // it to: the pass over the members is skipped.
+            if everyone && handed.is_empty() {
+                continue;
+            }
+            let local = |s: &Sink| s.outbox.is_some() && !(everyone && conns.contains(&s.conn));
             room.route(e, held, now, local, &to);
         }
         room.route_evicted(held, &to);
+        drop(to);
+        // A small feed is looked at more often: its laggards are found
+        // before the feed has dropped much that they still needed.
+        if self.fed_since_scan >= (self.feed.capacity() / 4).clamp(1, SCAN_EVERY) {
+            self.scan_followers();
+        }
+    }
+
+    /// Closes the followers further behind than the feed keeps (slow
+    /// consumers: they resume to catch up), and lets the feed forget what
+    /// the others have all read.
+    fn scan_followers(&mut self) {
+        self.fed_since_scan = 0;
+        let end = self.feed.end();
+        let mut oldest = end;
+        for f in self.followers.values() {
+            if !f.outbox.is_open() {
+                continue;
+            }
+            let pos = f.follower.pos();
+            if end - pos > self.feed.capacity() as u64 {
+                f.outbox.control().close(CloseCode::SlowConsumer);
+            } else {
+                oldest = oldest.min(pos);
+            }
+        }
+        self.feed.trim(oldest);
+    }
+
+    /// Makes `session`'s following match the room: a member connected here
+    /// with no delivery policy follows the feed (on its channels); any other
+    /// stops. Called where its connection, channels or policy may have
+    /// changed, after what it was handed so far and before the next event.
+    fn reconcile(&mut self, session: &str) {
+        let wanted = self.room.member(session).and_then(|m| {
+            let sink = m.sink.as_ref()?;
+            let outbox = sink.outbox.as_ref()?;
+            Some((sink.conn, outbox, m.policy.is_none(), &m.channels))
+        });
+        match wanted {
+            Some((_, _, false, _)) => {
+                self.handed.insert(session.to_owned());
+            }
+            _ => {
+                self.handed.remove(session);
+            }
+        }
+        let wanted = wanted.filter(|w| w.2);
+        match (self.followers.get_mut(session), wanted) {
+            (Some(f), Some((conn, _, _, channels))) if f.conn == conn => {
+                if f.channels != *channels {
+                    f.channels.clone_from(channels);
+                    f.outbox.rechannel(channels.clone());
+                }
+                return;
+            }
+            (None, None) => return,
+            _ => {}
+        }
+        let wanted = wanted.map(|(conn, outbox, _, channels)| {
+            (conn, outbox.with_feed(&self.feed), channels.clone())
+        });
+        if let Some(old) = self.followers.remove(session) {
+            old.outbox.unfollow();
+            self.follower_conns.remove(&old.conn);
+        }
+        if let Some((conn, outbox, channels)) = wanted {
+            if let Some(follower) = outbox.follow(session, channels.clone()) {
+                self.follower_conns.insert(conn);
+                let f = Following {
+                    conn,
+                    outbox,
+                    channels,
+                    follower,
+                };
+                self.followers.insert(session.to_owned(), f);
+            }
+        }
+    }
+
+    /// [`RoomMachine::reconcile`] for every member that follows, is handed
+    /// its events, or is connected here.
+    fn reconcile_all(&mut self) {
+        let mut sessions: Vec<String> = self.followers.keys().cloned().collect();
+        sessions.extend(self.handed.iter().cloned());
+        sessions.extend(self.room.connected_sessions(|s: &Sink| s.outbox.is_some()));
+        sessions.sort_unstable();
+        sessions.dedup();
+        for s in sessions {
+            self.reconcile(&s);
+        }
+    }
+
+    /// Checks that every member connected here either follows the feed or
+    /// is handed its events: one that did neither would miss them.
+    #[cfg(debug_assertions)]
+    fn check_followers(&self) {
+        for s in self.room.connected_sessions(|s: &Sink| s.outbox.is_some()) {
+            let Some(m) = self.room.member(&s) else {
+                continue;
+            };
+            let open = m
+                .sink
+                .as_ref()
+                .and_then(|k| k.outbox.as_ref())
+                .is_some_and(Outbox::is_open);
+            if m.policy.is_some() {
+                assert!(
+                    self.handed.contains(&s),
+                    "{s} has a policy but is not handed its events"
+                );
+            } else if open {
+                assert!(
+                    self.followers.contains_key(&s),
+                    "{s} is connected here but follows no feed"
+                );
+            }
+        }
     }
 
     /// When held events are next due, by this node's clock.
@@ -432,6 +634,7 @@ impl RoomMachine {
             events.extend(self.room.disconnect(&s, now));
         }
         self.deliver(&events, now);
+        self.reconcile_all();
         if *dead == *self.me {
             self.held = Held::default();
             // The others took this node for dead (a long stall): its clients
@@ -452,6 +655,11 @@ impl RoomMachine {
         .encode();
         self.room.close();
         self.held = Held::default();
+        for (_, f) in self.followers.drain() {
+            f.outbox.unfollow();
+        }
+        self.follower_conns.clear();
+        self.handed.clear();
         for (_, outbox) in self.locals.drain() {
             outbox.send(frame.clone());
         }

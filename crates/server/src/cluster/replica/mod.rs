@@ -61,6 +61,9 @@ pub(crate) struct ReplicaSetup {
     pub(crate) errors: ErrorCounter,
     /// `plaza_room_wait_seconds`: a command's wait in the mailbox.
     pub(crate) room_wait: metrics::Histogram,
+    /// Events a member may fall behind the room's feed before it is a slow
+    /// consumer (`send_queue_frames`).
+    pub(crate) feed_capacity: usize,
 }
 
 /// Starts hosting room `id` on this node. The replica loads the room's latest
@@ -93,6 +96,7 @@ pub(crate) fn spawn_replica(setup: ReplicaSetup, info: RoomInfo, id: &str) -> Ro
         linger: setup.linger,
         errors: setup.errors,
         room_wait: setup.room_wait,
+        feed_capacity: setup.feed_capacity,
     };
     tokio::spawn(task.run(rx, notices));
     handle
@@ -141,6 +145,7 @@ struct Replica {
     linger: Duration,
     errors: ErrorCounter,
     room_wait: metrics::Histogram,
+    feed_capacity: usize,
 }
 
 impl Replica {

@@ -65,7 +65,14 @@ impl Replica {
         };
         match &mut self.machine {
             Some(m) => m.replace_room(room, keep),
-            None => self.machine = Some(RoomMachine::new(room, me, self.errors.clone())),
+            None => {
+                self.machine = Some(RoomMachine::new(
+                    room,
+                    me,
+                    self.errors.clone(),
+                    self.feed_capacity,
+                ))
+            }
         }
         let skipped_waiting = skipping && !self.pending.is_empty();
         self.ticker = None;

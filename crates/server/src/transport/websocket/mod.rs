@@ -142,7 +142,7 @@ pub(crate) async fn serve_socket(
                     write_at = None;
                     let batch = write_batch(&session.node, &stream, &control, form, &mut session.queue, &mut unfinished);
                     match Box::pin(batch).await {
-                        Ok(done) => last_write = Some(done),
+                        Ok(done) => last_write = done.or(last_write),
                         Err(_) => break failed_write(&control),
                     }
                 }
@@ -178,7 +178,7 @@ pub(crate) async fn serve_socket(
                 if write_at.is_none() {
                     let batch = write_batch(&session.node, &stream, &control, form, &mut session.queue, &mut unfinished);
                     match Box::pin(batch).await {
-                        Ok(done) => last_write = Some(done),
+                        Ok(done) => last_write = done.or(last_write),
                         Err(_) => break failed_write(&control),
                     }
                 }

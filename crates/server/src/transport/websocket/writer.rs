@@ -98,7 +98,9 @@ pub(super) fn close_reason(code: u16) -> &'static str {
 /// batch is taken from the queue at once and written with as few syscalls as
 /// the socket allows. When to call it is the connection loop's decision
 /// (see [`super::coalesce`]); nothing here waits but the socket. Returns
-/// when the write ended, the start of the next coalescing window.
+/// when the write ended, the start of the next coalescing window; `None`
+/// when there was nothing to write (a followed feed's new events were none
+/// of this member's).
 pub(super) async fn write_batch(
     node: &Node,
     stream: &TcpStream,
@@ -106,10 +108,10 @@ pub(super) async fn write_batch(
     form: WireForm,
     rx: &mut OutboxReceiver,
     unfinished: &mut Vec<u8>,
-) -> io::Result<Instant> {
+) -> io::Result<Option<Instant>> {
     let batch = rx.take_batch(MAX_BATCH);
     let Some(oldest) = batch.front().map(Outgoing::ordered_at) else {
-        return Ok(Instant::now());
+        return Ok(None);
     };
     // Header room for each frame: the buffer is allocated once, at its size
     // (compressed frames are smaller than their text).
@@ -128,7 +130,7 @@ pub(super) async fn write_batch(
     if let Some(t) = oldest {
         m.latency(done.saturating_duration_since(t));
     }
-    Ok(Instant::from_std(done))
+    Ok(Some(Instant::from_std(done)))
 }
 
 pub(super) async fn write_control(

@@ -5,6 +5,12 @@
 //! closed (close code 4002), so one slow client can never stall a room or grow
 //! the server's memory without bound. The client resumes and catches up from
 //! the room history.
+//!
+//! A member that follows its room's [`RoomFeed`] is not queued the room's
+//! events one by one: its receiver reads them from the feed, in order with
+//! what is queued (see [`feed`]).
+
+mod feed;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
@@ -17,6 +23,9 @@ use futures_util::task::AtomicWaker;
 use plaza_core::HistoryEntry;
 use plaza_protocol::CloseCode;
 use tokio_util::sync::CancellationToken;
+
+use feed::{Barrier, Lagged};
+pub use feed::{Follower, RoomFeed};
 
 /// One queued frame.
 ///
@@ -173,14 +182,95 @@ struct Queue {
     /// room's history allows, and a client that reads it is no slow consumer.
     replaying: AtomicUsize,
     open: AtomicBool,
+    /// The connection's task, woken by an event in a feed it follows.
+    feed_waker: AtomicWaker,
 }
 
 /// What the queue's lock guards.
 #[derive(Debug, Default)]
 struct Frames {
-    queued: VecDeque<Outgoing>,
+    queued: VecDeque<Queued>,
     /// The consumer, while it waits for a frame.
     waiter: Option<Waker>,
+}
+
+/// One queued item and, for an item a room queued, where the room's feed
+/// was then: the receiver takes the feed's events before it first.
+#[derive(Debug)]
+struct Queued {
+    item: Item,
+    after: Option<Barrier>,
+}
+
+#[derive(Debug)]
+enum Item {
+    /// A frame to send.
+    Out(Outgoing),
+    /// From here on, read the room's events from its feed.
+    Follow(Box<Follow>),
+    /// Stop reading the feed with this id.
+    Unfollow(u64),
+    /// The member's channels changed: the feed's events from here on are
+    /// picked by these.
+    Rechannel(u64, Vec<String>),
+}
+
+#[derive(Debug)]
+struct Follow {
+    feed: Arc<RoomFeed>,
+    follower: Arc<Follower>,
+    session: Box<str>,
+    channels: Vec<String>,
+}
+
+impl Queued {
+    fn is_replayed(&self) -> bool {
+        matches!(&self.item, Item::Out(o) if o.is_replayed())
+    }
+}
+
+/// A member's place in one feed, kept by its connection's receiver.
+#[derive(Debug)]
+struct Cursor {
+    feed: Arc<RoomFeed>,
+    follower: Arc<Follower>,
+    /// The next position to read.
+    next: u64,
+    session: Box<str>,
+    channels: Vec<String>,
+}
+
+impl Cursor {
+    fn unread(&self) -> bool {
+        self.feed.end() > self.next
+    }
+
+    /// Moves the events it receives up to `to` (or the feed's end) into
+    /// `out`, until `out` holds `max`. False if it fell too far behind.
+    fn read(&mut self, to: u64, max: usize, out: &mut VecDeque<Outgoing>) -> bool {
+        let (session, channels) = (&*self.session, &self.channels[..]);
+        let mut next = self.next;
+        let result = self.feed.read(self.next, to, |e| {
+            if out.len() >= max {
+                return;
+            }
+            next += 1;
+            if plaza_core::receives_live(&e.entry, session, channels) {
+                out.push_back(Outgoing::Event {
+                    entry: e.entry.clone(),
+                    ordered_at: e.ordered_at,
+                });
+            }
+        });
+        match result {
+            Ok(_) => {
+                self.next = next;
+                self.follower.read_up_to(next);
+                true
+            }
+            Err(Lagged) => false,
+        }
+    }
 }
 
 impl Frames {
@@ -198,12 +288,22 @@ const KEEP: usize = 16;
 pub struct Outbox {
     queue: Arc<Queue>,
     control: Arc<ConnectionControl>,
+    /// The room's feed, for a handle a room queues through: what it queues
+    /// comes after the room's events fed so far.
+    feed: Option<Arc<RoomFeed>>,
 }
 
 /// The receiving end, owned by the connection's task.
 #[derive(Debug)]
 pub struct OutboxReceiver {
     queue: Arc<Queue>,
+    control: Arc<ConnectionControl>,
+    /// The feeds it follows.
+    cursors: Vec<Cursor>,
+    /// Frames taken from the queue and the feeds, not yet handed out.
+    staged: VecDeque<Outgoing>,
+    /// The queue's previous buffer, swapped back in at the next take.
+    spare: VecDeque<Queued>,
 }
 
 /// Returned by [`OutboxReceiver::try_recv`] when nothing is queued.
@@ -218,14 +318,74 @@ impl Outbox {
             capacity: capacity.max(1),
             replaying: AtomicUsize::new(0),
             open: AtomicBool::new(true),
+            feed_waker: AtomicWaker::new(),
         });
         (
             Outbox {
                 queue: queue.clone(),
-                control,
+                control: control.clone(),
+                feed: None,
             },
-            OutboxReceiver { queue },
+            OutboxReceiver {
+                queue,
+                control,
+                cursors: Vec::new(),
+                staged: VecDeque::new(),
+                spare: VecDeque::new(),
+            },
         )
+    }
+
+    /// This handle for `feed`'s room: what is queued through it is ordered
+    /// after the events fed so far.
+    pub fn with_feed(&self, feed: &Arc<RoomFeed>) -> Outbox {
+        Outbox {
+            queue: self.queue.clone(),
+            control: self.control.clone(),
+            feed: Some(feed.clone()),
+        }
+    }
+
+    /// Whether its connection still reads it.
+    pub fn is_open(&self) -> bool {
+        self.queue.open.load(Ordering::Acquire)
+    }
+
+    /// From the feed's end on, the connection reads the room's events for
+    /// `session` (on `channels`) from the room's feed ([`Outbox::with_feed`])
+    /// instead of being queued them. `None` for a handle without a feed or
+    /// a connection that is gone.
+    pub fn follow(&self, session: &str, channels: Vec<String>) -> Option<Arc<Follower>> {
+        let feed = self.feed.as_ref()?;
+        let follower = Follower::new(self.queue.clone(), feed.end());
+        let follow = Follow {
+            feed: feed.clone(),
+            follower: follower.clone(),
+            session: session.into(),
+            channels,
+        };
+        self.push_control(Item::Follow(Box::new(follow)))
+            .then_some(follower)
+    }
+
+    /// The connection stops reading the room's feed after its events so far.
+    pub fn unfollow(&self) {
+        if let Some(feed) = &self.feed {
+            self.push_control(Item::Unfollow(feed.id()));
+        }
+    }
+
+    /// The room's events after those fed so far are picked by `channels`.
+    pub fn rechannel(&self, channels: Vec<String>) {
+        if let Some(feed) = &self.feed {
+            self.push_control(Item::Rechannel(feed.id(), channels));
+        }
+    }
+
+    /// Queues what tells the receiver how to read a feed: never refused
+    /// for a full queue (membership changes bound them, not traffic).
+    fn push_control(&self, item: Item) -> bool {
+        self.enqueue(item, false)
     }
 
     /// Queues a frame without waiting. Returns false if the connection is
@@ -243,17 +403,24 @@ impl Outbox {
     }
 
     fn push(&self, item: Outgoing) -> bool {
+        self.enqueue(Item::Out(item), true)
+    }
+
+    /// Queues `item` after the room's events fed so far; a `bounded` item
+    /// finding the queue full closes the connection as a slow consumer.
+    fn enqueue(&self, item: Item, bounded: bool) -> bool {
         let q = &self.queue;
         if !q.open.load(Ordering::Acquire) {
             return false;
         }
+        let after = self.feed.as_ref().map(|f| f.barrier());
         let mut items = q.items.lock().unwrap_or_else(|p| p.into_inner());
-        if items.queued.len() >= q.capacity + q.replaying.load(Ordering::Relaxed) {
+        if bounded && items.queued.len() >= q.capacity + q.replaying.load(Ordering::Relaxed) {
             drop(items);
             self.control.close(CloseCode::SlowConsumer);
             return false;
         }
-        items.queued.push_back(item);
+        items.queued.push_back(Queued { item, after });
         let waiter = items.take_waiter();
         drop(items);
         if let Some(w) = waiter {
@@ -274,10 +441,12 @@ impl Outbox {
         if entries.is_empty() {
             return true;
         }
+        let after = self.feed.as_ref().map(|f| f.barrier());
         let mut items = q.items.lock().unwrap_or_else(|p| p.into_inner());
-        items
-            .queued
-            .extend(entries.iter().map(|e| Outgoing::Replayed(e.clone())));
+        items.queued.extend(entries.iter().map(|e| Queued {
+            item: Item::Out(Outgoing::Replayed(e.clone())),
+            after,
+        }));
         q.replaying.fetch_add(entries.len(), Ordering::Relaxed);
         let waiter = items.take_waiter();
         drop(items);
@@ -301,60 +470,146 @@ impl OutboxReceiver {
         std::future::poll_fn(|cx| self.poll_ready(cx))
     }
 
-    /// [`OutboxReceiver::ready`] as a poll: ready when something is queued,
-    /// else the task is woken by the next frame queued.
+    /// [`OutboxReceiver::ready`] as a poll: ready when something is queued
+    /// (or unread in a followed feed), else the task is woken by the next
+    /// frame queued or event fed.
     pub fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
-        let mut items = self.frames();
-        if !items.queued.is_empty() {
+        if !self.staged.is_empty() {
             return Poll::Ready(());
         }
-        match &mut items.waiter {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            slot => *slot = Some(cx.waker().clone()),
+        {
+            let mut items = self.frames();
+            if !items.queued.is_empty() {
+                return Poll::Ready(());
+            }
+            match &mut items.waiter {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                slot => *slot = Some(cx.waker().clone()),
+            }
+        }
+        if self.cursors.is_empty() {
+            return Poll::Pending;
+        }
+        if self.cursors.iter().any(Cursor::unread) {
+            return Poll::Ready(());
+        }
+        self.queue.feed_waker.register(cx.waker());
+        for c in &self.cursors {
+            c.feed.wait(&c.follower);
+        }
+        // An event fed between the look and the listing woke nobody.
+        if self.cursors.iter().any(Cursor::unread) {
+            return Poll::Ready(());
         }
         Poll::Pending
     }
 
-    /// Takes up to `max` queued frames, oldest first, under one lock: a
-    /// writer takes its whole batch at once rather than frame by frame, so
-    /// producers (the room fanning out) meet the lock once per batch.
+    /// Takes up to `max` frames, oldest first: what is queued, under one
+    /// lock (producers, the room fanning out, meet the lock once per batch),
+    /// with the followed feeds' events in their place.
     pub fn take_batch(&mut self, max: usize) -> VecDeque<Outgoing> {
-        let mut items = self.frames();
-        let queued = &mut items.queued;
-        let batch = if queued.len() <= max {
-            // The queue's own buffer goes with the batch; the next frame
-            // queued starts a small one.
-            std::mem::take(queued)
+        if self.staged.len() < max {
+            self.stage(max);
+        }
+        if self.staged.len() <= max {
+            std::mem::take(&mut self.staged)
         } else {
-            queued.drain(..max).collect()
-        };
-        let replayed = batch.iter().filter(|i| i.is_replayed()).count();
-        if replayed > 0 {
-            self.queue.replaying.fetch_sub(replayed, Ordering::Relaxed);
+            self.staged.drain(..max).collect()
         }
-        if queued.is_empty() && queued.capacity() > KEEP {
-            *queued = VecDeque::new();
-        }
-        batch
     }
 
     /// Takes the next frame if one is queued.
     pub fn try_recv(&mut self) -> Result<Outgoing, Empty> {
-        let mut items = self.frames();
-        let queued = &mut items.queued;
-        let item = queued.pop_front().ok_or(Empty)?;
-        if item.is_replayed() {
-            self.queue.replaying.fetch_sub(1, Ordering::Relaxed);
+        if self.staged.is_empty() {
+            self.stage(1);
         }
-        if queued.is_empty() && queued.capacity() > KEEP {
-            *queued = VecDeque::new();
-        }
-        Ok(item)
+        self.staged.pop_front().ok_or(Empty)
     }
 
-    /// Gives back the small buffer a drain keeps, if nothing is queued: for
+    /// Moves what is queued into `staged`, the feeds' events in their
+    /// place, until it holds `max` frames (or a few more: the events before
+    /// a queued frame always go with it).
+    fn stage(&mut self, max: usize) {
+        let room = max - self.staged.len();
+        let mut taken = std::mem::take(&mut self.spare);
+        let more = {
+            let mut items = self.frames();
+            let queued = &mut items.queued;
+            if queued.len() <= room {
+                // Swapped, not moved: the queue keeps a buffer, so the room
+                // queueing the next frame does not allocate one.
+                std::mem::swap(queued, &mut taken);
+            } else {
+                taken.extend(queued.drain(..room));
+            }
+            if queued.is_empty() && queued.capacity() > KEEP {
+                *queued = VecDeque::new();
+            }
+            !queued.is_empty()
+        };
+        let replayed = taken.iter().filter(|q| q.is_replayed()).count();
+        if replayed > 0 {
+            self.queue.replaying.fetch_sub(replayed, Ordering::Relaxed);
+        }
+        for q in taken.drain(..) {
+            if let Some(b) = q.after {
+                self.read_feed(b.feed, b.pos, usize::MAX);
+            }
+            match q.item {
+                Item::Out(o) => self.staged.push_back(o),
+                Item::Follow(f) => {
+                    let Follow {
+                        feed,
+                        follower,
+                        session,
+                        channels,
+                    } = *f;
+                    self.cursors.retain(|c| c.feed.id() != feed.id());
+                    self.cursors.push(Cursor {
+                        next: follower.pos(),
+                        feed,
+                        follower,
+                        session,
+                        channels,
+                    });
+                }
+                Item::Unfollow(id) => self.cursors.retain(|c| c.feed.id() != id),
+                Item::Rechannel(id, channels) => {
+                    if let Some(c) = self.cursors.iter_mut().find(|c| c.feed.id() == id) {
+                        c.channels = channels;
+                    }
+                }
+            }
+        }
+        if taken.capacity() <= KEEP {
+            self.spare = taken;
+        }
+        // With frames still queued, a feed's events may belong after them.
+        if !more {
+            for i in 0..self.cursors.len() {
+                let id = self.cursors[i].feed.id();
+                self.read_feed(id, u64::MAX, max);
+            }
+        }
+    }
+
+    /// Stages the events of feed `id` up to `to`, while fewer than `max`
+    /// frames are staged. A follower that fell too far behind is a slow
+    /// consumer: it is closed, and catches up by resuming.
+    fn read_feed(&mut self, id: u64, to: u64, max: usize) {
+        let Some(i) = self.cursors.iter().position(|c| c.feed.id() == id) else {
+            return;
+        };
+        if !self.cursors[i].read(to, max, &mut self.staged) {
+            self.control.close(CloseCode::SlowConsumer);
+            self.cursors.swap_remove(i);
+        }
+    }
+
+    /// Gives back the small buffers a drain keeps, if nothing is queued: for
     /// connections that have gone quiet, so an idle connection holds none.
     pub fn release_idle_memory(&mut self) {
+        self.spare = VecDeque::new();
         let mut items = self.frames();
         if items.queued.is_empty() && items.queued.capacity() > 0 {
             items.queued = VecDeque::new();
@@ -404,7 +659,7 @@ mod tests {
             assert_eq!(*rx.try_recv().unwrap().frame(), Bytes::from(vec![i]));
         }
         assert_eq!(rx.try_recv().unwrap_err(), Empty);
-        assert_eq!(out.queue.items.lock().unwrap().queued.capacity(), 0);
+        assert!(kept(&rx) <= 2 * KEEP, "kept {}", kept(&rx));
         drop(rx);
         assert!(!out.send(Bytes::from_static(b"late")));
         assert!(
@@ -413,24 +668,44 @@ mod tests {
         );
     }
 
+    /// Queue slots a receiver keeps: the queue's buffer and its spare.
+    fn kept(rx: &OutboxReceiver) -> usize {
+        rx.queue.items.lock().unwrap().queued.capacity() + rx.spare.capacity()
+    }
+
     #[test]
     fn a_quiet_connection_keeps_no_queue_memory() {
         let (out, mut rx) = Outbox::new(1000, ConnectionControl::new());
         out.send(Bytes::from_static(b"a"));
         rx.release_idle_memory();
         assert_eq!(rx.try_recv().unwrap().frame(), "a", "a queued frame stays");
-        assert!(out.queue.items.lock().unwrap().queued.capacity() > 0);
+        // A busy connection keeps the buffers it swaps, so the room does not
+        // allocate one for each frame it queues after a drain.
+        assert!(kept(&rx) > 0);
+        out.send(Bytes::from_static(b"b"));
+        assert_eq!(rx.try_recv().unwrap().frame(), "b");
+        assert!(kept(&rx) > 0);
         rx.release_idle_memory();
-        assert_eq!(out.queue.items.lock().unwrap().queued.capacity(), 0);
+        assert_eq!(kept(&rx), 0);
     }
 
-    fn entry(seq: u64) -> Arc<HistoryEntry> {
+    /// A room-wide event (no sender, no channel) with this seq.
+    pub(super) fn entry(seq: u64) -> Arc<HistoryEntry> {
+        event(seq, None, None, false)
+    }
+
+    /// A message on `channel` from `from`, echoed to it or not.
+    fn message(seq: u64, from: &str, channel: &str, echo: bool) -> Arc<HistoryEntry> {
+        event(seq, Some(from), Some(channel), echo)
+    }
+
+    fn event(seq: u64, from: Option<&str>, channel: Option<&str>, echo: bool) -> Arc<HistoryEntry> {
         Arc::new(HistoryEntry {
             seq,
             ts: 1,
-            from: None,
-            channel: None,
-            echo: false,
+            from: from.map(Into::into),
+            channel: channel.map(Into::into),
+            echo,
             replay_to_sender: false,
             topic: None,
             reply_to: None,
@@ -559,5 +834,98 @@ mod tests {
         // Closed already: ready at once.
         let mut cx = Context::from_waker(Waker::noop());
         assert_eq!(control.poll_closed(&mut cx), Poll::Ready(()));
+    }
+
+    /// A batch as the seqs of its events and the text of its other frames.
+    fn frames(batch: VecDeque<Outgoing>) -> Vec<String> {
+        batch
+            .iter()
+            .map(|o| match o.entry() {
+                Some(e) => e.seq.to_string(),
+                None => String::from_utf8(o.frame().to_vec()).unwrap(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_follower_reads_the_feed_in_order_with_what_the_room_queues() {
+        let (out, mut rx) = Outbox::new(16, ConnectionControl::new());
+        let feed = RoomFeed::new(16);
+        let room = out.with_feed(&feed);
+        let follower = room.follow("me", vec!["main".into()]).unwrap();
+        feed.append(message(1, "other", "main", false), None);
+        assert!(room.send(Bytes::from_static(b"after 1")));
+        feed.append(message(2, "other", "main", false), None);
+        // Queued by the connection itself, not the room: no place in the feed.
+        assert!(out.send(Bytes::from_static(b"own")));
+        feed.append(message(3, "other", "main", false), None);
+        assert_eq!(
+            frames(rx.take_batch(100)),
+            ["1", "after 1", "own", "2", "3"]
+        );
+        assert_eq!(follower.pos(), 3);
+        assert!(rx.take_batch(100).is_empty());
+    }
+
+    #[test]
+    fn a_follower_gets_what_the_room_would_hand_it_and_no_more() {
+        let (out, mut rx) = Outbox::new(16, ConnectionControl::new());
+        let feed = RoomFeed::new(16);
+        let room = out.with_feed(&feed);
+        // Events before the follow are not its to read.
+        feed.append(message(1, "other", "main", false), None);
+        room.follow("me", vec!["main".into()]).unwrap();
+        feed.append(message(2, "me", "main", false), None);
+        feed.append(message(3, "me", "main", true), None);
+        feed.append(message(4, "other", "xr", false), None);
+        room.rechannel(vec!["main".into(), "xr".into()]);
+        feed.append(message(5, "other", "xr", false), None);
+        room.unfollow();
+        feed.append(message(6, "other", "main", false), None);
+        // Its own message only when echoed; another channel's only once
+        // subscribed; nothing after the unfollow.
+        assert_eq!(frames(rx.take_batch(100)), ["3", "5"]);
+        // A batch smaller than what is unread leaves the rest for the next.
+        room.follow("me", vec!["main".into()]).unwrap();
+        for seq in 7..10 {
+            feed.append(message(seq, "other", "main", false), None);
+        }
+        assert_eq!(frames(rx.take_batch(2)), ["7", "8"]);
+        assert_eq!(frames(rx.take_batch(2)), ["9"]);
+    }
+
+    #[test]
+    fn a_follower_further_behind_than_the_feed_keeps_is_a_slow_consumer() {
+        let control = ConnectionControl::new();
+        let (out, mut rx) = Outbox::new(16, control.clone());
+        let feed = RoomFeed::new(2);
+        out.with_feed(&feed)
+            .follow("me", vec!["main".into()])
+            .unwrap();
+        for seq in 1..=3 {
+            feed.append(message(seq, "other", "main", false), None);
+        }
+        assert!(rx.take_batch(100).is_empty(), "a gap is never delivered");
+        assert_eq!(control.close_code(), Some(CloseCode::SlowConsumer.code()));
+    }
+
+    #[tokio::test]
+    async fn an_event_fed_wakes_a_waiting_follower() {
+        let (out, mut rx) = Outbox::new(16, ConnectionControl::new());
+        let feed = RoomFeed::new(16);
+        out.with_feed(&feed)
+            .follow("me", vec!["main".into()])
+            .unwrap();
+        // The follow itself is queued: taking it makes the receiver a reader.
+        assert!(rx.take_batch(100).is_empty());
+        let waiter = tokio::spawn(async move {
+            rx.ready().await;
+            rx
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        feed.append(message(1, "other", "main", false), None);
+        let mut rx = waiter.await.unwrap();
+        assert_eq!(frames(rx.take_batch(100)), ["1"]);
     }
 }

@@ -1,0 +1,253 @@
+//! A room's feed: its live events, appended once by the room and read by
+//! each member connection that follows the room, from its own cursor.
+//!
+//! Why: fanning an event out by queueing it on every member's outbox costs
+//! a lock, a queue slot and maybe a wake-up per member per event; in a room
+//! of a thousand busy members that was a quarter of the server's CPU
+//! (docs/benchmarks.md, issue 19). With a feed the room appends each event
+//! once and wakes only the followers that wait for one; a follower reads
+//! what it has not read yet when it writes, in the same pass that builds the
+//! write. Members the feed does not serve (those with a delivery policy;
+//! events for some members only) are still handed their events one by one.
+//!
+//! Order: every frame a room queues for a member carries the feed's end at
+//! that moment (a [`Barrier`]), and the member's reader takes the feed's
+//! events before that end first. So a member gets the room's events and
+//! the room's other frames to it (acks, answers, direct messages) in the
+//! order the room made them, as if all were queued.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use plaza_core::HistoryEntry;
+
+use super::Queue;
+
+/// A room's live events, for the members that follow it.
+#[derive(Debug)]
+pub struct RoomFeed {
+    /// Tells barriers of different feeds apart.
+    id: u64,
+    /// Events kept for followers that have not read them; a follower further
+    /// behind than this is a slow consumer.
+    capacity: usize,
+    /// Position of the next event appended: events are numbered from 0 in
+    /// the order appended (not the room's seq: not every event is fed).
+    end: AtomicU64,
+    ring: RwLock<Ring>,
+    /// Followers waiting for the next event.
+    waiting: Mutex<Vec<Arc<Follower>>>,
+}
+
+#[derive(Debug, Default)]
+struct Ring {
+    /// Position of `events[0]`.
+    first: u64,
+    events: VecDeque<FedEvent>,
+}
+
+/// One event in the feed.
+#[derive(Debug, Clone)]
+pub(super) struct FedEvent {
+    pub(super) entry: Arc<HistoryEntry>,
+    /// When the room ordered it (the delivery latency's start).
+    pub(super) ordered_at: Option<Instant>,
+}
+
+/// A point in a feed: "after the events before `pos` of feed `feed`".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Barrier {
+    pub(super) feed: u64,
+    pub(super) pos: u64,
+}
+
+/// The events before `first` are gone: the reader fell too far behind.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Lagged;
+
+impl RoomFeed {
+    /// An empty feed keeping up to `capacity` unread events.
+    pub fn new(capacity: usize) -> Arc<RoomFeed> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        Arc::new(RoomFeed {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            capacity: capacity.max(1),
+            end: AtomicU64::new(0),
+            ring: RwLock::new(Ring::default()),
+            waiting: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// How many unread events it keeps for a follower.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The position the next event gets.
+    pub fn end(&self) -> u64 {
+        self.end.load(Ordering::Acquire)
+    }
+
+    pub(super) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Where the feed is now, for a frame queued now.
+    pub(super) fn barrier(&self) -> Barrier {
+        Barrier {
+            feed: self.id,
+            pos: self.end(),
+        }
+    }
+
+    /// Appends an event and wakes the followers waiting for one. For the
+    /// room's task only: one appender, so positions follow the room's order.
+    pub fn append(&self, entry: Arc<HistoryEntry>, ordered_at: Option<Instant>) {
+        {
+            let mut ring = self.ring.write().unwrap_or_else(|p| p.into_inner());
+            if ring.events.len() >= self.capacity {
+                ring.events.pop_front();
+                ring.first += 1;
+            }
+            ring.events.push_back(FedEvent { entry, ordered_at });
+            // Under the lock: a reader that sees the new end finds the event.
+            self.end.fetch_add(1, Ordering::Release);
+        }
+        let waiting = std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|p| p.into_inner()));
+        for f in waiting {
+            f.listed.store(false, Ordering::Release);
+            f.queue.feed_waker.wake();
+        }
+    }
+
+    /// Forgets the events before `pos` (every follower has read them).
+    pub fn trim(&self, pos: u64) {
+        let mut ring = self.ring.write().unwrap_or_else(|p| p.into_inner());
+        let drop = pos.saturating_sub(ring.first).min(ring.events.len() as u64) as usize;
+        ring.events.drain(..drop);
+        ring.first += drop as u64;
+        if ring.events.is_empty() && ring.events.capacity() > 0 {
+            // A quiet room keeps no buffer.
+            ring.events = VecDeque::new();
+        }
+    }
+
+    /// Calls `f` with the events from `from` up to `to` (or the end), in
+    /// order; `Lagged` if some of them are gone.
+    pub(super) fn read(
+        &self,
+        from: u64,
+        to: u64,
+        mut f: impl FnMut(&FedEvent),
+    ) -> Result<u64, Lagged> {
+        let ring = self.ring.read().unwrap_or_else(|p| p.into_inner());
+        if from < ring.first {
+            return Err(Lagged);
+        }
+        let end = ring.first + ring.events.len() as u64;
+        let to = to.min(end);
+        let start = (from - ring.first) as usize;
+        for e in ring
+            .events
+            .range(start..(to.max(from) - ring.first) as usize)
+        {
+            f(e);
+        }
+        Ok(to.max(from))
+    }
+
+    /// Lists `follower` to be woken by the next event, unless it is already.
+    pub(super) fn wait(&self, follower: &Arc<Follower>) {
+        if !follower.listed.swap(true, Ordering::AcqRel) {
+            self.waiting
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(follower.clone());
+        }
+    }
+}
+
+/// A member connection's following of one feed, as its room and its reader
+/// both see it.
+#[derive(Debug)]
+pub struct Follower {
+    /// How far the reader has read: the room closes a follower that falls
+    /// more than the feed's capacity behind, and forgets what all have read.
+    pos: AtomicU64,
+    /// On the feed's waiting list.
+    listed: AtomicBool,
+    /// The connection's queue, whose task an event wakes.
+    queue: Arc<Queue>,
+}
+
+impl Follower {
+    pub(super) fn new(queue: Arc<Queue>, pos: u64) -> Arc<Follower> {
+        Arc::new(Follower {
+            pos: AtomicU64::new(pos),
+            listed: AtomicBool::new(false),
+            queue,
+        })
+    }
+
+    /// The position of the first event its reader has not read.
+    pub fn pos(&self) -> u64 {
+        self.pos.load(Ordering::Acquire)
+    }
+
+    pub(super) fn read_up_to(&self, pos: u64) {
+        self.pos.store(pos, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::entry;
+    use super::*;
+
+    fn seqs(feed: &RoomFeed, from: u64, to: u64) -> Result<(Vec<u64>, u64), Lagged> {
+        let mut v = Vec::new();
+        let next = feed.read(from, to, |e| v.push(e.entry.seq))?;
+        Ok((v, next))
+    }
+
+    #[test]
+    fn events_are_read_in_order_between_positions() {
+        let feed = RoomFeed::new(8);
+        for s in 10..15 {
+            feed.append(entry(s), None);
+        }
+        assert_eq!(feed.end(), 5);
+        assert_eq!(seqs(&feed, 0, u64::MAX), Ok((vec![10, 11, 12, 13, 14], 5)));
+        assert_eq!(seqs(&feed, 2, 4), Ok((vec![12, 13], 4)));
+        assert_eq!(seqs(&feed, 5, u64::MAX), Ok((vec![], 5)));
+        // A barrier behind the reader reads nothing and keeps its place.
+        assert_eq!(seqs(&feed, 4, 2), Ok((vec![], 4)));
+    }
+
+    #[test]
+    fn a_reader_further_behind_than_the_capacity_has_lagged() {
+        let feed = RoomFeed::new(3);
+        for s in 0..5 {
+            feed.append(entry(s), None);
+        }
+        assert_eq!(seqs(&feed, 1, u64::MAX), Err(Lagged));
+        assert_eq!(seqs(&feed, 2, u64::MAX), Ok((vec![2, 3, 4], 5)));
+    }
+
+    #[test]
+    fn trimming_forgets_what_everyone_read_and_a_quiet_feed_keeps_no_buffer() {
+        let feed = RoomFeed::new(8);
+        for s in 0..4 {
+            feed.append(entry(s), None);
+        }
+        feed.trim(2);
+        assert_eq!(seqs(&feed, 1, u64::MAX), Err(Lagged));
+        assert_eq!(seqs(&feed, 2, u64::MAX), Ok((vec![2, 3], 4)));
+        feed.trim(4);
+        assert_eq!(feed.ring.read().unwrap().events.capacity(), 0);
+        feed.append(entry(4), None);
+        assert_eq!(seqs(&feed, 4, u64::MAX), Ok((vec![4], 5)));
+    }
+}
