@@ -50,7 +50,7 @@ struct Ring {
 
 /// One event in the feed.
 #[derive(Debug, Clone)]
-pub(super) struct FedEvent {
+pub(crate) struct FedEvent {
     pub(super) entry: Arc<HistoryEntry>,
     /// When the room ordered it (the delivery latency's start).
     pub(super) ordered_at: Option<Instant>,

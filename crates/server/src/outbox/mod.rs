@@ -82,6 +82,117 @@ impl Outgoing {
     }
 }
 
+impl Outgoing {
+    /// The frame by reference, as [`OutboxReceiver::drain_into`] hands it.
+    pub fn as_ref(&self) -> FrameRef<'_> {
+        match self {
+            Outgoing::Event { entry, ordered_at } => FrameRef::Event {
+                entry,
+                ordered_at: *ordered_at,
+            },
+            Outgoing::Replayed(entry) => FrameRef::Event {
+                entry,
+                ordered_at: None,
+            },
+            Outgoing::Frame(f) => FrameRef::Frame(f),
+        }
+    }
+}
+
+/// A frame handed to a writer by reference ([`OutboxReceiver::drain_into`]):
+/// a followed feed's events are written from the feed, not copied out of it.
+#[derive(Debug, Clone, Copy)]
+pub enum FrameRef<'a> {
+    /// A room event, live or replayed.
+    Event {
+        /// The entry; its `frame` is what is sent.
+        entry: &'a HistoryEntry,
+        /// When the room ordered it, for a live event (see [`Outgoing::Event`]).
+        ordered_at: Option<Instant>,
+    },
+    /// Any other frame.
+    Frame(&'a Bytes),
+}
+
+impl<'a> FrameRef<'a> {
+    /// The encoded frame.
+    pub fn frame(&self) -> &'a Bytes {
+        match self {
+            FrameRef::Event { entry, .. } => &entry.frame,
+            FrameRef::Frame(f) => f,
+        }
+    }
+
+    /// The room event, for an event.
+    pub fn entry(&self) -> Option<&'a HistoryEntry> {
+        match self {
+            FrameRef::Event { entry, .. } => Some(entry),
+            FrameRef::Frame(_) => None,
+        }
+    }
+
+    /// When the room ordered it, for a live room event.
+    pub fn ordered_at(&self) -> Option<Instant> {
+        match self {
+            FrameRef::Event { ordered_at, .. } => *ordered_at,
+            FrameRef::Frame(_) => None,
+        }
+    }
+}
+
+/// Where a receiver puts what it takes, in order.
+trait Emit {
+    /// How many frames it has taken.
+    fn taken(&self) -> usize;
+    /// An event of a followed feed that the member receives.
+    fn fed(&mut self, e: &feed::FedEvent);
+    /// A queued frame.
+    fn queued(&mut self, o: Outgoing);
+}
+
+/// Frames kept to hand out later ([`OutboxReceiver::take_batch`]).
+impl Emit for VecDeque<Outgoing> {
+    fn taken(&self) -> usize {
+        self.len()
+    }
+
+    fn fed(&mut self, e: &feed::FedEvent) {
+        self.push_back(Outgoing::Event {
+            entry: e.entry.clone(),
+            ordered_at: e.ordered_at,
+        });
+    }
+
+    fn queued(&mut self, o: Outgoing) {
+        self.push_back(o);
+    }
+}
+
+/// Frames handed at once to a writer ([`OutboxReceiver::drain_into`]).
+struct Handing<F> {
+    put: F,
+    taken: usize,
+}
+
+impl<F: FnMut(FrameRef<'_>)> Emit for Handing<F> {
+    fn taken(&self) -> usize {
+        self.taken
+    }
+
+    fn fed(&mut self, e: &feed::FedEvent) {
+        self.taken += 1;
+        (self.put)(FrameRef::Event {
+            entry: &e.entry,
+            ordered_at: e.ordered_at,
+        });
+    }
+
+    fn queued(&mut self, o: Outgoing) {
+        self.taken += 1;
+        (self.put)(o.as_ref());
+    }
+}
+
 /// State shared by a connection's reader, writer and every outbox handle.
 #[derive(Debug)]
 pub struct ConnectionControl {
@@ -245,21 +356,18 @@ impl Cursor {
         self.feed.end() > self.next
     }
 
-    /// Moves the events it receives up to `to` (or the feed's end) into
-    /// `out`, until `out` holds `max`. False if it fell too far behind.
-    fn read(&mut self, to: u64, max: usize, out: &mut VecDeque<Outgoing>) -> bool {
+    /// Puts the events it receives up to `to` (or the feed's end) in `out`,
+    /// until `out` has taken `max`. False if it fell too far behind.
+    fn read(&mut self, to: u64, max: usize, out: &mut impl Emit) -> bool {
         let (session, channels) = (&*self.session, &self.channels[..]);
         let mut next = self.next;
         let result = self.feed.read(self.next, to, |e| {
-            if out.len() >= max {
+            if out.taken() >= max {
                 return;
             }
             next += 1;
             if plaza_core::receives_live(&e.entry, session, channels) {
-                out.push_back(Outgoing::Event {
-                    entry: e.entry.clone(),
-                    ordered_at: e.ordered_at,
-                });
+                out.fed(e);
             }
         });
         match result {
@@ -509,7 +617,9 @@ impl OutboxReceiver {
     /// with the followed feeds' events in their place.
     pub fn take_batch(&mut self, max: usize) -> VecDeque<Outgoing> {
         if self.staged.len() < max {
-            self.stage(max);
+            let mut staged = std::mem::take(&mut self.staged);
+            self.stage(max, &mut staged);
+            self.staged = staged;
         }
         if self.staged.len() <= max {
             std::mem::take(&mut self.staged)
@@ -521,16 +631,56 @@ impl OutboxReceiver {
     /// Takes the next frame if one is queued.
     pub fn try_recv(&mut self) -> Result<Outgoing, Empty> {
         if self.staged.is_empty() {
-            self.stage(1);
+            let mut staged = std::mem::take(&mut self.staged);
+            self.stage(1, &mut staged);
+            self.staged = staged;
         }
         self.staged.pop_front().ok_or(Empty)
     }
 
-    /// Moves what is queued into `staged`, the feeds' events in their
-    /// place, until it holds `max` frames (or a few more: the events before
-    /// a queued frame always go with it).
-    fn stage(&mut self, max: usize) {
-        let room = max - self.staged.len();
+    /// [`OutboxReceiver::take_batch`] for a writer that copies each frame
+    /// into its write at once: hands up to `max` frames (or a few more, as
+    /// there) to `put`, by reference. Returns how many.
+    pub fn drain_into(&mut self, max: usize, put: impl FnMut(FrameRef<'_>)) -> usize {
+        let mut out = Handing { put, taken: 0 };
+        // What an earlier take left staged goes first.
+        while out.taken < max {
+            match self.staged.pop_front() {
+                Some(o) => out.queued(o),
+                None => break,
+            }
+        }
+        if out.taken < max && self.staged.is_empty() {
+            self.stage(max, &mut out);
+        }
+        out.taken
+    }
+
+    /// Puts what is queued in `out`, the feeds' events in their place,
+    /// until it has taken `max` frames (or a few more: the events before a
+    /// queued frame always go with it).
+    fn stage(&mut self, max: usize, out: &mut impl Emit) {
+        // Control items take a place in a round but give no frame: go on
+        // until `max` frames or an empty queue.
+        loop {
+            let room = max.saturating_sub(out.taken());
+            if room == 0 {
+                return;
+            }
+            if !self.take_queued(room, out) {
+                break;
+            }
+        }
+        // With nothing queued, no frame waits for the feeds' events.
+        for i in 0..self.cursors.len() {
+            let id = self.cursors[i].feed.id();
+            self.read_feed(id, u64::MAX, max, out);
+        }
+    }
+
+    /// Takes up to `room` queued items, each after the feed's events before
+    /// it; true if more are queued.
+    fn take_queued(&mut self, room: usize, out: &mut impl Emit) -> bool {
         let mut taken = std::mem::take(&mut self.spare);
         let more = {
             let mut items = self.frames();
@@ -553,10 +703,10 @@ impl OutboxReceiver {
         }
         for q in taken.drain(..) {
             if let Some(b) = q.after {
-                self.read_feed(b.feed, b.pos, usize::MAX);
+                self.read_feed(b.feed, b.pos, usize::MAX, out);
             }
             match q.item {
-                Item::Out(o) => self.staged.push_back(o),
+                Item::Out(o) => out.queued(o),
                 Item::Follow(f) => {
                     let Follow {
                         feed,
@@ -584,23 +734,17 @@ impl OutboxReceiver {
         if taken.capacity() <= KEEP {
             self.spare = taken;
         }
-        // With frames still queued, a feed's events may belong after them.
-        if !more {
-            for i in 0..self.cursors.len() {
-                let id = self.cursors[i].feed.id();
-                self.read_feed(id, u64::MAX, max);
-            }
-        }
+        more
     }
 
-    /// Stages the events of feed `id` up to `to`, while fewer than `max`
-    /// frames are staged. A follower that fell too far behind is a slow
+    /// Puts the events of feed `id` up to `to` in `out`, while it has taken
+    /// fewer than `max` frames. A follower that fell too far behind is a slow
     /// consumer: it is closed, and catches up by resuming.
-    fn read_feed(&mut self, id: u64, to: u64, max: usize) {
+    fn read_feed(&mut self, id: u64, to: u64, max: usize, out: &mut impl Emit) {
         let Some(i) = self.cursors.iter().position(|c| c.feed.id() == id) else {
             return;
         };
-        if !self.cursors[i].read(to, max, &mut self.staged) {
+        if !self.cursors[i].read(to, max, out) {
             self.control.close(CloseCode::SlowConsumer);
             self.cursors.swap_remove(i);
         }
@@ -927,5 +1071,42 @@ mod tests {
         feed.append(message(1, "other", "main", false), None);
         let mut rx = waiter.await.unwrap();
         assert_eq!(frames(rx.take_batch(100)), ["1"]);
+    }
+
+    #[test]
+    fn a_writer_is_handed_the_frames_by_reference_in_the_same_order() {
+        let (out, mut rx) = Outbox::new(16, ConnectionControl::new());
+        let feed = RoomFeed::new(16);
+        let room = out.with_feed(&feed);
+        room.follow("me", vec!["main".into()]).unwrap();
+        feed.append(message(1, "other", "main", false), None);
+        feed.append(message(2, "other", "main", false), None);
+        assert!(room.send(Bytes::from_static(b"after 2")));
+        feed.append(message(3, "me", "main", false), None);
+        feed.append(message(4, "other", "main", false), None);
+        // One frame taken alone leaves the events before the queued frame
+        // staged: they go first.
+        assert_eq!(
+            rx.try_recv().unwrap().as_ref().entry().map(|e| e.seq),
+            Some(1)
+        );
+        let mut handed = Vec::new();
+        let n = rx.drain_into(2, |f| {
+            handed.push(match f.entry() {
+                Some(e) => e.seq.to_string(),
+                None => String::from_utf8(f.frame().to_vec()).unwrap(),
+            })
+        });
+        assert_eq!(
+            (n, &handed[..]),
+            (2, &["2".to_owned(), "after 2".to_owned()][..])
+        );
+        let mut handed = Vec::new();
+        assert_eq!(
+            rx.drain_into(100, |f| handed.push(f.entry().unwrap().seq)),
+            1
+        );
+        assert_eq!(handed, [4]);
+        assert_eq!(rx.drain_into(100, |_| panic!("nothing is left")), 0);
     }
 }

@@ -203,7 +203,7 @@ pub(crate) async fn serve_socket(
                     let Ok(item) = session.queue.try_recv() else {
                         break;
                     };
-                    form.put(&mut out, &item);
+                    form.put(&mut out, item.as_ref());
                 }
             }
             let wrote = tokio::time::timeout(CLOSE_WAIT, async {

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use super::deflate::{self, Deflate};
 use super::frames::{put_compressed, put_header, put_text, ServerOp};
 use super::End;
-use crate::outbox::{ConnectionControl, OutboxReceiver, Outgoing};
+use crate::outbox::{ConnectionControl, FrameRef, OutboxReceiver};
 use crate::Node;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -19,6 +19,10 @@ const SHARED_WINDOW_BITS: u8 = 15;
 
 /// Frames written per batch at most, so one busy connection cannot hog its task.
 const MAX_BATCH: usize = 512;
+
+/// A batch's buffer to begin with: a busy member's few dozen events fit
+/// after a doubling or two.
+const FIRST_BUFFER: usize = 2048;
 
 /// How the frames of a connection go on the wire: what its client
 /// negotiated at the upgrade.
@@ -34,7 +38,7 @@ pub(crate) struct WireForm {
 impl WireForm {
     /// The text of a queued frame in this form: a room message's compact
     /// form (made once for all who asked for it), else the frame.
-    fn text<'a>(&self, item: &'a Outgoing) -> &'a Bytes {
+    fn text<'a>(&self, item: FrameRef<'a>) -> &'a Bytes {
         match item.entry() {
             Some(entry) if self.compact => entry
                 .wire
@@ -47,7 +51,7 @@ impl WireForm {
     /// Puts a queued frame, compressed if the connection deflates and it is
     /// large enough. A room event goes to many: it is compressed once, for
     /// all of them.
-    pub(super) fn put(&self, out: &mut Vec<u8>, item: &Outgoing) {
+    pub(super) fn put(&self, out: &mut Vec<u8>, item: FrameRef<'_>) {
         let text = self.text(item);
         match (item.entry(), self.deflate) {
             (Some(entry), Some((d, min_bytes)))
@@ -109,18 +113,18 @@ pub(super) async fn write_batch(
     rx: &mut OutboxReceiver,
     unfinished: &mut Vec<u8>,
 ) -> io::Result<Option<Instant>> {
-    let batch = rx.take_batch(MAX_BATCH);
-    let Some(oldest) = batch.front().map(Outgoing::ordered_at) else {
+    // Each frame is copied into the write as it is taken: a followed feed's
+    // events straight from the feed, without taking a reference to each.
+    let mut out = Vec::with_capacity(FIRST_BUFFER);
+    let mut oldest = None;
+    let frames = rx.drain_into(MAX_BATCH, |item| {
+        oldest.get_or_insert(item.ordered_at());
+        form.put(&mut out, item);
+    });
+    let Some(oldest) = oldest else {
         return Ok(None);
     };
-    // Header room for each frame: the buffer is allocated once, at its size
-    // (compressed frames are smaller than their text).
-    let size: usize = batch.iter().map(|i| i.frame().len() + 14).sum();
-    let mut out = Vec::with_capacity(size);
-    let frames = batch.len() as u64;
-    for item in &batch {
-        form.put(&mut out, item);
-    }
+    let frames = frames as u64;
     guarded_write(stream, control, &out, unfinished).await?;
     let m = &node.metrics;
     m.frames_out.increment(frames);
