@@ -1,8 +1,12 @@
-//! The fan-out hot path: one published message ordered by a room of 1,000
-//! members, encoded once, and either queued to every other member's outbox
-//! (`publish_to_outboxes`: how members with a delivery policy get it) or
-//! appended once to the room's feed and read by every other member's
-//! receiver (`publish_to_feed`: how the others get it).
+//! The fan-out hot path: messages published into a room of N members, each
+//! ordered by the room and encoded once, then got to every other member
+//! either by queueing it on each member's outbox (`publish_to_outboxes`: how
+//! members with a delivery policy get it) or by appending it once to the
+//! room's feed, which each member's receiver reads (`publish_to_feed`: how
+//! the others get it). Each iteration publishes a burst of 1 or 16 messages,
+//! then every member's writer takes what it has, as a connection does when
+//! it writes (16 is about what a busy member gets per write at a thousand
+//! members).
 //!
 //! `cargo bench -p plaza-server --bench fanout`
 
@@ -38,94 +42,82 @@ fn room_with(members: usize) -> (Room<Outbox>, Vec<OutboxReceiver>) {
         receivers.push(rx);
     }
     // Drop the presence events queued by the joins.
-    for rx in &mut receivers {
-        while rx.try_recv().is_ok() {}
-    }
+    drain(&mut receivers);
     (room, receivers)
 }
 
-fn payload() -> Box<RawValue> {
-    // ~100 bytes, like the load tests' messages.
-    RawValue::from_string(format!("{{\"text\":\"{}\"}}", "x".repeat(88))).unwrap()
+/// The writers' side: each takes everything it has, by reference.
+fn drain(receivers: &mut [OutboxReceiver]) {
+    for rx in receivers {
+        while rx.drain_into(512, |f| {
+            std::hint::black_box(f.frame().len());
+        }) > 0
+        {}
+    }
+}
+
+fn publish(room: &mut Room<Outbox>, now: u64) -> std::sync::Arc<plaza_core::HistoryEntry> {
+    let params = PublishParams {
+        channel: "main".into(),
+        event: "chat".into(),
+        // ~100 bytes, like the load tests' messages.
+        data: Some(RawValue::from_string(format!("{{\"text\":\"{}\"}}", "x".repeat(88))).unwrap()),
+        id: None,
+        topic: None,
+        reply_to: None,
+        echo: false,
+    };
+    let published = room.publish("s0", params, now).expect("publish");
+    published.entry.expect("new message")
 }
 
 fn fanout(c: &mut Criterion) {
     let mut group = c.benchmark_group("fanout");
-    for members in [100usize, 1000] {
+    for (members, burst) in [(100usize, 1u64), (1000, 1), (1000, 16)] {
+        let id = format!("{members}x{burst}");
+        group.throughput(Throughput::Elements(burst * (members as u64 - 1)));
+
         let (mut room, mut receivers) = room_with(members);
-        group.throughput(Throughput::Elements(members as u64 - 1));
-        group.bench_with_input(
-            BenchmarkId::new("publish_to_outboxes", members),
-            &members,
-            |b, _| {
-                let mut now = 1;
-                b.iter(|| {
+        let mut now = 1;
+        group.bench_with_input(BenchmarkId::new("publish_to_outboxes", &id), &id, |b, _| {
+            b.iter(|| {
+                for _ in 0..burst {
                     now += 1;
-                    let params = PublishParams {
-                        channel: "main".into(),
-                        event: "chat".into(),
-                        data: Some(payload()),
-                        id: None,
-                        topic: None,
-                        reply_to: None,
-                        echo: false,
-                    };
-                    let published = room.publish("s0", params, now).expect("publish");
-                    let entry = published.entry.expect("new message");
+                    let entry = publish(&mut room, now);
                     let at = Some(Instant::now());
                     room.for_each_recipient(&entry, |_, sink| {
                         sink.send_event(&entry, at);
                     });
-                    // The writers' side: take every queued frame off again.
-                    for rx in &mut receivers {
-                        while rx.try_recv().is_ok() {}
-                    }
-                });
-            },
-        );
-    }
-    for members in [100usize, 1000] {
+                }
+                drain(&mut receivers);
+            });
+        });
+
         let (mut room, mut receivers) = room_with(members);
         let feed = RoomFeed::new(4096);
-        for (i, rx) in receivers.iter_mut().enumerate() {
-            let outbox = &room.member(&format!("s{i}")).expect("member").sink;
-            let outbox = outbox.as_ref().expect("connected");
+        for i in 0..members {
+            let session = format!("s{i}");
+            let member = room.member(&session).expect("member");
+            let outbox = member.sink.as_ref().expect("connected");
             outbox
                 .with_feed(&feed)
-                .follow(&format!("s{i}"), vec!["main".into()]);
-            // Taking the follow makes the receiver a reader of the feed.
-            while rx.try_recv().is_ok() {}
+                .follow(&session, vec!["main".into()]);
         }
-        group.throughput(Throughput::Elements(members as u64 - 1));
-        group.bench_with_input(
-            BenchmarkId::new("publish_to_feed", members),
-            &members,
-            |b, _| {
-                let mut now = 1;
-                b.iter(|| {
+        // Taking the follow makes each receiver a reader of the feed.
+        drain(&mut receivers);
+        let mut now = 1;
+        group.bench_with_input(BenchmarkId::new("publish_to_feed", &id), &id, |b, _| {
+            b.iter(|| {
+                for _ in 0..burst {
                     now += 1;
-                    let params = PublishParams {
-                        channel: "main".into(),
-                        event: "chat".into(),
-                        data: Some(payload()),
-                        id: None,
-                        topic: None,
-                        reply_to: None,
-                        echo: false,
-                    };
-                    let published = room.publish("s0", params, now).expect("publish");
-                    let entry = published.entry.expect("new message");
+                    let entry = publish(&mut room, now);
                     feed.append(entry, Some(Instant::now()));
-                    // The writers' side: each reader takes what is new for it.
-                    for rx in &mut receivers {
-                        while rx.try_recv().is_ok() {}
-                    }
-                    if now % 1024 == 0 {
-                        feed.trim(feed.end());
-                    }
-                });
-            },
-        );
+                }
+                drain(&mut receivers);
+                // As the room does: forget what every follower has read.
+                feed.trim(feed.end());
+            });
+        });
     }
     group.finish();
 }

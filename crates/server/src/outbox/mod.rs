@@ -630,6 +630,28 @@ impl OutboxReceiver {
 
     /// Takes the next frame if one is queued.
     pub fn try_recv(&mut self) -> Result<Outgoing, Empty> {
+        // A connection that follows no feed takes its frames as queued.
+        if self.staged.is_empty() && self.cursors.is_empty() {
+            let mut items = self.frames();
+            let queued = &mut items.queued;
+            let front = queued.front().map(|q| matches!(q.item, Item::Out(_)));
+            if front.is_none() {
+                return Err(Empty);
+            }
+            if front == Some(true) {
+                let q = queued.pop_front().ok_or(Empty)?;
+                if queued.is_empty() && queued.capacity() > KEEP {
+                    *queued = VecDeque::new();
+                }
+                drop(items);
+                if q.is_replayed() {
+                    self.queue.replaying.fetch_sub(1, Ordering::Relaxed);
+                }
+                if let Item::Out(o) = q.item {
+                    return Ok(o);
+                }
+            }
+        }
         if self.staged.is_empty() {
             let mut staged = std::mem::take(&mut self.staged);
             self.stage(1, &mut staged);
