@@ -23,8 +23,9 @@ fn help_documents_every_option() {
 
 #[test]
 fn config_file_env_and_flags_layer_in_that_order() {
-    let dir = std::env::temp_dir().join(format!("plaza-cfg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    // Removed when the test ends, passed or not.
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
     let file = dir.join("plaza.toml");
     std::fs::write(
         &file,
