@@ -724,8 +724,17 @@ impl OutboxReceiver {
             self.queue.replaying.fetch_sub(replayed, Ordering::Relaxed);
         }
         for q in taken.drain(..) {
-            if let Some(b) = q.after {
-                self.read_feed(b.feed, b.pos, usize::MAX, out);
+            match q.after {
+                Some(b) => self.read_feed(b.feed, b.pos, usize::MAX, out),
+                // The connection's own frame (a pong, an error about a frame):
+                // after every event fed before it was queued, as it would be
+                // were those queued too (a ping is the client's barrier).
+                None => {
+                    for i in 0..self.cursors.len() {
+                        let id = self.cursors[i].feed.id();
+                        self.read_feed(id, u64::MAX, usize::MAX, out);
+                    }
+                }
             }
             match q.item {
                 Item::Out(o) => out.queued(o),
@@ -1022,12 +1031,13 @@ mod tests {
         feed.append(message(1, "other", "main", false), None);
         assert!(room.send(Bytes::from_static(b"after 1")));
         feed.append(message(2, "other", "main", false), None);
-        // Queued by the connection itself, not the room: no place in the feed.
+        // Queued by the connection itself, not the room: after what the feed
+        // holds when it is taken.
         assert!(out.send(Bytes::from_static(b"own")));
         feed.append(message(3, "other", "main", false), None);
         assert_eq!(
             frames(rx.take_batch(100)),
-            ["1", "after 1", "own", "2", "3"]
+            ["1", "after 1", "2", "3", "own"]
         );
         assert_eq!(follower.pos(), 3);
         assert!(rx.take_batch(100).is_empty());
@@ -1130,5 +1140,19 @@ mod tests {
         );
         assert_eq!(handed, [4]);
         assert_eq!(rx.drain_into(100, |_| panic!("nothing is left")), 0);
+    }
+
+    #[test]
+    fn the_connections_own_frame_comes_after_the_events_fed_before_it() {
+        let (out, mut rx) = Outbox::new(16, ConnectionControl::new());
+        let feed = RoomFeed::new(16);
+        out.with_feed(&feed)
+            .follow("me", vec!["main".into()])
+            .unwrap();
+        feed.append(message(1, "other", "main", false), None);
+        feed.append(message(2, "other", "main", false), None);
+        // A pong: queued by the connection itself, through a handle without the feed.
+        assert!(out.send(Bytes::from_static(b"pong")));
+        assert_eq!(frames(rx.take_batch(100)), ["1", "2", "pong"]);
     }
 }

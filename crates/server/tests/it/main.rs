@@ -12,6 +12,7 @@ mod coalescing;
 mod compact;
 mod compression;
 mod direct;
+mod feeds;
 mod heartbeat;
 mod http_api;
 mod http_transports;
