@@ -101,7 +101,7 @@ fn fanout(c: &mut Criterion) {
             let outbox = member.sink.as_ref().expect("connected");
             outbox
                 .with_feed(&feed)
-                .follow(&session, vec!["main".into()]);
+                .follow(session.as_str(), vec!["main".to_owned()]);
         }
         // Taking the follow makes each receiver a reader of the feed.
         drain(&mut receivers);

@@ -323,15 +323,15 @@ enum Item {
     Unfollow(u64),
     /// The member's channels changed: the feed's events from here on are
     /// picked by these.
-    Rechannel(u64, Vec<String>),
+    Rechannel(u64, Arc<[String]>),
 }
 
 #[derive(Debug)]
 struct Follow {
     feed: Arc<RoomFeed>,
     follower: Arc<Follower>,
-    session: Box<str>,
-    channels: Vec<String>,
+    session: Arc<str>,
+    channels: Arc<[String]>,
 }
 
 impl Queued {
@@ -347,8 +347,9 @@ struct Cursor {
     follower: Arc<Follower>,
     /// The next position to read.
     next: u64,
-    session: Box<str>,
-    channels: Vec<String>,
+    /// Shared with the room's record of the follower.
+    session: Arc<str>,
+    channels: Arc<[String]>,
 }
 
 impl Cursor {
@@ -410,8 +411,6 @@ pub struct OutboxReceiver {
     cursors: Vec<Cursor>,
     /// Frames taken from the queue and the feeds, not yet handed out.
     staged: VecDeque<Outgoing>,
-    /// The queue's previous buffer, swapped back in at the next take.
-    spare: VecDeque<Queued>,
 }
 
 /// Returned by [`OutboxReceiver::try_recv`] when nothing is queued.
@@ -439,7 +438,6 @@ impl Outbox {
                 control,
                 cursors: Vec::new(),
                 staged: VecDeque::new(),
-                spare: VecDeque::new(),
             },
         )
     }
@@ -463,14 +461,18 @@ impl Outbox {
     /// `session` (on `channels`) from the room's feed ([`Outbox::with_feed`])
     /// instead of being queued them. `None` for a handle without a feed or
     /// a connection that is gone.
-    pub fn follow(&self, session: &str, channels: Vec<String>) -> Option<Arc<Follower>> {
+    pub fn follow(
+        &self,
+        session: impl Into<Arc<str>>,
+        channels: impl Into<Arc<[String]>>,
+    ) -> Option<Arc<Follower>> {
         let feed = self.feed.as_ref()?;
         let follower = Follower::new(self.queue.clone(), feed.end());
         let follow = Follow {
             feed: feed.clone(),
             follower: follower.clone(),
             session: session.into(),
-            channels,
+            channels: channels.into(),
         };
         self.push_control(Item::Follow(Box::new(follow)))
             .then_some(follower)
@@ -484,9 +486,9 @@ impl Outbox {
     }
 
     /// The room's events after those fed so far are picked by `channels`.
-    pub fn rechannel(&self, channels: Vec<String>) {
+    pub fn rechannel(&self, channels: impl Into<Arc<[String]>>) {
         if let Some(feed) = &self.feed {
-            self.push_control(Item::Rechannel(feed.id(), channels));
+            self.push_control(Item::Rechannel(feed.id(), channels.into()));
         }
     }
 
@@ -703,21 +705,20 @@ impl OutboxReceiver {
     /// Takes up to `room` queued items, each after the feed's events before
     /// it; true if more are queued.
     fn take_queued(&mut self, room: usize, out: &mut impl Emit) -> bool {
-        let mut taken = std::mem::take(&mut self.spare);
-        let more = {
+        let (mut taken, more) = {
             let mut items = self.frames();
             let queued = &mut items.queued;
-            if queued.len() <= room {
-                // Swapped, not moved: the queue keeps a buffer, so the room
-                // queueing the next frame does not allocate one.
-                std::mem::swap(queued, &mut taken);
+            // The queue's own buffer goes with what is taken: a connection
+            // that follows a feed is queued little, and keeps no buffer for it.
+            let taken = if queued.len() <= room {
+                std::mem::take(queued)
             } else {
-                taken.extend(queued.drain(..room));
-            }
+                queued.drain(..room).collect()
+            };
             if queued.is_empty() && queued.capacity() > KEEP {
                 *queued = VecDeque::new();
             }
-            !queued.is_empty()
+            (taken, !queued.is_empty())
         };
         let replayed = taken.iter().filter(|q| q.is_replayed()).count();
         if replayed > 0 {
@@ -762,9 +763,6 @@ impl OutboxReceiver {
                 }
             }
         }
-        if taken.capacity() <= KEEP {
-            self.spare = taken;
-        }
         more
     }
 
@@ -781,10 +779,9 @@ impl OutboxReceiver {
         }
     }
 
-    /// Gives back the small buffers a drain keeps, if nothing is queued: for
+    /// Gives back the small buffer a drain keeps, if nothing is queued: for
     /// connections that have gone quiet, so an idle connection holds none.
     pub fn release_idle_memory(&mut self) {
-        self.spare = VecDeque::new();
         let mut items = self.frames();
         if items.queued.is_empty() && items.queued.capacity() > 0 {
             items.queued = VecDeque::new();
@@ -843,9 +840,9 @@ mod tests {
         );
     }
 
-    /// Queue slots a receiver keeps: the queue's buffer and its spare.
+    /// Queue slots a receiver keeps.
     fn kept(rx: &OutboxReceiver) -> usize {
-        rx.queue.items.lock().unwrap().queued.capacity() + rx.spare.capacity()
+        rx.queue.items.lock().unwrap().queued.capacity()
     }
 
     #[test]
@@ -854,13 +851,15 @@ mod tests {
         out.send(Bytes::from_static(b"a"));
         rx.release_idle_memory();
         assert_eq!(rx.try_recv().unwrap().frame(), "a", "a queued frame stays");
-        // A busy connection keeps the buffers it swaps, so the room does not
-        // allocate one for each frame it queues after a drain.
-        assert!(kept(&rx) > 0);
-        out.send(Bytes::from_static(b"b"));
-        assert_eq!(rx.try_recv().unwrap().frame(), "b");
+        // Taken frame by frame, the queue keeps its small buffer until the
+        // connection goes quiet.
         assert!(kept(&rx) > 0);
         rx.release_idle_memory();
+        assert_eq!(kept(&rx), 0);
+        // A batch takes the buffer with it: nothing is kept.
+        out.send(Bytes::from_static(b"b"));
+        out.send(Bytes::from_static(b"c"));
+        assert_eq!(rx.take_batch(10).len(), 2);
         assert_eq!(kept(&rx), 0);
     }
 

@@ -39,8 +39,8 @@ struct Following {
     conn: u64,
     /// Its connection's outbox, through the feed.
     outbox: Outbox,
-    /// The channels its connection picks events by.
-    channels: Vec<String>,
+    /// The channels its connection picks events by (shared with it).
+    channels: Arc<[String]>,
     follower: Arc<Follower>,
 }
 
@@ -81,8 +81,9 @@ pub(crate) struct RoomMachine {
     errors: ErrorCounter,
     /// The room's live events for the members that follow it.
     feed: Arc<RoomFeed>,
-    /// This node's members that follow the feed, by session.
-    followers: HashMap<String, Following>,
+    /// This node's members that follow the feed, by session (the key
+    /// shared with their connections).
+    followers: HashMap<Arc<str>, Following>,
     /// Their connections.
     follower_conns: HashSet<u64>,
     /// This node's connected members that do not follow it (a delivery
@@ -535,9 +536,9 @@ impl RoomMachine {
         let wanted = wanted.filter(|w| w.2);
         match (self.followers.get_mut(session), wanted) {
             (Some(f), Some((conn, _, _, channels))) if f.conn == conn => {
-                if f.channels != *channels {
-                    f.channels.clone_from(channels);
-                    f.outbox.rechannel(channels.clone());
+                if f.channels[..] != channels[..] {
+                    f.channels = channels.as_slice().into();
+                    f.outbox.rechannel(f.channels.clone());
                 }
                 return;
             }
@@ -545,14 +546,16 @@ impl RoomMachine {
             _ => {}
         }
         let wanted = wanted.map(|(conn, outbox, _, channels)| {
-            (conn, outbox.with_feed(&self.feed), channels.clone())
+            let channels: Arc<[String]> = channels.as_slice().into();
+            (conn, outbox.with_feed(&self.feed), channels)
         });
         if let Some(old) = self.followers.remove(session) {
             old.outbox.unfollow();
             self.follower_conns.remove(&old.conn);
         }
         if let Some((conn, outbox, channels)) = wanted {
-            if let Some(follower) = outbox.follow(session, channels.clone()) {
+            let key: Arc<str> = session.into();
+            if let Some(follower) = outbox.follow(key.clone(), channels.clone()) {
                 self.follower_conns.insert(conn);
                 let f = Following {
                     conn,
@@ -560,7 +563,7 @@ impl RoomMachine {
                     channels,
                     follower,
                 };
-                self.followers.insert(session.to_owned(), f);
+                self.followers.insert(key, f);
             }
         }
     }
@@ -568,7 +571,7 @@ impl RoomMachine {
     /// [`RoomMachine::reconcile`] for every member that follows, is handed
     /// its events, or is connected here.
     fn reconcile_all(&mut self) {
-        let mut sessions: Vec<String> = self.followers.keys().cloned().collect();
+        let mut sessions: Vec<String> = self.followers.keys().map(|k| k.to_string()).collect();
         sessions.extend(self.handed.iter().cloned());
         sessions.extend(self.room.connected_sessions(|s: &Sink| s.outbox.is_some()));
         sessions.sort_unstable();
@@ -598,7 +601,7 @@ impl RoomMachine {
                 );
             } else if open {
                 assert!(
-                    self.followers.contains_key(&s),
+                    self.followers.contains_key(s.as_str()),
                     "{s} is connected here but follows no feed"
                 );
             }
