@@ -158,6 +158,18 @@ impl RoomFeed {
         Ok(to.max(from))
     }
 
+    /// Takes `follower` off the waiting list: it follows no more. (A room
+    /// whose members come and go without an event, presence off, would
+    /// otherwise keep every one that ever waited.)
+    pub fn forget(&self, follower: &Arc<Follower>) {
+        if follower.listed.swap(false, Ordering::AcqRel) {
+            self.waiting
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|f| !Arc::ptr_eq(f, follower));
+        }
+    }
+
     /// Lists `follower` to be woken by the next event, unless it is already.
     pub(super) fn wait(&self, follower: &Arc<Follower>) {
         if !follower.listed.swap(true, Ordering::AcqRel) {
@@ -249,5 +261,24 @@ mod tests {
         assert_eq!(feed.ring.read().unwrap().events.capacity(), 0);
         feed.append(entry(4), None);
         assert_eq!(seqs(&feed, 4, u64::MAX), Ok((vec![4], 5)));
+    }
+
+    #[test]
+    fn a_forgotten_follower_leaves_the_waiting_list() {
+        let feed = RoomFeed::new(8);
+        let (out, _rx) = super::super::Outbox::new(4, super::super::ConnectionControl::new());
+        let followers: Vec<_> = (0..3)
+            .map(|_| Follower::new(out.queue.clone(), 0))
+            .collect();
+        for f in &followers {
+            feed.wait(f);
+            feed.wait(f);
+        }
+        assert_eq!(feed.waiting.lock().unwrap().len(), 3, "listed once each");
+        feed.forget(&followers[1]);
+        feed.forget(&followers[1]);
+        let waiting = feed.waiting.lock().unwrap();
+        assert_eq!(waiting.len(), 2);
+        assert!(waiting.iter().all(|w| !Arc::ptr_eq(w, &followers[1])));
     }
 }

@@ -145,7 +145,14 @@ impl RoomMachine {
     pub(crate) fn forget_local(&mut self, conn: u64) {
         self.locals.remove(&conn);
         if self.follower_conns.remove(&conn) {
-            self.followers.retain(|_, f| f.conn != conn);
+            let feed = &self.feed;
+            self.followers.retain(|_, f| {
+                let keep = f.conn != conn;
+                if !keep {
+                    feed.forget(&f.follower);
+                }
+                keep
+            });
         }
     }
 
@@ -551,6 +558,7 @@ impl RoomMachine {
         });
         if let Some(old) = self.followers.remove(session) {
             old.outbox.unfollow();
+            self.feed.forget(&old.follower);
             self.follower_conns.remove(&old.conn);
         }
         if let Some((conn, outbox, channels)) = wanted {
@@ -660,6 +668,7 @@ impl RoomMachine {
         self.held = Held::default();
         for (_, f) in self.followers.drain() {
             f.outbox.unfollow();
+            self.feed.forget(&f.follower);
         }
         self.follower_conns.clear();
         self.handed.clear();
