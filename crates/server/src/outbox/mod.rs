@@ -8,7 +8,7 @@
 //!
 //! A member that follows its room's [`RoomFeed`] is not queued the room's
 //! events one by one: its receiver reads them from the feed, in order with
-//! what is queued (see [`feed`]).
+//! what is queued (see `feed.rs`).
 
 mod feed;
 
