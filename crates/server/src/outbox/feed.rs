@@ -17,6 +17,7 @@
 //! order the room made them, as if all were queued.
 
 use std::collections::VecDeque;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -135,27 +136,27 @@ impl RoomFeed {
     }
 
     /// Calls `f` with the events from `from` up to `to` (or the end), in
-    /// order; `Lagged` if some of them are gone.
+    /// order, until it breaks; returns the position of the first event it
+    /// did not take. `Lagged` if some of them are gone.
     pub(super) fn read(
         &self,
         from: u64,
         to: u64,
-        mut f: impl FnMut(&FedEvent),
+        mut f: impl FnMut(&FedEvent) -> ControlFlow<()>,
     ) -> Result<u64, Lagged> {
         let ring = self.ring.read().unwrap_or_else(|p| p.into_inner());
         if from < ring.first {
             return Err(Lagged);
         }
         let end = ring.first + ring.events.len() as u64;
-        let to = to.min(end);
-        let start = (from - ring.first) as usize;
-        for e in ring
-            .events
-            .range(start..(to.max(from) - ring.first) as usize)
-        {
-            f(e);
+        let mut pos = from;
+        for e in ring.events.range((from - ring.first) as usize..) {
+            if pos >= to.min(end) || f(e).is_break() {
+                break;
+            }
+            pos += 1;
         }
-        Ok(to.max(from))
+        Ok(pos)
     }
 
     /// Takes `follower` off the waiting list: it follows no more. (A room
@@ -220,7 +221,10 @@ mod tests {
 
     fn seqs(feed: &RoomFeed, from: u64, to: u64) -> Result<(Vec<u64>, u64), Lagged> {
         let mut v = Vec::new();
-        let next = feed.read(from, to, |e| v.push(e.entry.seq))?;
+        let next = feed.read(from, to, |e| {
+            v.push(e.entry.seq);
+            ControlFlow::Continue(())
+        })?;
         Ok((v, next))
     }
 
@@ -236,6 +240,16 @@ mod tests {
         assert_eq!(seqs(&feed, 5, u64::MAX), Ok((vec![], 5)));
         // A barrier behind the reader reads nothing and keeps its place.
         assert_eq!(seqs(&feed, 4, 2), Ok((vec![], 4)));
+        // A reader that stops early is told where it stopped.
+        let mut taken = Vec::new();
+        let stop = feed.read(1, u64::MAX, |e| {
+            if taken.len() == 2 {
+                return ControlFlow::Break(());
+            }
+            taken.push(e.entry.seq);
+            ControlFlow::Continue(())
+        });
+        assert_eq!((stop, &taken[..]), (Ok(3), &[11, 12][..]));
     }
 
     #[test]

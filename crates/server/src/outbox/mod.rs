@@ -13,6 +13,7 @@
 mod feed;
 
 use std::collections::VecDeque;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
@@ -80,9 +81,7 @@ impl Outgoing {
             Outgoing::Replayed(_) | Outgoing::Frame(_) => None,
         }
     }
-}
 
-impl Outgoing {
     /// The frame by reference, as [`OutboxReceiver::drain_into`] hands it.
     pub fn as_ref(&self) -> FrameRef<'_> {
         match self {
@@ -283,7 +282,7 @@ impl ConnectionControl {
 /// empty (a channel keeps its blocks), and the consumer gives the memory of a
 /// burst back once it has drained it. The waiting consumer's waker sits under
 /// the same lock, so queueing a frame and waking the connection take one lock
-/// (a room fans each event out to every member: this is per delivery).
+/// (for a member handed its room's events, that is per delivery).
 #[derive(Debug)]
 struct Queue {
     items: Mutex<Frames>,
@@ -361,18 +360,17 @@ impl Cursor {
     /// until `out` has taken `max`. False if it fell too far behind.
     fn read(&mut self, to: u64, max: usize, out: &mut impl Emit) -> bool {
         let (session, channels) = (&*self.session, &self.channels[..]);
-        let mut next = self.next;
         let result = self.feed.read(self.next, to, |e| {
             if out.taken() >= max {
-                return;
+                return ControlFlow::Break(());
             }
-            next += 1;
             if plaza_core::receives_live(&e.entry, session, channels) {
                 out.fed(e);
             }
+            ControlFlow::Continue(())
         });
         match result {
-            Ok(_) => {
+            Ok(next) => {
                 self.next = next;
                 self.follower.read_up_to(next);
                 true
@@ -388,9 +386,6 @@ impl Frames {
         self.waiter.take()
     }
 }
-
-/// Capacity kept after a drain; larger buffers are given back.
-const KEEP: usize = 16;
 
 /// A cheap, clonable handle that queues frames for one connection.
 #[derive(Debug, Clone)]
@@ -632,34 +627,7 @@ impl OutboxReceiver {
 
     /// Takes the next frame if one is queued.
     pub fn try_recv(&mut self) -> Result<Outgoing, Empty> {
-        // A connection that follows no feed takes its frames as queued.
-        if self.staged.is_empty() && self.cursors.is_empty() {
-            let mut items = self.frames();
-            let queued = &mut items.queued;
-            let front = queued.front().map(|q| matches!(q.item, Item::Out(_)));
-            if front.is_none() {
-                return Err(Empty);
-            }
-            if front == Some(true) {
-                let q = queued.pop_front().ok_or(Empty)?;
-                if queued.is_empty() && queued.capacity() > KEEP {
-                    *queued = VecDeque::new();
-                }
-                drop(items);
-                if q.is_replayed() {
-                    self.queue.replaying.fetch_sub(1, Ordering::Relaxed);
-                }
-                if let Item::Out(o) = q.item {
-                    return Ok(o);
-                }
-            }
-        }
-        if self.staged.is_empty() {
-            let mut staged = std::mem::take(&mut self.staged);
-            self.stage(1, &mut staged);
-            self.staged = staged;
-        }
-        self.staged.pop_front().ok_or(Empty)
+        self.take_batch(1).pop_front().ok_or(Empty)
     }
 
     /// [`OutboxReceiver::take_batch`] for a writer that copies each frame
@@ -696,10 +664,7 @@ impl OutboxReceiver {
             }
         }
         // With nothing queued, no frame waits for the feeds' events.
-        for i in 0..self.cursors.len() {
-            let id = self.cursors[i].feed.id();
-            self.read_feed(id, u64::MAX, max, out);
-        }
+        self.read_feeds(max, out);
     }
 
     /// Takes up to `room` queued items, each after the feed's events before
@@ -715,9 +680,6 @@ impl OutboxReceiver {
             } else {
                 queued.drain(..room).collect()
             };
-            if queued.is_empty() && queued.capacity() > KEEP {
-                *queued = VecDeque::new();
-            }
             (taken, !queued.is_empty())
         };
         let replayed = taken.iter().filter(|q| q.is_replayed()).count();
@@ -730,12 +692,7 @@ impl OutboxReceiver {
                 // The connection's own frame (a pong, an error about a frame):
                 // after every event fed before it was queued, as it would be
                 // were those queued too (a ping is the client's barrier).
-                None => {
-                    for i in 0..self.cursors.len() {
-                        let id = self.cursors[i].feed.id();
-                        self.read_feed(id, u64::MAX, usize::MAX, out);
-                    }
-                }
+                None => self.read_feeds(usize::MAX, out),
             }
             match q.item {
                 Item::Out(o) => out.queued(o),
@@ -770,22 +727,29 @@ impl OutboxReceiver {
     /// fewer than `max` frames. A follower that fell too far behind is a slow
     /// consumer: it is closed, and catches up by resuming.
     fn read_feed(&mut self, id: u64, to: u64, max: usize, out: &mut impl Emit) {
-        let Some(i) = self.cursors.iter().position(|c| c.feed.id() == id) else {
-            return;
-        };
-        if !self.cursors[i].read(to, max, out) {
-            self.control.close(CloseCode::SlowConsumer);
-            self.cursors.swap_remove(i);
+        if let Some(i) = self.cursors.iter().position(|c| c.feed.id() == id) {
+            self.read_cursor(i, to, max, out);
         }
     }
 
-    /// Gives back the small buffer a drain keeps, if nothing is queued: for
-    /// connections that have gone quiet, so an idle connection holds none.
-    pub fn release_idle_memory(&mut self) {
-        let mut items = self.frames();
-        if items.queued.is_empty() && items.queued.capacity() > 0 {
-            items.queued = VecDeque::new();
+    /// Every followed feed to its end, as [`OutboxReceiver::read_feed`].
+    fn read_feeds(&mut self, max: usize, out: &mut impl Emit) {
+        let mut i = 0;
+        while i < self.cursors.len() {
+            if self.read_cursor(i, u64::MAX, max, out) {
+                i += 1;
+            }
         }
+    }
+
+    /// Reads cursor `i`; false if it fell too far behind and is gone.
+    fn read_cursor(&mut self, i: usize, to: u64, max: usize, out: &mut impl Emit) -> bool {
+        if self.cursors[i].read(to, max, out) {
+            return true;
+        }
+        self.control.close(CloseCode::SlowConsumer);
+        self.cursors.swap_remove(i);
+        false
     }
 
     fn frames(&self) -> std::sync::MutexGuard<'_, Frames> {
@@ -831,7 +795,7 @@ mod tests {
             assert_eq!(*rx.try_recv().unwrap().frame(), Bytes::from(vec![i]));
         }
         assert_eq!(rx.try_recv().unwrap_err(), Empty);
-        assert!(kept(&rx) <= 2 * KEEP, "kept {}", kept(&rx));
+        assert_eq!(kept(&rx), 0, "the last take took the queue's buffer");
         drop(rx);
         assert!(!out.send(Bytes::from_static(b"late")));
         assert!(
@@ -849,16 +813,15 @@ mod tests {
     fn a_quiet_connection_keeps_no_queue_memory() {
         let (out, mut rx) = Outbox::new(1000, ConnectionControl::new());
         out.send(Bytes::from_static(b"a"));
-        rx.release_idle_memory();
-        assert_eq!(rx.try_recv().unwrap().frame(), "a", "a queued frame stays");
-        // Taken frame by frame, the queue keeps its small buffer until the
-        // connection goes quiet.
-        assert!(kept(&rx) > 0);
-        rx.release_idle_memory();
-        assert_eq!(kept(&rx), 0);
-        // A batch takes the buffer with it: nothing is kept.
         out.send(Bytes::from_static(b"b"));
+        assert_eq!(rx.try_recv().unwrap().frame(), "a");
+        assert!(kept(&rx) > 0, "a partial take leaves the queue its buffer");
+        // The take that empties the queue takes its buffer along: an idle
+        // connection holds none, with nothing to give back later.
+        assert_eq!(rx.try_recv().unwrap().frame(), "b");
+        assert_eq!(kept(&rx), 0);
         out.send(Bytes::from_static(b"c"));
+        out.send(Bytes::from_static(b"d"));
         assert_eq!(rx.take_batch(10).len(), 2);
         assert_eq!(kept(&rx), 0);
     }
@@ -1081,6 +1044,25 @@ mod tests {
             feed.append(message(seq, "other", "main", false), None);
         }
         assert!(rx.take_batch(100).is_empty(), "a gap is never delivered");
+        assert_eq!(control.close_code(), Some(CloseCode::SlowConsumer.code()));
+    }
+
+    #[test]
+    fn a_follower_lagging_in_one_feed_is_closed_and_its_other_feeds_still_read() {
+        let control = ConnectionControl::new();
+        let (out, mut rx) = Outbox::new(16, control.clone());
+        let (small, other) = (RoomFeed::new(2), RoomFeed::new(16));
+        out.with_feed(&small)
+            .follow("me", vec!["main".into()])
+            .unwrap();
+        out.with_feed(&other)
+            .follow("me", vec!["main".into()])
+            .unwrap();
+        for seq in 1..=3 {
+            small.append(message(seq, "x", "main", false), None);
+        }
+        other.append(message(10, "x", "main", false), None);
+        assert_eq!(frames(rx.take_batch(100)), ["10"]);
         assert_eq!(control.close_code(), Some(CloseCode::SlowConsumer.code()));
     }
 

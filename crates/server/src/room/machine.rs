@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use plaza_core::{Held, HistoryEntry, JoinParams, Millis, Resume, Room, RoomError};
+use plaza_core::{Delivery, Held, HistoryEntry, JoinParams, Millis, Resume, Room, RoomError};
 use plaza_protocol::client::Op;
 use plaza_protocol::server::{ClosedReason, ServerFrame};
 use plaza_protocol::{CloseCode, ErrorCode};
@@ -84,8 +84,6 @@ pub(crate) struct RoomMachine {
     /// This node's members that follow the feed, by session (the key
     /// shared with their connections).
     followers: HashMap<Arc<str>, Following>,
-    /// Their connections.
-    follower_conns: HashSet<u64>,
     /// This node's connected members that do not follow it (a delivery
     /// policy decides what they get when): they are handed each event.
     handed: HashSet<String>,
@@ -110,7 +108,6 @@ impl RoomMachine {
             errors,
             feed: RoomFeed::new(feed_capacity),
             followers: HashMap::new(),
-            follower_conns: HashSet::new(),
             handed: HashSet::new(),
             fed_since_scan: 0,
         }
@@ -144,16 +141,14 @@ impl RoomMachine {
     /// Forgets a local connection (it dropped; its disconnect is on its way).
     pub(crate) fn forget_local(&mut self, conn: u64) {
         self.locals.remove(&conn);
-        if self.follower_conns.remove(&conn) {
-            let feed = &self.feed;
-            self.followers.retain(|_, f| {
-                let keep = f.conn != conn;
-                if !keep {
-                    feed.forget(&f.follower);
-                }
-                keep
-            });
-        }
+        let feed = &self.feed;
+        self.followers.retain(|_, f| {
+            let keep = f.conn != conn;
+            if !keep {
+                feed.forget(&f.follower);
+            }
+            keep
+        });
     }
 
     /// Replaces the room (cluster mode: a newer snapshot) and keeps only the
@@ -476,8 +471,8 @@ impl RoomMachine {
         let ordered_at = Some(Instant::now());
         let (room, held, feed) = (&self.room, &mut self.held, &self.feed);
         let to = flush::to_local(room.id(), ordered_at);
-        let followed = !self.followers.is_empty();
-        let (conns, handed) = (&self.follower_conns, &self.handed);
+        let (followers, handed) = (&self.followers, &self.handed);
+        let followed = !followers.is_empty();
         for e in events {
             let everyone = e.scope.is_all();
             if everyone && followed {
@@ -489,8 +484,16 @@ impl RoomMachine {
             if everyone && handed.is_empty() {
                 continue;
             }
-            let local = |s: &Sink| s.outbox.is_some() && !(everyone && conns.contains(&s.conn));
-            room.route(e, held, now, local, &to);
+            // Followers read a room-wide event from the feed. (They have no
+            // policy: the route only sends to them, so leaving them out of
+            // what it sends changes nothing else.)
+            let local = |s: &Sink| s.outbox.is_some();
+            let send = |session: &str, sink: &Sink, d: Delivery<'_>| {
+                if !(everyone && followers.contains_key(session)) {
+                    to(session, sink, d);
+                }
+            };
+            room.route(e, held, now, local, send);
         }
         room.route_evicted(held, &to);
         drop(to);
@@ -559,12 +562,10 @@ impl RoomMachine {
         if let Some(old) = self.followers.remove(session) {
             old.outbox.unfollow();
             self.feed.forget(&old.follower);
-            self.follower_conns.remove(&old.conn);
         }
         if let Some((conn, outbox, channels)) = wanted {
             let key: Arc<str> = session.into();
             if let Some(follower) = outbox.follow(key.clone(), channels.clone()) {
-                self.follower_conns.insert(conn);
                 let f = Following {
                     conn,
                     outbox,
@@ -670,7 +671,6 @@ impl RoomMachine {
             f.outbox.unfollow();
             self.feed.forget(&f.follower);
         }
-        self.follower_conns.clear();
         self.handed.clear();
         for (_, outbox) in self.locals.drain() {
             outbox.send(frame.clone());

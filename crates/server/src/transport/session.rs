@@ -84,11 +84,7 @@ impl ClientSession {
     pub(crate) fn heartbeat(&mut self, now: Instant) -> Heartbeat {
         match self.liveness.due(now) {
             Due::Nothing => Heartbeat::Nothing,
-            Due::Ping => {
-                // Quiet for a heartbeat interval, most likely: keep nothing.
-                self.queue.release_idle_memory();
-                Heartbeat::Ping
-            }
+            Due::Ping => Heartbeat::Ping,
             Due::Expired => {
                 self.control.close(CloseCode::HeartbeatTimeout);
                 Heartbeat::Expired

@@ -213,10 +213,7 @@ async fn run(mut client: ClientSession, shared: &HttpSession, mut rx: mpsc::Rece
         // What was queued before the close (the error that explains it, say)
         // can still be read; a slow consumer's backlog is not kept.
         if code != Some(CloseCode::SlowConsumer.code()) {
-            for _ in 0..super::super::LAST_FRAMES {
-                let Ok(item) = client.queue.try_recv() else {
-                    break;
-                };
+            for item in client.queue.take_batch(super::super::LAST_FRAMES) {
                 let pos = out.next;
                 out.next += 1;
                 out.frames.push_back((pos, item.frame().clone()));

@@ -199,12 +199,9 @@ pub(crate) async fn serve_socket(
             // What was queued before the close (the error that explains it,
             // say) goes first; a slow consumer's backlog does not.
             if code != CloseCode::SlowConsumer.code() {
-                for _ in 0..super::LAST_FRAMES {
-                    let Ok(item) = session.queue.try_recv() else {
-                        break;
-                    };
-                    form.put(&mut out, item.as_ref());
-                }
+                session
+                    .queue
+                    .drain_into(super::LAST_FRAMES, |f| form.put(&mut out, f));
             }
             let wrote = tokio::time::timeout(CLOSE_WAIT, async {
                 put_header(&mut out, ServerOp::Close, payload.len());
