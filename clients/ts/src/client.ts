@@ -1,7 +1,7 @@
 import { backoffDelay, type BackoffOptions } from './backoff.js';
 import { Emitter } from './emitter.js';
 import { PlazaError } from './errors.js';
-import type { ClientFrame, DirectFrame, Json, MessageEvent, RoomEvent, ServerFrame } from './frames.js';
+import type { ClientFrame, CompactKey, DirectFrame, Json, MessageEvent, RoomEvent, ServerFrame } from './frames.js';
 import { RoomHandle } from './room.js';
 import type { JoinOptions, RoomTransport } from './room-options.js';
 import { transportConstructor, type TransportName } from './http-socket.js';
@@ -107,6 +107,7 @@ export class PlazaClient extends Emitter<ClientEvents> {
   readonly url: string;
   private readonly WebSocketImpl: WebSocketConstructor;
   private readonly encoding: 'compact' | 'json';
+  private readonly compactKeys = new WeakMap<WebSocketLike, CompactKeys>();
   private readonly backoff: BackoffOptions | undefined;
   private readonly onEvent: PlazaClientOptions['onEvent'];
   private readonly rooms = new Map<string, RoomHandle>();
@@ -360,7 +361,7 @@ export class PlazaClient extends Emitter<ClientEvents> {
     socket.onmessage = (ev) => {
       if (this.socket !== socket) return;
       this.silence?.heardNow();
-      this.onMessage(ev.data);
+      this.onMessage(socket, ev.data);
     };
     socket.onerror = () => {
       // A `close` follows; nothing to do here.
@@ -468,7 +469,7 @@ export class PlazaClient extends Emitter<ClientEvents> {
    */
   private onRetiringMessage(retiring: Retiring, data: unknown): void {
     if (this.retiring !== retiring) return;
-    const frame = parseFrame(data);
+    const frame = parseFrame(data, this.keysOf(retiring.socket));
     if (frame === undefined) return;
     switch (frame.type) {
       case 'closed':
@@ -568,9 +569,19 @@ export class PlazaClient extends Emitter<ClientEvents> {
     else reopen();
   }
 
-  private onMessage(data: unknown): void {
-    const frame = parseFrame(data);
+  private onMessage(socket: WebSocketLike, data: unknown): void {
+    const frame = parseFrame(data, this.keysOf(socket));
     if (frame !== undefined) this.onFrame(frame);
+  }
+
+  /** The compact keys `socket`'s rooms were given: each connection has its own. */
+  private keysOf(socket: WebSocketLike): CompactKeys {
+    let keys = this.compactKeys.get(socket);
+    if (keys === undefined) {
+      keys = new CompactKeys();
+      this.compactKeys.set(socket, keys);
+    }
+    return keys;
   }
 
   private onFrame(frame: ServerFrame): void {
@@ -644,15 +655,19 @@ function tokenExpiry(token: string): number {
 
 /**
  * A message's server frame: a JSON object, or a compact message (an array) expanded into the
- * same `event` object; `undefined` for anything else.
+ * same `event` object under the connection's `keys`; `undefined` for anything else. A
+ * `joined` or `resync` that carries a room's compact key teaches it to `keys`.
  */
-function parseFrame(data: unknown): ServerFrame | undefined {
+function parseFrame(data: unknown, keys: CompactKeys): ServerFrame | undefined {
   const text = messageText(data);
   if (text === undefined) return undefined;
   try {
     const frame = JSON.parse(text) as unknown;
-    if (Array.isArray(frame)) return expandCompact(frame);
-    return typeof frame === 'object' && frame !== null ? withDefaults(frame as ServerFrame) : undefined;
+    if (Array.isArray(frame)) return expandCompact(frame, keys);
+    if (typeof frame !== 'object' || frame === null) return undefined;
+    const f = withDefaults(frame as ServerFrame);
+    if ((f.type === 'joined' || f.type === 'resync') && f.compact !== undefined) keys.learn(f.room, f.compact);
+    return f;
   } catch {
     return undefined;
   }
@@ -685,18 +700,43 @@ export function withDefaults(frame: ServerFrame): ServerFrame {
 export const COMPACT_SUBPROTOCOL = 'plaza.v1.compact';
 
 /**
- * The `message` event a compact message stands for: `[room, seq, ts, from, event, data, rest?]`,
- * where `data` is `null` for none and `rest` holds `channel`, `topic`, `reply_to` and `id` when
- * present. `undefined` for an array of another shape.
+ * The compact keys of one connection's rooms, by alias: each `joined` or `resync` on a compact
+ * connection gives its room's key, which replaces the room's earlier one (a resume on another
+ * node brings that node's key).
  */
-export function expandCompact(a: unknown[]): MessageEvent | undefined {
-  const [room, seq, ts, from, event, data, rest] = a;
-  if (a.length < 6 || a.length > 7 || typeof room !== 'string' || typeof seq !== 'number' || typeof ts !== 'number' || typeof event !== 'string') {
+export class CompactKeys {
+  private readonly byAlias = new Map<number, { room: string; tsBase: number }>();
+
+  /** Takes `key` as `room`'s, in place of any key the room or the alias had. */
+  learn(room: string, key: CompactKey): void {
+    for (const [alias, known] of this.byAlias) {
+      if (known.room === room) this.byAlias.delete(alias);
+    }
+    this.byAlias.set(key.alias, { room, tsBase: key.ts_base });
+  }
+
+  /** The room `alias` stands for and its time base, if a `joined` gave it. */
+  room(alias: number): { room: string; tsBase: number } | undefined {
+    return this.byAlias.get(alias);
+  }
+}
+
+/**
+ * The `message` event a compact message stands for, under the keys its connection was given:
+ * `[alias, seq, ts - ts_base, from, event, data, rest?]`, where `from` and `data` are `null`
+ * for none and `rest` holds `channel`, `topic`, `reply_to` and `id` when present. `undefined`
+ * for an array of another shape or of an alias no `joined` gave.
+ */
+export function expandCompact(a: unknown[], keys: CompactKeys): MessageEvent | undefined {
+  const [alias, seq, relTs, from, event, data, rest] = a;
+  if (a.length < 6 || a.length > 7 || typeof alias !== 'number' || typeof seq !== 'number' || typeof relTs !== 'number' || typeof event !== 'string') {
     return undefined;
   }
+  const known = keys.room(alias);
+  if (known === undefined) return undefined;
   if (rest !== undefined && (typeof rest !== 'object' || rest === null || Array.isArray(rest))) return undefined;
   const more = (rest ?? {}) as { channel?: string; topic?: string; reply_to?: number; id?: string };
-  const m: MessageEvent = { type: 'event', room, seq, ts, kind: 'message', channel: more.channel ?? 'main', event };
+  const m: MessageEvent = { type: 'event', room: known.room, seq, ts: known.tsBase + relTs, kind: 'message', channel: more.channel ?? 'main', event };
   if (typeof from === 'string') m.from = from;
   if (data !== null && data !== undefined) m.data = data as Json;
   if (more.topic !== undefined) m.topic = more.topic;

@@ -55,6 +55,16 @@ export interface JoinedFrame {
   space?: SpaceSnapshot;
   /** Only when the join asked for {@link HistoryRequest | history}. */
   history?: JoinHistory;
+  /** Only on a connection with compact messages: how they name this room and count its time. */
+  compact?: CompactKey;
+}
+
+/** How a room's compact messages name it and count time (docs/protocol.md, "Compact messages"). */
+export interface CompactKey {
+  /** Stands for the room id in its compact messages. */
+  alias: number;
+  /** A compact message's time is `ts - ts_base`. */
+  ts_base: number;
 }
 
 /** Which past messages of a channel a join asks for (docs/protocol.md, join). */

@@ -2,7 +2,7 @@
  * `@plaza/client`: a TypeScript client for Plaza protocol v1 (docs/protocol.md).
  * @packageDocumentation
  */
-export { PlazaClient, COMPACT_SUBPROTOCOL, expandCompact, type ClientEvents, type ConnectionState, type Identity, type PlazaClientOptions } from './client.js';
+export { PlazaClient, COMPACT_SUBPROTOCOL, CompactKeys, expandCompact, type ClientEvents, type ConnectionState, type Identity, type PlazaClientOptions } from './client.js';
 export { RoomHandle } from './room.js';
 export type {
   EntityOptions,

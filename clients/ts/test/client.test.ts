@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
-import { expandCompact, PlazaError, type Json, type MessageEvent, type PublishAck } from '../src/index.js';
+import { CompactKeys, expandCompact, PlazaError, type JoinedFrame, type Json, type MessageEvent, type PublishAck } from '../src/index.js';
 import { gate, newClient, next, uniqueRoom } from './helpers.js';
 
 async function twoMembers(room = uniqueRoom()) {
@@ -75,9 +75,17 @@ describe('encodings', () => {
     expect(c).toMatchObject({ seq: ack.seq, channel: 'main', event: 'chat', data: { text: 'hi' }, topic: 't' });
     const rawC = compactWire.frames.find((f) => f.startsWith('['));
     const array = JSON.parse(rawC!) as Json[];
-    expect(array.slice(0, 6)).toEqual([room, ack.seq, c.ts, roomS.session, 'chat', { text: 'hi' }]);
+    const joined = JSON.parse(compactWire.frames.find((f) => f.startsWith('{"type":"joined"'))!) as JoinedFrame;
+    const key = joined.compact!;
+    expect(typeof key.alias).toBe('number');
+    expect(array.slice(0, 6)).toEqual([key.alias, ack.seq, c.ts - key.ts_base, roomS.session, 'chat', { text: 'hi' }]);
     expect(array[6]).toMatchObject({ topic: 't' });
-    expect(expandCompact(array)).toEqual(c);
+    const keys = new CompactKeys();
+    keys.learn(room, key);
+    expect(expandCompact(array, keys)).toEqual(c);
+    // A v1 client's joined has no key.
+    const joinedJ = JSON.parse(jsonWire.frames.find((f) => f.startsWith('{"type":"joined"'))!) as JoinedFrame;
+    expect(joinedJ.compact).toBeUndefined();
     expect(jsonWire.frames.some((f) => f.startsWith('['))).toBe(false);
     // Everything but messages is v1 on both.
     expect(compactWire.frames.filter((f) => !f.startsWith('[')).every((f) => f.startsWith('{'))).toBe(true);

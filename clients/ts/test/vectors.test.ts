@@ -9,6 +9,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import {
+  CompactKeys,
+  expandCompact,
   PlazaClient,
   PlazaError,
   SERVER_ERROR_CODES,
@@ -112,6 +114,7 @@ const ROOM = 'lobby';
 async function joinedClient(
   options: JoinOptions = { name: 'ann' },
   seq: number | null = 1,
+  joinedVector = 'joined',
 ) {
   const client = new PlazaClient('ws://plaza.test/v1/ws', { WebSocket: FakeSocket, reconnect: false });
   const joining = client.join(ROOM, options);
@@ -119,7 +122,7 @@ async function joinedClient(
   socket.open();
   await Promise.resolve();
   const join = socket.lastSent();
-  const joined = vector('server', 'joined');
+  const joined = vector('server', joinedVector);
   socket.deliver(seq === null ? joined : { ...joined, seq });
   const room = await joining;
   return { client, socket, room, join };
@@ -326,6 +329,17 @@ const serverFrames: { [name: string]: (frame: { [key: string]: Json }) => Promis
     expect(room.members).toEqual(f['members']);
     expect(room.channels).toEqual(f['channels']);
     expect(room.state.entities()).toEqual((f['snapshot'] as { entities: Json[] }).entities);
+  },
+  async 'joined-compact'(f) {
+    // A joined with a key: the room is joined as with any other, and its messages read by it.
+    const { socket, room } = await joinedClient({ name: 'ann' }, null, 'joined-compact');
+    expect(room.session).toBe(f['session']);
+    expect(room.lastSeq).toBe(f['seq']);
+    const key = f['compact'] as { alias: number; ts_base: number };
+    const events: unknown[] = [];
+    room.on('event', (e) => events.push(e));
+    socket.deliver([key.alias, 43, 5, 'x', 'e', null]);
+    expect(events).toMatchObject([{ room: ROOM, seq: 43, ts: key.ts_base + 5 }]);
   },
   async 'joined-history'(f) {
     const client = new PlazaClient('ws://plaza.test/v1/ws', { WebSocket: FakeSocket, reconnect: false });
@@ -616,7 +630,8 @@ describe('compact messages (protocol/vectors/compact)', () => {
   for (const v of compact) {
     it(`${v.name}: the client reads it as ${v.v1}`, async () => {
       const v1 = vector('server', v.v1.replace(/^server\//, '').replace(/\.json$/, ''));
-      const { socket, room } = await joinedClient();
+      // Every compact vector is a message of the room joined-compact.json gives the key of.
+      const { socket, room } = await joinedClient({ name: 'ann' }, 1, 'joined-compact');
       const events: unknown[] = [];
       room.on('event', (e) => events.push(e));
       socket.deliver(v.frame);
@@ -625,13 +640,30 @@ describe('compact messages (protocol/vectors/compact)', () => {
     });
   }
 
-  it('ignores arrays of another shape', async () => {
-    const { socket, room } = await joinedClient();
+  it('ignores arrays of another shape, and of an alias no joined gave', async () => {
+    const { socket, room } = await joinedClient({ name: 'ann' }, 1, 'joined-compact');
     const events: unknown[] = [];
     room.on('event', (e) => events.push(e));
-    for (const bad of [[], [ROOM, 2, 3], [ROOM, '2', 3, 'x', 'e', null], [ROOM, 2, 3, 'x', 'e', null, 5]] as Json[][]) {
-      socket.deliver(bad);
-    }
+    const bad: Json[][] = [[], [3, 2, 3], [3, '2', 3, 'x', 'e', null], [3, 2, 3, 'x', 'e', null, 5], [4, 2, 3, 'x', 'e', null], [ROOM, 2, 3, 'x', 'e', null]];
+    for (const b of bad) socket.deliver(b);
     expect(events).toEqual([]);
+    // The same frame under the joined's alias is read.
+    socket.deliver([3, 2, 3, 'x', 'e', null]);
+    expect(events).toEqual([{ type: 'event', room: ROOM, seq: 2, ts: 1732312400003, from: 'x', kind: 'message', channel: 'main', event: 'e' }]);
+  });
+
+  it('reads a message by the key of the last joined of its room', async () => {
+    const keys = new CompactKeys();
+    keys.learn('a', { alias: 1, ts_base: 1000 });
+    keys.learn('b', { alias: 2, ts_base: 2000 });
+    expect(expandCompact([1, 5, 7, null, 'e', null], keys)).toMatchObject({ room: 'a', seq: 5, ts: 1007 });
+    expect(expandCompact([2, 5, -7, null, 'e', null], keys)).toMatchObject({ room: 'b', ts: 1993 });
+    // Room a resumed elsewhere: its new key replaces the old, which now names nothing.
+    keys.learn('a', { alias: 9, ts_base: 5000 });
+    expect(expandCompact([1, 6, 7, null, 'e', null], keys)).toBeUndefined();
+    expect(expandCompact([9, 6, 7, null, 'e', null], keys)).toMatchObject({ room: 'a', ts: 5007 });
+    // An alias given to another room now names that room.
+    keys.learn('c', { alias: 2, ts_base: 0 });
+    expect(expandCompact([2, 1, 7, null, 'e', null], keys)).toMatchObject({ room: 'c', ts: 7 });
   });
 });

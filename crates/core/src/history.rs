@@ -59,8 +59,9 @@ pub struct WireCache {
     /// Compressed on its own by permessage-deflate: it comes out the same
     /// for everyone.
     deflated: OnceLock<Bytes>,
-    /// The compact form (`plaza_protocol::compact`); `None` for a frame that
-    /// has none and goes as it is.
+    /// The compact form (`plaza_protocol::compact`), made by the room on
+    /// the node under its key; `None` for a frame that has none and goes as
+    /// it is.
     compact: OnceLock<Option<Bytes>>,
     /// The compact form, compressed.
     compact_deflated: OnceLock<Bytes>,
@@ -72,9 +73,14 @@ impl WireCache {
         self.deflated.get_or_init(make)
     }
 
-    /// The frame's compact form, if it has one, made by `make` the first time.
-    pub fn compact(&self, make: impl FnOnce() -> Option<Bytes>) -> Option<&Bytes> {
-        self.compact.get_or_init(make).as_ref()
+    /// Makes the frame's compact form with `make`, unless it was made.
+    pub fn make_compact(&self, make: impl FnOnce() -> Option<Bytes>) {
+        self.compact.get_or_init(make);
+    }
+
+    /// The frame's compact form, if it has one and it was made.
+    pub fn compact(&self) -> Option<&Bytes> {
+        self.compact.get().and_then(Option::as_ref)
     }
 
     /// The compact form compressed, made by `make` the first time.

@@ -1,15 +1,20 @@
 //! The compact wire form, `plaza.v1.compact`: room messages as JSON arrays.
 //!
 //! Most of what a busy room sends is `message` events, and in v1 their field
-//! names are most of their envelope: 72 of every delivery's bytes. A client
-//! that offers the WebSocket subprotocol [`COMPACT_SUBPROTOCOL`] gets each
-//! `message` event as an array of the same values in v1's field order, and
-//! every other frame exactly as in v1:
+//! names, room id and timestamp are most of their envelope. A client that
+//! offers the WebSocket subprotocol [`COMPACT_SUBPROTOCOL`] gets each
+//! `message` event as an array of its values in v1's field order, and every
+//! other frame exactly as in v1:
 //!
 //! ```text
-//! [room, seq, ts, from, event, data]
-//! [room, seq, ts, from, event, data, {"channel": .., "topic": .., "reply_to": .., "id": ..}]
+//! [alias, seq, ts - ts_base, from, event, data]
+//! [alias, seq, ts - ts_base, from, event, data, {"channel": .., "topic": .., "reply_to": .., "id": ..}]
 //! ```
+//!
+//! The room is named by its `alias`, and the time is counted from `ts_base`:
+//! the [`CompactKey`] the connection's `joined` (or `resync`) for the room
+//! carried. A key belongs to a room on one node, not to a connection, so a
+//! message's compact form is made once for every recipient there.
 //!
 //! `data` is `null` when the message has none (v1 leaves it out; a published
 //! `null` is no data in v1 as well). The seventh element is present only when
@@ -18,16 +23,19 @@
 //! `{` a v1 frame.
 //!
 //! ```
-//! use plaza_protocol::compact::{compact_message, expand};
-//! let v1 = br#"{"type":"event","room":"r","seq":3,"ts":10,"from":"s1","kind":"message","event":"chat","data":{"t":"hi"}}"#;
-//! let compact = compact_message(v1).unwrap();
-//! assert_eq!(&compact[..], br#"["r",3,10,"s1","chat",{"t":"hi"}]"#);
-//! let back = expand(&compact).unwrap();
+//! use plaza_protocol::compact::{compact_message, expand, CompactKey};
+//! let key = CompactKey { alias: 2, ts_base: 1_000 };
+//! let v1 = br#"{"type":"event","room":"r","seq":3,"ts":1010,"from":"s1","kind":"message","event":"chat","data":{"t":"hi"}}"#;
+//! let compact = compact_message(v1, key).unwrap();
+//! assert_eq!(&compact[..], br#"[2,3,10,"s1","chat",{"t":"hi"}]"#);
+//! let back = expand(&compact, &[("r".to_owned(), key)]).unwrap();
 //! assert_eq!(back, serde_json::from_slice::<serde_json::Value>(v1).unwrap());
 //! ```
 
+use std::io::Write as _;
+
 use bytes::Bytes;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -36,6 +44,17 @@ pub const COMPACT_SUBPROTOCOL: &str = "plaza.v1.compact";
 
 /// The WebSocket subprotocol of plain v1 (what a client gets without asking).
 pub const JSON_SUBPROTOCOL: &str = "plaza.v1";
+
+/// How a room's compact messages name the room and count time on one node:
+/// sent in `joined` and `resync` (field `compact`) to compact connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CompactKey {
+    /// Stands for the room id: unique among the rooms open on the node.
+    pub alias: u32,
+    /// A message's `ts` is sent as `ts - ts_base` (negative for one ordered
+    /// before it).
+    pub ts_base: u64,
+}
 
 /// The fields of a v1 `message` event, borrowed from its encoding: strings
 /// keep their escapes and `data` its bytes, so nothing is decoded and
@@ -46,11 +65,11 @@ struct V1Message<'a> {
     #[serde(rename = "type", borrow)]
     ty: &'a str,
     #[serde(borrow)]
+    #[allow(dead_code)] // Checked to be there; the alias stands for it.
     room: &'a RawValue,
     #[serde(borrow)]
     seq: &'a RawValue,
-    #[serde(borrow)]
-    ts: &'a RawValue,
+    ts: u64,
     #[serde(borrow, default)]
     from: Option<&'a RawValue>,
     #[serde(borrow)]
@@ -69,12 +88,15 @@ struct V1Message<'a> {
     id: Option<&'a RawValue>,
 }
 
-/// The compact form of an encoded v1 server frame: `Some` for a `message`
-/// event, `None` for every other frame (which the compact form sends as it
-/// is). Made once per event and shared by every recipient that asked for it.
-pub fn compact_message(v1: &[u8]) -> Option<Bytes> {
+/// The compact form of an encoded v1 server frame under the room's `key`:
+/// `Some` for a `message` event, `None` for every other frame (which the
+/// compact form sends as it is). Made once per event and shared by every
+/// recipient on the node that asked for it.
+pub fn compact_message(v1: &[u8], key: CompactKey) -> Option<Bytes> {
     // Every event the server encodes starts so; anything else is not looked into.
-    if !v1.starts_with(br#"{"type":"event","#) {
+    if !v1.starts_with(br#"{"type":"event","#)
+        || memchr::memmem::find(v1, br#""kind":"message""#).is_none()
+    {
         return None;
     }
     let m: V1Message<'_> = serde_json::from_slice(v1).ok()?;
@@ -82,13 +104,9 @@ pub fn compact_message(v1: &[u8]) -> Option<Bytes> {
         return None;
     }
     let mut out = Vec::with_capacity(v1.len());
-    out.push(b'[');
-    for (i, v) in [m.room, m.seq, m.ts].into_iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(v.get().as_bytes());
-    }
+    let ts = i128::from(m.ts) - i128::from(key.ts_base);
+    // Writing into a Vec does not fail.
+    let _ = write!(out, "[{},{},{ts}", key.alias, m.seq.get());
     for v in [m.from, Some(m.event), m.data] {
         out.push(b',');
         out.extend_from_slice(v.map_or("null", RawValue::get).as_bytes());
@@ -131,9 +149,10 @@ impl std::fmt::Display for NotCompact {
 
 impl std::error::Error for NotCompact {}
 
-/// The v1 `event` frame a compact message stands for, as a JSON value (for
-/// clients and tests; the server only makes compact forms).
-pub fn expand(compact: &[u8]) -> Result<Value, NotCompact> {
+/// The v1 `event` frame a compact message stands for, as a JSON value, given
+/// the keys of the rooms the connection joined (for clients and tests; the
+/// server only makes compact forms).
+pub fn expand(compact: &[u8], rooms: &[(String, CompactKey)]) -> Result<Value, NotCompact> {
     let items: Vec<Value> =
         serde_json::from_slice(compact).map_err(|_| NotCompact("not a JSON array"))?;
     if !(6..=7).contains(&items.len()) {
@@ -141,11 +160,19 @@ pub fn expand(compact: &[u8]) -> Result<Value, NotCompact> {
     }
     let mut items = items.into_iter();
     let mut next = || items.next().unwrap_or(Value::Null);
-    let (room, seq, ts, from, event, data, rest) =
+    let (alias, seq, ts, from, event, data, rest) =
         (next(), next(), next(), next(), next(), next(), next());
-    if !room.is_string() || !seq.is_u64() || !ts.is_u64() || !event.is_string() {
-        return Err(NotCompact("room, seq, ts and event of the wrong types"));
+    if !alias.is_u64() || !seq.is_u64() || !ts.is_i64() || !event.is_string() {
+        return Err(NotCompact("alias, seq, ts and event of the wrong types"));
     }
+    let (room, key) = rooms
+        .iter()
+        .find(|(_, k)| Some(u64::from(k.alias)) == alias.as_u64())
+        .ok_or(NotCompact("an alias no joined room has"))?;
+    let ts = ts
+        .as_i64()
+        .and_then(|t| u64::try_from(i128::from(t) + i128::from(key.ts_base)).ok())
+        .ok_or(NotCompact("a ts before 1970"))?;
     let mut rest = match rest {
         Value::Null => Map::new(),
         Value::Object(m) => m,
@@ -153,9 +180,9 @@ pub fn expand(compact: &[u8]) -> Result<Value, NotCompact> {
     };
     let mut v1 = Map::new();
     v1.insert("type".into(), "event".into());
-    v1.insert("room".into(), room);
+    v1.insert("room".into(), room.as_str().into());
     v1.insert("seq".into(), seq);
-    v1.insert("ts".into(), ts);
+    v1.insert("ts".into(), ts.into());
     if !from.is_null() {
         v1.insert("from".into(), from);
     }
@@ -186,23 +213,41 @@ mod tests {
         serde_json::from_slice(b).unwrap()
     }
 
+    const KEY: CompactKey = CompactKey {
+        alias: 7,
+        ts_base: 1732312400000,
+    };
+
+    fn rooms(room: &str) -> Vec<(String, CompactKey)> {
+        vec![
+            (
+                "other".to_owned(),
+                CompactKey {
+                    alias: 1,
+                    ts_base: 5,
+                },
+            ),
+            (room.to_owned(), KEY),
+        ]
+    }
+
     #[test]
     fn every_field_round_trips_and_rare_ones_go_in_the_seventh_element() {
         let v1 = br#"{"type":"event","room":"lobby","seq":43,"ts":1732312400120,"from":"Hk3vQ9xLm2A","kind":"message","channel":"xr","event":"chat","data":{"text":"hi all"},"topic":"thread-3","reply_to":40,"id":"m-17"}"#;
-        let c = compact_message(v1).unwrap();
+        let c = compact_message(v1, KEY).unwrap();
         assert_eq!(
             std::str::from_utf8(&c).unwrap(),
-            r#"["lobby",43,1732312400120,"Hk3vQ9xLm2A","chat",{"text":"hi all"},{"channel":"xr","topic":"thread-3","reply_to":40,"id":"m-17"}]"#
+            r#"[7,43,120,"Hk3vQ9xLm2A","chat",{"text":"hi all"},{"channel":"xr","topic":"thread-3","reply_to":40,"id":"m-17"}]"#
         );
-        assert_eq!(expand(&c).unwrap(), value(v1));
+        assert_eq!(expand(&c, &rooms("lobby")).unwrap(), value(v1));
     }
 
     #[test]
     fn no_data_is_null_and_escapes_are_kept_as_they_are() {
         let v1 = br#"{"type":"event","room":"r\"\u00e9","seq":1,"ts":2,"from":"s","kind":"message","event":"e\n"}"#;
-        let c = compact_message(v1).unwrap();
-        assert_eq!(&c[..], br#"["r\"\u00e9",1,2,"s","e\n",null]"#);
-        assert_eq!(expand(&c).unwrap(), value(v1));
+        let c = compact_message(v1, KEY).unwrap();
+        assert_eq!(&c[..], br#"[7,1,-1732312399998,"s","e\n",null]"#);
+        assert_eq!(expand(&c, &rooms("r\"é")).unwrap(), value(v1));
     }
 
     #[test]
@@ -214,7 +259,7 @@ mod tests {
             br#"{"type":"event","room":"r","seq":1,"ts":2,"from":"s","kind":"message","event":"e","later":1}"#,
             b"not json",
         ] {
-            assert_eq!(compact_message(f), None, "{}", String::from_utf8_lossy(f));
+            assert_eq!(compact_message(f, KEY), None, "{}", String::from_utf8_lossy(f));
         }
     }
 
@@ -224,10 +269,17 @@ mod tests {
             &b"{}"[..],
             b"[1,2,3]",
             br#"[1,2,3,4,5,6]"#,
-            br#"["r",1,2,"s","e",null,[]]"#,
-            br#"["r",1,2,"s","e",null,{"x":1}]"#,
+            br#"[7,1,2,"s","e",null,[]]"#,
+            br#"[7,1,2,"s","e",null,{"x":1}]"#,
+            br#"["r",1,2,"s","e",null]"#,
+            br#"[3,1,2,"s","e",null]"#,
+            br#"[7,1,-1732312400001,"s","e",null]"#,
         ] {
-            assert!(expand(c).is_err(), "{}", String::from_utf8_lossy(c));
+            assert!(
+                expand(c, &rooms("r")).is_err(),
+                "{}",
+                String::from_utf8_lossy(c)
+            );
         }
     }
 }

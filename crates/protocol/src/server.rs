@@ -283,6 +283,10 @@ pub struct Joined {
     /// Only when the join asked for `history`: the past messages it named.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history: Option<JoinHistory>,
+    /// Only on a connection with compact messages: how they name this room
+    /// and count its time ([`crate::compact`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compact: Option<crate::compact::CompactKey>,
 }
 
 /// Past messages in a `joined` frame, as the join's `history` asked.

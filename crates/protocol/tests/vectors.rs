@@ -16,7 +16,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use plaza_protocol::client::{self, ClientFrame, Op};
-use plaza_protocol::compact::{compact_message, expand};
+use plaza_protocol::compact::{compact_message, expand, CompactKey};
 use plaza_protocol::server::{
     ClosedReason, EntityInfo, ErrorBody, ErrorRef, Event, EventBody, JoinHistory, Joined,
     LeaveReason, LockInfo, MemberInfo, Outcome, ResyncReason, ServerFrame, Snapshot, UnlockReason,
@@ -436,6 +436,7 @@ fn joined(seq: u64, snapshot: Option<Snapshot>, resumed: bool) -> Joined {
         reason: None,
         space: None,
         history: None,
+        compact: None,
     }
 }
 
@@ -495,6 +496,13 @@ fn expected_server_frame(name: &str) -> ServerFrame {
                 ..joined(42, Some(snapshot()), false)
             })
         }
+        "server/joined-compact.json" => ServerFrame::Joined(Joined {
+            compact: Some(CompactKey {
+                alias: 3,
+                ts_base: 1_732_312_400_000,
+            }),
+            ..joined(42, Some(snapshot()), false)
+        }),
         "server/resync.json" => ServerFrame::Resync(Joined {
             reason: Some(ResyncReason::HistoryTruncated),
             ..joined(2051, Some(snapshot()), false)
@@ -809,6 +817,10 @@ fn server_vectors_are_exactly_what_the_encoder_produces() {
 #[test]
 fn compact_vectors_are_the_compact_form_of_their_server_vector_and_expand_back() {
     let all = vectors();
+    // Every compact vector is a message of the room that joined under this key.
+    let joined = &all["server/joined-compact.json"].frame;
+    let key: CompactKey = serde_json::from_value(joined["compact"].clone()).unwrap();
+    let rooms = [(joined["room"].as_str().unwrap().to_owned(), key)];
     let mut checked = 0;
     for v in all.values().filter(|v| v.name.starts_with("compact/")) {
         let v1_name = v.v1.as_deref().unwrap();
@@ -820,18 +832,18 @@ fn compact_vectors_are_the_compact_form_of_their_server_vector_and_expand_back()
             "{}: v1 is a server vector",
             v.name
         );
-        let compact = compact_message(&expected_server_frame(v1_name).encode())
+        let compact = compact_message(&expected_server_frame(v1_name).encode(), key)
             .unwrap_or_else(|| panic!("{}: {v1_name} has no compact form", v.name));
         let got: Value = serde_json::from_slice(&compact).unwrap();
         assert_eq!(got, v.frame, "{}: the encoder produces {got}", v.name);
-        assert_eq!(expand(&compact).unwrap(), v1.frame, "{}", v.name);
+        assert_eq!(expand(&compact, &rooms).unwrap(), v1.frame, "{}", v.name);
         checked += 1;
     }
     assert!(checked > 0);
     // Every other server vector goes as it is.
     let compacted: BTreeSet<&str> = all.values().filter_map(|v| v.v1.as_deref()).collect();
     for v in all.values().filter(|v| v.name.starts_with("server/")) {
-        let has_form = compact_message(&expected_server_frame(&v.name).encode()).is_some();
+        let has_form = compact_message(&expected_server_frame(&v.name).encode(), key).is_some();
         assert_eq!(
             has_form,
             compacted.contains(v.name.as_str()),

@@ -338,6 +338,7 @@ impl<S> Room<S> {
             reason: None,
             space: self.space_snapshot(session),
             history: None,
+            compact: None,
         }
     }
 

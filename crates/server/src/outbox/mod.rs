@@ -207,11 +207,20 @@ pub struct ConnectionControl {
     /// Rooms whose session on this connection was taken over by a resume on
     /// another connection; the reader forgets them.
     evicted: Mutex<Vec<String>>,
+    /// Its client gets room messages in the compact form (`plaza.v1.compact`),
+    /// so its `joined` frames carry each room's key.
+    compact: bool,
 }
 
 impl ConnectionControl {
-    /// A live connection.
+    /// A live connection whose client gets every frame in v1.
     pub fn new() -> Arc<Self> {
+        ConnectionControl::with_compact(false)
+    }
+
+    /// A live connection, whose client gets room messages in the compact
+    /// form if `compact`.
+    pub fn with_compact(compact: bool) -> Arc<Self> {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Arc::new(ConnectionControl {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -219,7 +228,13 @@ impl ConnectionControl {
             close_code: AtomicU16::new(0),
             task: AtomicWaker::new(),
             evicted: Mutex::new(Vec::new()),
+            compact,
         })
+    }
+
+    /// Whether its client gets room messages in the compact form.
+    pub fn is_compact(&self) -> bool {
+        self.compact
     }
 
     /// This connection's id, unique in this process.

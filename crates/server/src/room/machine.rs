@@ -25,6 +25,7 @@ use plaza_protocol::{CloseCode, ErrorCode};
 
 use super::answer::{self, not_joined};
 use super::command::{Intent, Pending, Waiter};
+use super::compact_key::CompactLease;
 use super::flush;
 use super::sink::Sink;
 use crate::metrics::ErrorCounter;
@@ -89,6 +90,8 @@ pub(crate) struct RoomMachine {
     handed: HashSet<String>,
     /// Events fed since the last look at the followers.
     fed_since_scan: usize,
+    /// The key its messages' compact form is made under here.
+    compact: CompactLease,
 }
 
 impl RoomMachine {
@@ -100,7 +103,10 @@ impl RoomMachine {
         errors: ErrorCounter,
         feed_capacity: usize,
     ) -> RoomMachine {
+        let compact = CompactLease::new(crate::clock::now_ms());
+        prepare_history(&room, &compact);
         RoomMachine {
+            compact,
             room,
             me,
             locals: HashMap::new(),
@@ -164,6 +170,8 @@ impl RoomMachine {
         self.room
             .route_all(&mut self.held, flush::to_local(id, None));
         self.room = room;
+        // The same key: the members here keep the one their `joined` gave.
+        prepare_history(&self.room, &self.compact);
         self.locals.retain(|conn, outbox| keep(*conn, outbox));
         self.reconcile_all();
     }
@@ -265,7 +273,13 @@ impl RoomMachine {
                 let mut follow_up = FollowUp::None;
                 match (outbox, reply) {
                     (Some(outbox), Some(reply)) => {
-                        outbox.send(joined.server_frame().encode());
+                        let mut frame = joined.server_frame();
+                        if outbox.control().is_compact() {
+                            if let ServerFrame::Joined(j) | ServerFrame::Resync(j) = &mut frame {
+                                j.compact = Some(self.compact.key());
+                            }
+                        }
+                        outbox.send(frame.encode());
                         outbox.replay(&joined.missed);
                         self.locals.insert(origin.conn, outbox);
                         let _ = reply.send(Ok(joined.frame.session.clone()));
@@ -474,6 +488,7 @@ impl RoomMachine {
         let (followers, handed) = (&self.followers, &self.handed);
         let followed = !followers.is_empty();
         for e in events {
+            self.compact.prepare(e);
             let everyone = e.scope.is_all();
             if everyone && followed {
                 feed.append(e.clone(), ordered_at);
@@ -675,5 +690,13 @@ impl RoomMachine {
         for (_, outbox) in self.locals.drain() {
             outbox.send(frame.clone());
         }
+    }
+}
+
+/// Makes the compact form of every message in `room`'s history (loaded from
+/// a snapshot, or made before): a resume replays them.
+fn prepare_history(room: &Room<Sink>, compact: &CompactLease) {
+    for e in room.log().last(usize::MAX) {
+        compact.prepare(e);
     }
 }

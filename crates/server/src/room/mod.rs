@@ -8,6 +8,7 @@
 
 pub(crate) mod answer;
 pub(crate) mod command;
+mod compact_key;
 pub(crate) mod embedded;
 mod flush;
 pub(crate) mod info;

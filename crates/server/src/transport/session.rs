@@ -36,11 +36,16 @@ pub(crate) enum Heartbeat {
 
 impl ClientSession {
     /// Opens a session on `node` for a client at `peer` (counted until
-    /// [`ClientSession::finish`]).
-    pub(crate) fn open(node: Arc<Node>, peer: Option<std::net::IpAddr>) -> ClientSession {
+    /// [`ClientSession::finish`]), which gets room messages in the compact
+    /// form if `compact`.
+    pub(crate) fn open(
+        node: Arc<Node>,
+        peer: Option<std::net::IpAddr>,
+        compact: bool,
+    ) -> ClientSession {
         node.connection_opened();
         let config = node.config();
-        let control = ConnectionControl::new();
+        let control = ConnectionControl::with_compact(compact);
         node.session_opened(&control);
         let (outbox, queue) = Outbox::new(config.send_queue_frames, control.clone());
         let liveness = Liveness::new(

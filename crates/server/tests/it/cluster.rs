@@ -659,3 +659,72 @@ async fn an_admin_on_one_node_kicks_a_member_on_another() {
         assert!(listed, "node {} still lists bob", node.node.id());
     }
 }
+
+/// Joins `room` as `name` over a compact connection to `node` (resuming when
+/// `resume` is given); returns the client and its `joined`.
+async fn join_compact(
+    node: &TestServer,
+    room: &str,
+    name: &str,
+    resume: Option<Value>,
+) -> (Client, Value) {
+    let (mut c, chosen) = Client::connect_offering(node.addr, "plaza.v1.compact").await;
+    assert_eq!(chosen.as_deref(), Some("plaza.v1.compact"));
+    let mut join = json!({"type": "join", "room": room, "name": name});
+    if let Some(r) = resume {
+        join["resume"] = r;
+    }
+    c.send(join).await;
+    let (joined, _) = c.recv_until(|v| v["type"] == "joined").await;
+    (c, joined)
+}
+
+#[tokio::test]
+async fn a_compact_member_resumes_on_a_node_that_loads_the_room_from_a_snapshot_and_reads_it_by_that_nodes_key(
+) {
+    // The log keeps 300 entries: node-1 starts the room from a snapshot, so
+    // most of what it replays comes from the snapshot's history.
+    let config = ServerConfig {
+        rate_limit_per_sec: 10_000,
+        rate_limit_burst: 10_000,
+        ..ServerConfig::default()
+    };
+    let c = cluster_on(MemoryCluster::with_log_capacity(300), 2, config).await;
+    c.nodes[0].create_room(json!({"id": "k"})).await;
+    let (mut ann, _) = c.nodes[0].join("k", "ann").await;
+    let (bob, bob_joined) = join_compact(&c.nodes[0], "k", "bob", None).await;
+    assert!(bob_joined["compact"]["alias"].is_u64(), "{bob_joined}");
+    ann.recv_event("presence.join").await;
+    drop(bob);
+    ann.recv_event("presence.leave").await;
+    for i in 0..400 {
+        ann.send(json!({"type": "publish", "room": "k", "event": "m", "data": i}))
+            .await;
+    }
+    let mut acked = Vec::new();
+    for _ in 0..400 {
+        let (ack, _) = ann.recv_until(|v| v["type"] == "ack").await;
+        acked.push(ack["seq"].clone());
+    }
+    let resume = json!({"token": bob_joined["resume_token"], "last_seq": bob_joined["seq"]});
+    let (mut bob, resumed) = join_compact(&c.nodes[1], "k", "bob", Some(resume)).await;
+    assert_eq!(resumed["resumed"], true, "{resumed}");
+    let key: plaza_protocol::compact::CompactKey =
+        serde_json::from_value(resumed["compact"].clone()).unwrap();
+    let rooms = [("k".to_owned(), key)];
+    let mut got = Vec::new();
+    while got.len() < acked.len() {
+        let f = bob.recv().await;
+        assert!(f.is_array(), "every missed message is compact: {f}");
+        let e = plaza_protocol::compact::expand(f.to_string().as_bytes(), &rooms).unwrap();
+        assert_eq!(e["room"], "k");
+        assert_eq!(e["data"], json!(got.len()), "{e}");
+        got.push(e["seq"].clone());
+    }
+    assert_eq!(got, acked, "every missed message once, in order");
+    // And live ones by the same key.
+    let (ack, _) = ann.publish("k", "m", json!("live")).await;
+    let f = bob.recv().await;
+    let e = plaza_protocol::compact::expand(f.to_string().as_bytes(), &rooms).unwrap();
+    assert_eq!((&e["seq"], &e["data"]), (&ack["seq"], &json!("live")));
+}

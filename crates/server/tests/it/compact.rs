@@ -2,7 +2,7 @@
 //! arrays (live and replayed on resume) while every other frame stays v1,
 //! and clients that did not ask seeing no change.
 
-use plaza_protocol::compact::expand;
+use plaza_protocol::compact::{expand, CompactKey};
 use serde_json::{json, Value};
 
 use crate::support::{Client, TestServer};
@@ -19,10 +19,17 @@ async fn join_offering(s: &TestServer, offer: &str, name: &str) -> (Client, Valu
     (c, joined)
 }
 
-/// The v1 event a compact frame stands for.
-fn expanded(frame: &Value) -> Value {
+/// The room and compact key a `joined` (or `resync`) gave.
+fn key_of(joined: &Value) -> (String, CompactKey) {
+    let key = serde_json::from_value(joined["compact"].clone())
+        .unwrap_or_else(|e| panic!("no compact key in {joined}: {e}"));
+    (joined["room"].as_str().unwrap().to_owned(), key)
+}
+
+/// The v1 event a compact frame stands for, in the room `joined` answered.
+fn expanded(frame: &Value, joined: &Value) -> Value {
     assert!(frame.is_array(), "a compact message is an array: {frame}");
-    expand(frame.to_string().as_bytes()).unwrap()
+    expand(frame.to_string().as_bytes(), &[key_of(joined)]).unwrap()
 }
 
 #[tokio::test]
@@ -74,7 +81,12 @@ async fn compact_clients_get_messages_as_arrays_and_everything_else_as_in_v1() {
         joined.is_object() && joined["session"].is_string(),
         "{joined}"
     );
+    let (_, key) = key_of(&joined);
     let (mut sender, sj) = s.join(ROOM, "cid").await;
+    assert!(
+        sj.get("compact").is_none(),
+        "a v1 client's joined has no key: {sj}"
+    );
     // Presence events are v1 objects for both.
     for c in [&mut plain, &mut compact] {
         let (ev, _) = c.recv_event("presence.join").await;
@@ -109,9 +121,15 @@ async fn compact_clients_get_messages_as_arrays_and_everything_else_as_in_v1() {
         let ack = sender.recv_type("ack").await;
         let v1 = plain.recv_type("event").await;
         let c = compact.recv().await;
+        assert_eq!(c[0], key.alias, "{c}");
         assert_eq!(c[1], ack["seq"], "{c}");
+        assert_eq!(
+            c[2].as_i64().unwrap(),
+            v1["ts"].as_i64().unwrap() - key.ts_base as i64,
+            "{c}"
+        );
         assert_eq!(c[3], sj["session"], "{c}");
-        assert_eq!(expanded(&c), v1, "compact {c} against v1 {v1}");
+        assert_eq!(expanded(&c, &joined), v1, "compact {c} against v1 {v1}");
     }
     // A message on main with nothing rare has exactly six elements.
     sender
@@ -150,9 +168,75 @@ async fn a_compact_resume_replays_missed_messages_as_arrays() {
         .await;
     let rejoined = again.recv_type("joined").await;
     assert_eq!(rejoined["resumed"], true, "{rejoined}");
+    // The room is still open on this node: the same key.
+    assert_eq!(key_of(&rejoined), key_of(&joined));
     for (i, seq) in acks.iter().enumerate() {
         let c = again.recv().await;
         assert_eq!(&c[1], seq, "{c}");
-        assert_eq!(expanded(&c)["data"], json!(i), "{c}");
+        assert_eq!(expanded(&c, &rejoined)["data"], json!(i), "{c}");
     }
+}
+
+#[tokio::test]
+async fn each_room_of_a_connection_has_its_own_alias_and_a_recreated_room_a_new_key() {
+    let s = TestServer::start().await;
+    let (mut c, chosen) = Client::connect_offering(s.addr, "plaza.v1.compact").await;
+    assert_eq!(chosen.as_deref(), Some("plaza.v1.compact"));
+    let mut keys = Vec::new();
+    for room in ["cmp-a", "cmp-b"] {
+        s.create_room(json!({"id": room})).await;
+        c.send(json!({"type": "join", "room": room, "name": "ann"}))
+            .await;
+        keys.push(key_of(&c.recv_type("joined").await));
+    }
+    assert_ne!(keys[0].1.alias, keys[1].1.alias, "{keys:?}");
+    let (mut bob_a, _) = s.join("cmp-a", "bob").await;
+    let (mut bob_b, _) = s.join("cmp-b", "bob").await;
+    bob_b.publish("cmp-b", "in-b", json!(2)).await;
+    bob_a.publish("cmp-a", "in-a", json!(1)).await;
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let f = c.recv().await;
+        if f.is_array() {
+            let e = expand(f.to_string().as_bytes(), &keys).unwrap();
+            got.push((e["room"].clone(), e["event"].clone()));
+        }
+    }
+    got.sort_by_key(|(r, _)| r.to_string());
+    assert_eq!(
+        got,
+        [
+            (json!("cmp-a"), json!("in-a")),
+            (json!("cmp-b"), json!("in-b"))
+        ]
+    );
+    // Deleted and created again: its members heard `closed`, and a join
+    // gets the new room's key, under which its messages come.
+    let status = reqwest::Client::new()
+        .delete(s.url("/v1/rooms/cmp-a"))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert!(status.is_success(), "{status}");
+    let (closed, _) = c.recv_until(|v| v["type"] == "closed").await;
+    assert_eq!(closed["room"], "cmp-a");
+    s.create_room(json!({"id": "cmp-a"})).await;
+    c.send(json!({"type": "join", "room": "cmp-a", "name": "ann"}))
+        .await;
+    let fresh = key_of(&c.recv_until(|v| v["type"] == "joined").await.0);
+    assert_ne!(fresh.1.alias, keys[1].1.alias, "not the open room's alias");
+    let (mut cid, _) = s.join("cmp-a", "cid").await;
+    cid.publish("cmp-a", "again", json!(3)).await;
+    let f = loop {
+        let f = c.recv().await;
+        if f.is_array() {
+            break f;
+        }
+    };
+    let e = expand(f.to_string().as_bytes(), &[fresh]).unwrap();
+    assert_eq!(
+        (&e["room"], &e["event"]),
+        (&json!("cmp-a"), &json!("again"))
+    );
 }

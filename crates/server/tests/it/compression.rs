@@ -221,12 +221,15 @@ async fn compact_messages_are_compressed_too_and_each_form_is_made_for_its_own_c
     let deflate = Some("permessage-deflate");
     let mut compact = RawClient::connect_with(&s, deflate, Some("plaza.v1.compact")).await;
     let mut plain = RawClient::connect(&s, deflate).await;
+    let mut key = None;
     for (c, name) in [(&mut compact, "ann"), (&mut plain, "bob")] {
         c.send(&json!({"type": "join", "room": "z", "name": name}), false)
             .await;
         let (_, _, joined) = c.recv().await;
         assert_eq!(joined["type"], "joined", "{joined}");
+        key = key.or_else(|| serde_json::from_value(joined["compact"].clone()).ok());
     }
+    let key: plaza_protocol::compact::CompactKey = key.expect("the compact client's key");
     let (_, _, presence) = compact.recv().await;
     assert_eq!(presence["kind"], "presence.join");
     let (mut cid, _) = s.join("z", "cid").await;
@@ -245,7 +248,7 @@ async fn compact_messages_are_compressed_too_and_each_form_is_made_for_its_own_c
     assert!(rsv1);
     assert_eq!(v1["data"]["text"], text.as_str());
     assert_eq!(
-        plaza_protocol::compact::expand(c.to_string().as_bytes()).unwrap(),
+        plaza_protocol::compact::expand(c.to_string().as_bytes(), &[("z".into(), key)]).unwrap(),
         v1
     );
     assert!(compact_sent < plain_sent, "{compact_sent} < {plain_sent}");

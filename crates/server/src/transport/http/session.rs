@@ -124,7 +124,7 @@ pub(crate) fn open(
     on_end: impl FnOnce(&str) + Send + 'static,
 ) -> Arc<HttpSession> {
     let (tx, rx) = mpsc::channel(INBOUND);
-    let mut client = ClientSession::open(node, peer);
+    let mut client = ClientSession::open(node, peer, false);
     if let Some(t) = token {
         client.authenticate(&t);
     }

@@ -64,7 +64,7 @@ pub(crate) async fn serve_socket(
         compact,
     };
     let peer = stream.peer_addr().ok().map(|a| a.ip());
-    let mut session = ClientSession::open(node, peer);
+    let mut session = ClientSession::open(node, peer, compact);
     if let Some(t) = token {
         session.authenticate(&t);
     }

@@ -37,13 +37,11 @@ pub(crate) struct WireForm {
 
 impl WireForm {
     /// The text of a queued frame in this form: a room message's compact
-    /// form (made once for all who asked for it), else the frame.
+    /// form (made once by its room for all who asked for it), else the
+    /// frame.
     fn text<'a>(&self, item: FrameRef<'a>) -> &'a Bytes {
         match item.entry() {
-            Some(entry) if self.compact => entry
-                .wire
-                .compact(|| plaza_protocol::compact::compact_message(&entry.frame))
-                .unwrap_or(&entry.frame),
+            Some(entry) if self.compact => entry.wire.compact().unwrap_or(&entry.frame),
             _ => item.frame(),
         }
     }
