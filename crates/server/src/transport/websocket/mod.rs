@@ -75,6 +75,8 @@ pub(crate) async fn serve_socket(
     let control = session.control.clone();
     let mut unfinished = Vec::new();
     let mut last_write = None;
+    // The size of the last batch written, the next one's first guess.
+    let mut batch_size = 0;
     // When the queued frames are written, while a busy connection holds them.
     let mut write_at: Option<Instant> = None;
     // The loop wakes many times a second in a busy room: what lives as long
@@ -140,7 +142,7 @@ pub(crate) async fn serve_socket(
                 let now = Instant::now();
                 if write_at.is_some_and(|at| at <= now) {
                     write_at = None;
-                    let batch = write_batch(&session.node, &stream, &control, form, &mut session.queue, &mut unfinished);
+                    let batch = write_batch(&session.node, &stream, &control, form, &mut session.queue, &mut unfinished, &mut batch_size);
                     match Box::pin(batch).await {
                         Ok(done) => last_write = done.or(last_write),
                         Err(_) => break failed_write(&control),
@@ -176,7 +178,7 @@ pub(crate) async fn serve_socket(
             () = session.queue.ready(), if write_at.is_none() => {
                 write_at = coalesce::hold_until(last_write, Instant::now(), coalesce);
                 if write_at.is_none() {
-                    let batch = write_batch(&session.node, &stream, &control, form, &mut session.queue, &mut unfinished);
+                    let batch = write_batch(&session.node, &stream, &control, form, &mut session.queue, &mut unfinished, &mut batch_size);
                     match Box::pin(batch).await {
                         Ok(done) => last_write = done.or(last_write),
                         Err(_) => break failed_write(&control),
