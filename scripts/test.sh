@@ -117,10 +117,23 @@ fi
 tsung_summary="not run"
 if [ "$status" -eq 0 ]; then
   log "Tsung against plaza serve (bench/tsung/run.sh, 5 s of arrivals; then over a connection limit)"
+  # Once more when Tsung itself stalled (run.sh's status 4: its announcer never published, so
+  # the server was not tested); any other failure stands.
+  tsung_run() {
+    local rc=0
+    "$@" || rc=$?
+    if [ "$rc" -eq 4 ]; then
+      log "Tsung did not carry out its scenario (above); running it once more"
+      rc=0
+      "$@" || rc=$?
+    fi
+    return "$rc"
+  }
   set +e
-  BIN=target/debug/plaza PORT=17700 HOLD_S=3 OUT=/tmp/plaza-ci-tsung bench/tsung/run.sh 20 5 &&
-    BIN=target/debug/plaza PORT=17700 HOLD_S=3 OUT=/tmp/plaza-ci-tsung-full ALLOW_REFUSED=1 \
-      SERVE_ARGS="--max-connections 40" bench/tsung/run.sh 20 5
+  tsung_run env BIN=target/debug/plaza PORT=17700 HOLD_S=3 OUT=/tmp/plaza-ci-tsung \
+    bench/tsung/run.sh 20 5 &&
+    tsung_run env BIN=target/debug/plaza PORT=17700 HOLD_S=3 OUT=/tmp/plaza-ci-tsung-full \
+      ALLOW_REFUSED=1 SERVE_ARGS="--max-connections 40" bench/tsung/run.sh 20 5
   status=$?
   set -e
   if [ "$status" -eq 0 ]; then
