@@ -63,6 +63,7 @@ impl Proc {
     /// Spawns `cmd` in a new process group, stdin from /dev/null, stdout and stderr appended
     /// to `log`.
     pub(crate) fn spawn(name: String, mut cmd: Command, log: &Path) -> io::Result<Proc> {
+        let existed = log.exists();
         let out = OpenOptions::new().create(true).append(true).open(log)?;
         cmd.stdin(Stdio::null())
             .stdout(out.try_clone()?)
@@ -87,6 +88,10 @@ impl Proc {
             }
         }
         let child = cmd.spawn().map_err(|e| {
+            // Nothing ran: a log made for it would only be left behind, empty.
+            if !existed {
+                let _ = std::fs::remove_file(log);
+            }
             io::Error::new(
                 e.kind(),
                 format!("cannot start {name} ({:?}): {e}", cmd.get_program()),

@@ -198,6 +198,14 @@ fn a_node_that_exits_early_is_named_with_its_log() {
         .expect("started a missing binary");
     assert_eq!(missing.kind(), std::io::ErrorKind::NotFound, "{missing}");
     assert!(missing.to_string().contains("n-none"), "{missing}");
+    // Nothing ran, so no log of it is left in the temporary directory.
+    let leftovers: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("plaza-node-n-none-"))
+        .collect();
+    assert_eq!(leftovers, Vec::<String>::new());
 }
 
 /// The cpu cgroup of process `pid`, as a directory under the controller's mount point.

@@ -154,7 +154,14 @@ mod tests {
 
     #[test]
     fn same_session_is_plain_equality() {
-        let ids = ["Hk3vQ9xLm2A", "Hk3vQ9xLm2B", "Xk3vQ9xLm2A", "Hk3vQ9xLm2", "", "H"];
+        let ids = [
+            "Hk3vQ9xLm2A",
+            "Hk3vQ9xLm2B",
+            "Xk3vQ9xLm2A",
+            "Hk3vQ9xLm2",
+            "",
+            "H",
+        ];
         for a in ids {
             for b in ids {
                 assert_eq!(same_session(a, b), a == b, "{a:?} {b:?}");

@@ -296,6 +296,8 @@ fn exits_within(pid: i32, timeout: Duration) -> bool {
 
 #[test]
 fn cluster_up_killed_outright_takes_its_children_along() {
+    // Its own directory: killed outright, it cannot remove a temporary one.
+    let dir = tempfile::tempdir().unwrap();
     let child = Command::new(PLAZA)
         .args([
             "cluster",
@@ -306,6 +308,8 @@ fn cluster_up_killed_outright_takes_its_children_along() {
             "--listen",
             "127.0.0.1:0",
         ])
+        .arg("--dir")
+        .arg(dir.path())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
