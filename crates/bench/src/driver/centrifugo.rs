@@ -27,7 +27,7 @@ fn lines(msg: &[u8]) -> impl Iterator<Item = &[u8]> {
 /// Whether a batch (a message of several lines) holds a server ping (`{}`).
 /// The server writes compact JSON, so no other object starts a line with `{}`.
 fn batch_has_ping(msg: &[u8]) -> bool {
-    msg.starts_with(b"{}\n") || memchr::memmem::find(msg, b"\n{}").is_some()
+    msg.starts_with(b"{}\n") || super::finder!(b"\n{}").find(msg).is_some()
 }
 
 impl Driver for CentrifugoDriver {
@@ -118,11 +118,11 @@ impl Driver for CentrifugoDriver {
             // with this user's publish reply counts as deliveries only.
             return found;
         }
-        if let Some(line) = lines(msg).find(|l| memchr::memmem::find(l, b"\"error\":").is_some()) {
+        if let Some(line) = lines(msg).find(|l| super::finder!(b"\"error\":").find(l).is_some()) {
             return Inbound::Error(String::from_utf8_lossy(line).into_owned());
         }
         if lines(msg).any(|l| {
-            l.starts_with(br#"{"id":"#) && memchr::memmem::find(l, b"\"publish\":").is_some()
+            l.starts_with(br#"{"id":"#) && super::finder!(b"\"publish\":").find(l).is_some()
         }) {
             return Inbound::Ack;
         }

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use super::{ChatMessage, Driver, Handshake, HttpCall, Inbound, JoinSpec};
+use super::{finder, ChatMessage, Driver, Handshake, HttpCall, Inbound, JoinSpec};
 
 /// Plaza over `/v1/ws`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -161,10 +161,10 @@ impl Driver for PlazaDriver {
             return Inbound::markers_in(msg);
         }
         if msg.starts_with(br#"{"type":"event""#) {
-            if memchr::memmem::find(msg, br#""kind":"space.moved""#).is_some() {
+            if finder!(br#""kind":"space.moved""#).find(msg).is_some() {
                 return Inbound::Deliveries(1);
             }
-            if memchr::memmem::find(msg, br#""kind":"proximity."#).is_some() {
+            if finder!(br#""kind":"proximity."#).find(msg).is_some() {
                 return Inbound::Proximity;
             }
             return Inbound::markers_in(msg);
@@ -199,9 +199,10 @@ impl Driver for PlazaDriver {
 
     fn sent_at_us(&self, msg: &[u8]) -> Option<u64> {
         // A movement's start (the server's clock, ms): its latency is from the
-        // server's ordering to the receipt.
-        if memchr::memmem::find(msg, br#""kind":"space.moved""#).is_some() {
-            let at = memchr::memmem::find(msg, br#""t0":"#)? + 5;
+        // server's ordering to the receipt. A compact message (an array) is
+        // always a room message: not looked through for one.
+        if !msg.starts_with(b"[") && finder!(br#""kind":"space.moved""#).find(msg).is_some() {
+            let at = finder!(br#""t0":"#).find(msg)? + 5;
             let digits = msg[at..].iter().take_while(|b| b.is_ascii_digit());
             let ms = digits.fold(0u64, |v, d| {
                 v.saturating_mul(10).saturating_add(u64::from(d - b'0'))

@@ -27,7 +27,7 @@ pub(super) struct Tally {
     frames: u64,
     /// What a chat reply to this user carries in its payload
     /// (`,"re":<vu>,`), and the reply latencies (µs) since the last flush.
-    reply_tag: Vec<u8>,
+    reply_tag: memchr::memmem::Finder<'static>,
     reply_latency: Vec<u64>,
 }
 
@@ -52,7 +52,7 @@ impl Tally {
                         h.push(now.saturating_sub(sent).max(1));
                     }
                 }
-                if let Some(at) = memchr::memmem::find(msg, &self.reply_tag) {
+                if let Some(at) = self.reply_tag.find(msg) {
                     let (now, recording) = *self
                         .stamp
                         .get_or_insert_with(|| (unix_micros(), shared.recording()));
@@ -179,7 +179,7 @@ pub(super) async fn receive(
         replies: Vec::new(),
         got_message: false,
         frames: 0,
-        reply_tag: format!(",\"re\":{vu},").into_bytes(),
+        reply_tag: memchr::memmem::Finder::new(format!(",\"re\":{vu},").as_bytes()).into_owned(),
         reply_latency: Vec::new(),
     };
     for m in &early {

@@ -241,7 +241,7 @@ impl SseReader {
 /// message, `event: closed` as the session's close code; comments (pings)
 /// and ids are skipped.
 fn dispatch_events(buf: &mut BytesMut, on: &mut impl FnMut(Incoming<'_>)) -> io::Result<()> {
-    while let Some(end) = memchr::memmem::find(buf, b"\n\n") {
+    while let Some(end) = crate::driver::finder!(b"\n\n").find(buf) {
         let event = buf.split_to(end + 2);
         let mut data: Option<&[u8]> = None;
         let mut closed = false;
