@@ -667,6 +667,8 @@ function parseFrame(data: unknown, keys: CompactKeys): ServerFrame | undefined {
     if (typeof frame !== 'object' || frame === null) return undefined;
     const f = withDefaults(frame as ServerFrame);
     if ((f.type === 'joined' || f.type === 'resync') && f.compact !== undefined) keys.learn(f.room, f.compact);
+    // Every message of the room came before; its alias may name another room later.
+    if (f.type === 'left' || f.type === 'closed') keys.forget(f.room);
     return f;
   } catch {
     return undefined;
@@ -709,10 +711,15 @@ export class CompactKeys {
 
   /** Takes `key` as `room`'s, in place of any key the room or the alias had. */
   learn(room: string, key: CompactKey): void {
+    this.forget(room);
+    this.byAlias.set(key.alias, { room, tsBase: key.ts_base });
+  }
+
+  /** Forgets `room`'s key (it was left or closed). */
+  forget(room: string): void {
     for (const [alias, known] of this.byAlias) {
       if (known.room === room) this.byAlias.delete(alias);
     }
-    this.byAlias.set(key.alias, { room, tsBase: key.ts_base });
   }
 
   /** The room `alias` stands for and its time base, if a `joined` gave it. */

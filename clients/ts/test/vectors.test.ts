@@ -665,5 +665,9 @@ describe('compact messages (protocol/vectors/compact)', () => {
     // An alias given to another room now names that room.
     keys.learn('c', { alias: 2, ts_base: 0 });
     expect(expandCompact([2, 1, 7, null, 'e', null], keys)).toMatchObject({ room: 'c', ts: 7 });
+    // A room left or closed: its alias names nothing until a joined gives it again.
+    keys.forget('c');
+    expect(expandCompact([2, 1, 7, null, 'e', null], keys)).toBeUndefined();
+    expect(expandCompact([9, 6, 7, null, 'e', null], keys)).toMatchObject({ room: 'a' });
   });
 });

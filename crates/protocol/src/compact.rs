@@ -94,9 +94,10 @@ struct V1Message<'a> {
 /// recipient on the node that asked for it.
 pub fn compact_message(v1: &[u8], key: CompactKey) -> Option<Bytes> {
     // Every event the server encodes starts so; anything else is not looked into.
-    if !v1.starts_with(br#"{"type":"event","#)
-        || memchr::memmem::find(v1, br#""kind":"message""#).is_none()
-    {
+    // The searcher is built once: building it is most of a short search.
+    static KIND: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(br#""kind":"message""#));
+    if !v1.starts_with(br#"{"type":"event","#) || KIND.find(v1).is_none() {
         return None;
     }
     let m: V1Message<'_> = serde_json::from_slice(v1).ok()?;
@@ -150,8 +151,9 @@ impl std::fmt::Display for NotCompact {
 impl std::error::Error for NotCompact {}
 
 /// The v1 `event` frame a compact message stands for, as a JSON value, given
-/// the keys of the rooms the connection joined (for clients and tests; the
-/// server only makes compact forms).
+/// the keys of the rooms the connection is in: the latest key of each, none
+/// of a room it left (for clients and tests; the server only makes compact
+/// forms).
 pub fn expand(compact: &[u8], rooms: &[(String, CompactKey)]) -> Result<Value, NotCompact> {
     let items: Vec<Value> =
         serde_json::from_slice(compact).map_err(|_| NotCompact("not a JSON array"))?;

@@ -27,11 +27,19 @@ fn landing_node(
     rt.block_on(async {
         let url = format!("ws://{lb}/v1/ws?room={room}");
         let connect = tokio_tungstenite::connect_async(url);
-        let (ws, resp) = tokio::time::timeout(Duration::from_secs(10), connect)
+        let (mut ws, resp) = tokio::time::timeout(Duration::from_secs(10), connect)
             .await
             .map_err(|_| format!("upgrade for room {room} timed out"))?
             .map_err(|e| format!("upgrade for room {room}: {e}"))?;
-        drop(ws);
+        // Closed cleanly, to the server's end: HAProxy hashes with bounded loads
+        // (deploy/haproxy/plaza.cfg, hash-balance-factor), and connections it
+        // still counted would send the next room elsewhere.
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            use futures_util::StreamExt;
+            let _ = ws.close(None).await;
+            while let Some(Ok(_)) = ws.next().await {}
+        })
+        .await;
         resp.headers()
             .get("x-plaza-node")
             .and_then(|v| v.to_str().ok())

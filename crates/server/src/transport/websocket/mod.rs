@@ -77,6 +77,8 @@ pub(crate) async fn serve_socket(
     let mut last_write = None;
     // The size of the last batch written, the next one's first guess.
     let mut batch_size = 0;
+    // Whether the control knows this task's waker (see `poll_closed_by_its_task`).
+    let mut watching_close = false;
     // When the queued frames are written, while a busy connection holds them.
     let mut write_at: Option<Instant> = None;
     // The loop wakes many times a second in a busy room: what lives as long
@@ -135,7 +137,7 @@ pub(crate) async fn serve_socket(
             // Closed by the server: a slow consumer, a kick, shutdown (the
             // node closes every session with 1012), … One atomic per
             // wake-up, not a token's lock.
-            () = std::future::poll_fn(|cx| control.poll_closed(cx)) => break End::Server,
+            () = std::future::poll_fn(|cx| control.poll_closed_by_its_task(cx, &mut watching_close)) => break End::Server,
             () = &mut timer => {
                 // A held batch is due. Reading went on while it waited:
                 // holding the writes must not hold the client's messages.

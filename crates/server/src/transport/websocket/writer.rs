@@ -44,7 +44,25 @@ impl WireForm {
     /// frame.
     fn text<'a>(&self, item: FrameRef<'a>) -> &'a Bytes {
         match item.entry() {
-            Some(entry) if self.compact => entry.wire.compact().unwrap_or(&entry.frame),
+            Some(entry) if self.compact => match entry.wire.compact() {
+                Some(compact) => compact,
+                None => {
+                    // Every room message has its compact form by now: its room
+                    // made it on delivery, or when it loaded its history.
+                    debug_assert!(
+                        plaza_protocol::compact::compact_message(
+                            &entry.frame,
+                            plaza_protocol::compact::CompactKey {
+                                alias: 0,
+                                ts_base: 0
+                            }
+                        )
+                        .is_none(),
+                        "a room message without its compact form"
+                    );
+                    &entry.frame
+                }
+            },
             _ => item.frame(),
         }
     }
