@@ -64,9 +64,9 @@ pub struct CompactKey {
 struct V1Message<'a> {
     #[serde(rename = "type", borrow)]
     ty: &'a str,
-    #[serde(borrow)]
-    #[allow(dead_code)] // Checked to be there; the alias stands for it.
-    room: &'a RawValue,
+    /// Checked to be there; the alias stands for it.
+    #[serde(rename = "room")]
+    _room: serde::de::IgnoredAny,
     #[serde(borrow)]
     seq: &'a RawValue,
     ts: u64,

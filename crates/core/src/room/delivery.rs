@@ -45,8 +45,9 @@ pub(super) fn visible(entry: &HistoryEntry, session: &str, channels: &[String]) 
 }
 
 /// `a == b` for two session ids. Ids are random and of one length, so a
-/// plain comparison called `memcmp` for every delivery (4 % of a busy
-/// server's time); nearly every pair differs in its first byte already.
+/// plain comparison called `memcmp` for every delivery (3.8 % of the
+/// server's samples in a profile at 1,600 members); nearly every pair
+/// differs in its first byte already.
 #[inline]
 fn same_session(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());

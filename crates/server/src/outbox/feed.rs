@@ -171,6 +171,16 @@ impl RoomFeed {
         }
     }
 
+    /// Takes every follower off the waiting list at once (the room closes:
+    /// nobody follows it any more), where [`RoomFeed::forget`] for each
+    /// would walk the list once per follower.
+    pub fn forget_all(&self) {
+        let waiting = std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|p| p.into_inner()));
+        for f in waiting {
+            f.listed.store(false, Ordering::Release);
+        }
+    }
+
     /// Lists `follower` to be woken by the next event, unless it is already.
     pub(super) fn wait(&self, follower: &Arc<Follower>) {
         if !follower.listed.swap(true, Ordering::AcqRel) {
@@ -294,5 +304,11 @@ mod tests {
         let waiting = feed.waiting.lock().unwrap();
         assert_eq!(waiting.len(), 2);
         assert!(waiting.iter().all(|w| !Arc::ptr_eq(w, &followers[1])));
+        drop(waiting);
+        feed.forget_all();
+        assert!(feed.waiting.lock().unwrap().is_empty());
+        // Unlisted: a follower that waits again is listed again.
+        feed.wait(&followers[0]);
+        assert_eq!(feed.waiting.lock().unwrap().len(), 1);
     }
 }

@@ -286,7 +286,7 @@ impl ConnectionControl {
     /// connection for its whole life, polling it on every turn of its loop:
     /// its waker is registered on the first poll only (`registered`
     /// remembers), since a task's waker wakes that task for as long as it
-    /// lives. (Registering on every turn was 1 % of a busy server.)
+    /// lives.
     pub fn poll_closed_by_its_task(&self, cx: &mut Context<'_>, registered: &mut bool) -> Poll<()> {
         if *registered {
             return match self.close_code() {
@@ -440,6 +440,7 @@ pub struct OutboxReceiver {
 }
 
 /// Returned by [`OutboxReceiver::try_recv`] when nothing is queued.
+#[cfg(test)]
 #[derive(Debug, PartialEq, Eq)]
 pub struct Empty;
 
@@ -656,14 +657,16 @@ impl OutboxReceiver {
         }
     }
 
-    /// Takes the next frame if one is queued.
+    /// Takes the next frame if one is queued (for tests: the transports
+    /// take batches).
+    #[cfg(test)]
     pub fn try_recv(&mut self) -> Result<Outgoing, Empty> {
         self.take_batch(1).pop_front().ok_or(Empty)
     }
 
     /// [`OutboxReceiver::take_batch`] for a writer that copies each frame
-    /// into its write at once: hands up to `max` frames (or a few more, as
-    /// there) to `put`, by reference. Returns how many.
+    /// into its write at once: hands `max` frames (or more, as there) to
+    /// `put`, by reference. Returns how many.
     pub fn drain_into(&mut self, max: usize, put: impl FnMut(FrameRef<'_>)) -> usize {
         let mut out = Handing { put, taken: 0 };
         // What an earlier take left staged goes first.
@@ -680,8 +683,9 @@ impl OutboxReceiver {
     }
 
     /// Puts what is queued in `out`, the feeds' events in their place,
-    /// until it has taken `max` frames (or a few more: the events before a
-    /// queued frame always go with it).
+    /// until it has taken `max` frames, or more: the feeds' events before a
+    /// queued frame always go with it, up to a feed's capacity
+    /// (`send_queue_frames`) for a connection that was far behind.
     fn stage(&mut self, max: usize, out: &mut impl Emit) {
         // Control items take a place in a round but give no frame: go on
         // until `max` frames or an empty queue.
@@ -721,8 +725,10 @@ impl OutboxReceiver {
             match q.after {
                 Some(b) => self.read_feed(b.feed, b.pos, usize::MAX, out),
                 // The connection's own frame (a pong, an error about a frame):
-                // after every event fed before it was queued, as it would be
-                // were those queued too (a ping is the client's barrier).
+                // after every event its feeds hold now, so after every one fed
+                // before it was queued, as it would be were those queued too
+                // (a ping is the client's barrier). Those may be many: the
+                // batch grows past its size rather than hold the frame back.
                 None => self.read_feeds(usize::MAX, out),
             }
             match q.item {

@@ -684,8 +684,8 @@ impl RoomMachine {
         self.held = Held::default();
         for (_, f) in self.followers.drain() {
             f.outbox.unfollow();
-            self.feed.forget(&f.follower);
         }
+        self.feed.forget_all();
         self.handed.clear();
         for (_, outbox) in self.locals.drain() {
             outbox.send(frame.clone());
