@@ -11,6 +11,7 @@
 mod deflate;
 mod frames;
 mod upgrade;
+mod waits;
 mod writer;
 
 use std::io;
@@ -28,7 +29,8 @@ use crate::Node;
 use deflate::Deflate;
 use frames::{put_header, FrameReader, Incoming, ServerOp};
 pub(crate) use upgrade::upgrade;
-use writer::{close_reason, failed_write, write_all, write_batch, write_control, WireForm};
+use waits::{Waits, Wake};
+use writer::{close_reason, failed_write, write_all, write_control, Batch, WireForm};
 
 /// How long a server-initiated close waits for the client's Close.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
@@ -77,16 +79,16 @@ pub(crate) async fn serve_socket(
     let mut last_write = None;
     // The size of the last batch written, the next one's first guess.
     let mut batch_size = 0;
-    // Whether the control knows this task's waker (see `poll_closed_by_its_task`).
-    let mut watching_close = false;
-    // When the queued frames are written, while a busy connection holds them.
-    let mut write_at: Option<Instant> = None;
-    // The loop wakes many times a second in a busy room: what lives as long
-    // as the connection is made once, not on every turn (each made anew
-    // would register and unregister a waiter or a timer every time). One
-    // timer serves both deadlines: the held batch's write and the heartbeat.
-    let timer = tokio::time::sleep_until(session.heartbeat_deadline());
-    tokio::pin!(timer);
+    // The loop wakes many times a second in a busy room, for every write:
+    // a wake-up must cost little more than the write. So what lives as long
+    // as the connection is made once, and each thing the loop waits for
+    // registers its waker once per arming, not on every turn (see `Waits`):
+    // a held batch's timer is set once per write, the heartbeat's only when
+    // it is due.
+    let hold = tokio::time::sleep_until(Instant::now());
+    let heartbeat = tokio::time::sleep_until(session.heartbeat_deadline());
+    tokio::pin!(hold, heartbeat);
+    let mut waits = Waits::default();
 
     let end = 'conn: loop {
         // Handle every complete frame already read.
@@ -127,65 +129,82 @@ pub(crate) async fn serve_socket(
         if pending.is_empty() && pending.capacity() > 0 {
             pending = BytesMut::new();
         }
-        let deadline = session.heartbeat_deadline();
-        let wake = write_at.map_or(deadline, |at| at.min(deadline));
-        if timer.deadline() != wake {
-            timer.as_mut().reset(wake);
-        }
-        tokio::select! {
-            biased;
+        let wake = std::future::poll_fn(|cx| {
+            waits.poll(
+                cx,
+                &control,
+                hold.as_mut(),
+                heartbeat.as_mut(),
+                &stream,
+                &session.queue,
+            )
+        })
+        .await;
+        let write = match wake {
             // Closed by the server: a slow consumer, a kick, shutdown (the
-            // node closes every session with 1012), … One atomic per
-            // wake-up, not a token's lock.
-            () = std::future::poll_fn(|cx| control.poll_closed_by_its_task(cx, &mut watching_close)) => break End::Server,
-            () = &mut timer => {
-                // A held batch is due. Reading went on while it waited:
-                // holding the writes must not hold the client's messages.
-                let now = Instant::now();
-                if write_at.is_some_and(|at| at <= now) {
-                    write_at = None;
-                    let batch = write_batch(&session.node, &stream, &control, form, &mut session.queue, &mut unfinished, &mut batch_size);
-                    match Box::pin(batch).await {
-                        Ok(done) => last_write = done.or(last_write),
-                        Err(_) => break failed_write(&control),
-                    }
+            // node closes every session with 1012), …
+            Wake::Closed => break End::Server,
+            // A held batch is due. Reading went on while it waited: holding
+            // the writes must not hold the client's messages.
+            Wake::Held => true,
+            // Something was queued: written now, or held while the
+            // connection is busy (see `coalesce`).
+            Wake::Queued => match coalesce::hold_until(last_write, Instant::now(), coalesce) {
+                Some(at) => {
+                    hold.as_mut().reset(at);
+                    waits.hold();
+                    false
                 }
-                match session.heartbeat(now) {
+                None => true,
+            },
+            Wake::Heartbeat => {
+                match session.heartbeat(Instant::now()) {
                     Heartbeat::Nothing => {}
                     Heartbeat::Expired => break End::Server,
                     Heartbeat::Ping => {
-                        let ping = write_control(&stream, &control, ServerOp::Ping, &[], &mut unfinished);
+                        let ping =
+                            write_control(&stream, &control, ServerOp::Ping, &[], &mut unfinished);
                         if Box::pin(ping).await.is_err() {
                             break failed_write(&control);
                         }
                     }
                 }
+                heartbeat.as_mut().reset(session.heartbeat_deadline());
+                waits.heartbeat_reset();
+                false
             }
-            ready = std::future::poll_fn(|cx| stream.poll_read_ready(cx)) => {
-                if ready.is_err() {
-                    break End::Gone;
-                }
+            Wake::Readable(Err(_)) => break End::Gone,
+            Wake::Readable(Ok(())) => {
                 if pending.capacity() - pending.len() < READ_CHUNK / 4 {
                     pending.reserve(READ_CHUNK);
                 }
                 match stream.try_read_buf(&mut pending) {
                     Ok(0) => break End::Gone,
+                    // The heartbeat's timer is not moved: when it fires, the
+                    // session says whether anything is due yet.
                     Ok(_) => session.heard(),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(_) => break End::Gone,
                 }
+                false
             }
-            // Something was queued: written now, or held while the
-            // connection is busy (see `coalesce`).
-            () = session.queue.ready(), if write_at.is_none() => {
-                write_at = coalesce::hold_until(last_write, Instant::now(), coalesce);
-                if write_at.is_none() {
-                    let batch = write_batch(&session.node, &stream, &control, form, &mut session.queue, &mut unfinished, &mut batch_size);
-                    match Box::pin(batch).await {
-                        Ok(done) => last_write = done.or(last_write),
-                        Err(_) => break failed_write(&control),
+        };
+        if write {
+            match Batch::start(&stream, form, &mut session.queue, &mut batch_size) {
+                Ok(None) => {}
+                Ok(Some(mut batch)) => {
+                    // The socket's buffer is full: the rest is written as
+                    // the client reads, unless the connection closes first.
+                    // Rare, so boxed: its state is not part of every task.
+                    if !batch.is_written() {
+                        let rest = batch.write_rest(&stream, &control, &mut unfinished);
+                        if Box::pin(rest).await.is_err() {
+                            break failed_write(&control);
+                        }
                     }
+                    last_write = Some(batch.finish(&session.node));
                 }
+                Err(_) => break failed_write(&control),
             }
         }
     };

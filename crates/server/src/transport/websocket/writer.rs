@@ -117,49 +117,103 @@ pub(super) fn close_reason(code: u16) -> &'static str {
     }
 }
 
-/// Writes what is queued (up to [`MAX_BATCH`] frames) in one buffer: the
-/// batch is taken from the queue at once and written with as few syscalls as
-/// the socket allows. When to call it is the connection loop's decision
-/// (see [`super::coalesce`]); nothing here waits but the socket. Returns
-/// when the write ended, the start of the next coalescing window; `None`
-/// when there was nothing to write (a followed feed's new events were none
-/// of this member's). `last_size` is the size of the connection's previous
-/// batch: its buffer starts that large, since a busy connection's batches
-/// are alike (growing it frame by frame was 1 % of a busy server's time).
-pub(super) async fn write_batch(
-    node: &Node,
-    stream: &TcpStream,
-    control: &ConnectionControl,
-    form: WireForm,
-    rx: &mut OutboxReceiver,
-    unfinished: &mut Vec<u8>,
-    last_size: &mut usize,
-) -> io::Result<Option<Instant>> {
-    // Each frame is copied into the write as it is taken: a followed feed's
-    // events straight from the feed, without taking a reference to each.
-    let mut out = Vec::with_capacity((*last_size).clamp(FIRST_BUFFER, MAX_FIRST_BUFFER));
-    let mut oldest = None;
-    let frames = rx.drain_into(MAX_BATCH, |item| {
-        oldest.get_or_insert(item.ordered_at());
-        form.put(&mut out, item);
-    });
-    let Some(oldest) = oldest else {
-        return Ok(None);
-    };
-    let frames = frames as u64;
-    // A little more than this one: the next batch of a steady stream is
-    // as often a frame longer as shorter.
-    *last_size = out.len() + out.len() / 8;
-    guarded_write(stream, control, &out, unfinished).await?;
-    let m = &node.metrics;
-    m.frames_out.increment(frames);
-    m.bytes_out.increment(out.len() as u64);
-    // One clock reading for both: the latency sample and the window's start.
-    let done = std::time::Instant::now();
-    if let Some(t) = oldest {
-        m.latency(done.saturating_duration_since(t));
+/// One write of queued frames: taken from the queue at once, encoded into
+/// one buffer, and written with as few syscalls as the socket allows.
+pub(super) struct Batch {
+    out: Vec<u8>,
+    /// How much of `out` the socket has taken.
+    written: usize,
+    frames: u64,
+    /// When the oldest room event in it was ordered (the latency sample).
+    oldest: Option<std::time::Instant>,
+}
+
+impl Batch {
+    /// Takes what is queued (up to [`MAX_BATCH`] frames) and writes as much
+    /// of it as the socket takes now, without waiting: nearly always all of
+    /// it, and then the write costs no future and no allocation but its
+    /// buffer. `None` when there was nothing to write (a followed feed's new
+    /// events were none of this member's). When to call it is the
+    /// connection loop's decision (see [`super::super::coalesce`]).
+    /// `last_size` is the size of the connection's previous batch: its
+    /// buffer starts that large, since a busy connection's batches are
+    /// alike (growing it frame by frame was 1 % of a busy server's time).
+    pub(super) fn start(
+        stream: &TcpStream,
+        form: WireForm,
+        rx: &mut OutboxReceiver,
+        last_size: &mut usize,
+    ) -> io::Result<Option<Batch>> {
+        // Each frame is copied into the write as it is taken: a followed
+        // feed's events straight from the feed, without taking a reference
+        // to each.
+        let mut out = Vec::with_capacity((*last_size).clamp(FIRST_BUFFER, MAX_FIRST_BUFFER));
+        let mut oldest = None;
+        let frames = rx.drain_into(MAX_BATCH, |item| {
+            oldest.get_or_insert(item.ordered_at());
+            form.put(&mut out, item);
+        });
+        let Some(oldest) = oldest else {
+            return Ok(None);
+        };
+        // A little more than this one: the next batch of a steady stream is
+        // as often a frame longer as shorter.
+        *last_size = out.len() + out.len() / 8;
+        let mut batch = Batch {
+            out,
+            written: 0,
+            frames: frames as u64,
+            oldest,
+        };
+        batch.write_now(stream)?;
+        Ok(Some(batch))
     }
-    Ok(Some(Instant::from_std(done)))
+
+    /// Whether the socket took all of it.
+    pub(super) fn is_written(&self) -> bool {
+        self.written == self.out.len()
+    }
+
+    /// Writes what the socket takes now.
+    fn write_now(&mut self, stream: &TcpStream) -> io::Result<()> {
+        while !self.is_written() {
+            match stream.try_write(&self.out[self.written..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the rest once the socket takes it, unless the connection is
+    /// closed meanwhile (see [`guarded_write`]).
+    pub(super) async fn write_rest(
+        &mut self,
+        stream: &TcpStream,
+        control: &ConnectionControl,
+        unfinished: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        guarded_write(stream, control, &self.out[self.written..], unfinished).await?;
+        self.written = self.out.len();
+        Ok(())
+    }
+
+    /// Counts the written batch; returns when its write ended, the start
+    /// of the next coalescing window.
+    pub(super) fn finish(self, node: &Node) -> Instant {
+        debug_assert!(self.is_written());
+        let m = &node.metrics;
+        m.frames_out.increment(self.frames);
+        m.bytes_out.increment(self.out.len() as u64);
+        // One clock reading for both: the latency sample and the window's start.
+        let done = std::time::Instant::now();
+        if let Some(t) = self.oldest {
+            m.latency(done.saturating_duration_since(t));
+        }
+        Instant::from_std(done)
+    }
 }
 
 pub(super) async fn write_control(

@@ -1,0 +1,171 @@
+//! What a connection's task waits for between turns, and the one poll that
+//! waits for all of it.
+//!
+//! Why not `select!`: it polls every branch on every wake-up, and a busy
+//! connection wakes for every write (the room's event, then its held
+//! batch's timer). Each poll of a timer registers the task's waker again.
+//! Here a timer is polled once after it is armed, which registers the
+//! waker, and after that only looked at ([`Sleep::is_elapsed`]): the task's
+//! waker stays registered until the timer fires, since one task serves the
+//! connection for its whole life. The close is watched the same way
+//! ([`ConnectionControl::poll_closed_by_its_task`]).
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::net::TcpStream;
+use tokio::time::Sleep;
+
+use crate::outbox::{ConnectionControl, OutboxReceiver};
+
+/// Why the connection's task woke.
+#[derive(Debug)]
+pub(super) enum Wake {
+    /// The server closed the connection.
+    Closed,
+    /// The held batch is due.
+    Held,
+    /// The heartbeat's deadline passed: the session says what is due.
+    Heartbeat,
+    /// The socket has something to read (or failed).
+    Readable(io::Result<()>),
+    /// Something is queued, and no batch is held.
+    Queued,
+}
+
+/// What the connection's task knows of its waits across turns: which
+/// timers know its waker, and whether a batch is held.
+#[derive(Debug, Default)]
+pub(super) struct Waits {
+    watching_close: bool,
+    /// A batch is held until the hold timer fires: the queue is not
+    /// watched meanwhile, what comes joins the held batch.
+    holding: bool,
+    hold_registered: bool,
+    heartbeat_registered: bool,
+}
+
+impl Waits {
+    /// The hold timer was just armed: a batch is held until it fires.
+    pub(super) fn hold(&mut self) {
+        self.holding = true;
+        self.hold_registered = false;
+    }
+
+    /// The heartbeat timer was just armed again.
+    pub(super) fn heartbeat_reset(&mut self) {
+        self.heartbeat_registered = false;
+    }
+
+    /// Ready with the first thing that happened, in order of precedence:
+    /// a close, the held batch, the heartbeat, the socket, the queue.
+    pub(super) fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        control: &ConnectionControl,
+        hold: Pin<&mut Sleep>,
+        heartbeat: Pin<&mut Sleep>,
+        stream: &TcpStream,
+        queue: &OutboxReceiver,
+    ) -> Poll<Wake> {
+        if control
+            .poll_closed_by_its_task(cx, &mut self.watching_close)
+            .is_ready()
+        {
+            return Poll::Ready(Wake::Closed);
+        }
+        if self.holding && timer_due(hold, &mut self.hold_registered, cx) {
+            self.holding = false;
+            return Poll::Ready(Wake::Held);
+        }
+        if timer_due(heartbeat, &mut self.heartbeat_registered, cx) {
+            return Poll::Ready(Wake::Heartbeat);
+        }
+        if let Poll::Ready(r) = stream.poll_read_ready(cx) {
+            return Poll::Ready(Wake::Readable(r));
+        }
+        if !self.holding && queue.poll_ready(cx).is_ready() {
+            return Poll::Ready(Wake::Queued);
+        }
+        Poll::Pending
+    }
+}
+
+/// Whether `timer` has fired. Polled (registering the task's waker) until
+/// a poll registers it, then only looked at.
+fn timer_due(timer: Pin<&mut Sleep>, registered: &mut bool, cx: &mut Context<'_>) -> bool {
+    if *registered {
+        return timer.is_elapsed();
+    }
+    match std::future::Future::poll(timer, cx) {
+        Poll::Ready(()) => true,
+        Poll::Pending => {
+            // A poll refused for the task's cooperative budget registered
+            // nothing (it asked for the task to be polled again instead):
+            // register on that poll.
+            *registered = tokio::task::coop::has_budget_remaining();
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A timer polled once is seen firing without being polled again: the
+    /// task is woken by it, and `is_elapsed` says so.
+    #[tokio::test]
+    async fn a_registered_timer_wakes_the_task_and_is_seen_elapsed() {
+        let timer = tokio::time::sleep(Duration::from_millis(5));
+        tokio::pin!(timer);
+        let mut registered = false;
+        let polls = std::cell::Cell::new(0);
+        std::future::poll_fn(|cx| {
+            polls.set(polls.get() + 1);
+            if timer_due(timer.as_mut(), &mut registered, cx) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        assert!(registered);
+        assert_eq!(polls.get(), 2, "one poll to register, one when it fired");
+    }
+
+    /// Armed again, a timer is polled again: its new entry knows no waker.
+    #[tokio::test]
+    async fn a_reset_timer_registers_again() {
+        let timer = tokio::time::sleep(Duration::from_millis(5));
+        tokio::pin!(timer);
+        let mut waits = Waits::default();
+        let fired = std::future::poll_fn(|cx| {
+            Poll::Ready(timer_due(
+                timer.as_mut(),
+                &mut waits.heartbeat_registered,
+                cx,
+            ))
+        })
+        .await;
+        assert!(!fired);
+        assert!(waits.heartbeat_registered);
+        timer
+            .as_mut()
+            .reset(tokio::time::Instant::now() + Duration::from_millis(3));
+        waits.heartbeat_reset();
+        let woke = std::future::poll_fn(|cx| {
+            if timer_due(timer.as_mut(), &mut waits.heartbeat_registered, cx) {
+                Poll::Ready(tokio::time::Instant::now())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        assert!(timer.is_elapsed());
+        assert!(woke >= timer.deadline());
+    }
+}
