@@ -113,6 +113,18 @@ pub struct ServerConfig {
     pub demo_tokens: bool,
 }
 
+impl ServerConfig {
+    /// How a room's feed serves the members that follow it: as far behind
+    /// as a connection's queue holds, and held wake-ups as long as a busy
+    /// connection holds its writes.
+    pub(crate) fn feed(&self) -> crate::outbox::FeedConfig {
+        crate::outbox::FeedConfig {
+            capacity: self.send_queue_frames,
+            hold: std::time::Duration::from_millis(self.write_coalesce_ms),
+        }
+    }
+}
+
 /// The shortest `api_key` accepted: a guessable key is no protection.
 pub const MIN_API_KEY_LEN: usize = 16;
 

@@ -112,7 +112,7 @@ impl ClusterRooms {
             linger: Duration::from_millis(self.config.room_linger_ms),
             errors: self.errors.clone(),
             room_wait: self.room_wait.clone(),
-            feed_capacity: self.config.send_queue_frames,
+            feed_config: self.config.feed(),
         };
         let handle = cluster::spawn_replica(setup, info, id);
         hosted.insert(id.to_owned(), handle.clone());

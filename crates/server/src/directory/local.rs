@@ -55,7 +55,7 @@ impl LocalRooms {
             self.me.clone(),
             self.errors.clone(),
             self.room_wait.clone(),
-            self.config.send_queue_frames,
+            self.config.feed(),
         );
         let summary = handle.summary();
         rooms.insert(id, handle);

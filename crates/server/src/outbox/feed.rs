@@ -10,6 +10,14 @@
 //! write. Members the feed does not serve (those with a delivery policy;
 //! events for some members only) are still handed their events one by one.
 //!
+//! Coalescing: a follower whose connection wrote less than one window
+//! ago (busy, see `transport::coalesce`) is not woken by a new event; its
+//! wake-up is held for one window, with everything fed meanwhile, and the
+//! room's task releases it ([`RoomFeed::release_due`]). So a busy
+//! connection wakes once per write, where holding the write itself would
+//! wake it twice (for the event, then for its own timer) and set a timer
+//! per connection per write.
+//!
 //! Order: every frame a room queues for a member carries the feed's end at
 //! that moment (a [`Barrier`]), and the member's reader takes the feed's
 //! events before that end first. So a member gets the room's events and
@@ -20,11 +28,22 @@ use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use plaza_core::HistoryEntry;
 
 use super::Queue;
+
+/// How a room's feed serves its followers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeedConfig {
+    /// Events kept for followers that have not read them; a follower further
+    /// behind than this is a slow consumer (`send_queue_frames`).
+    pub capacity: usize,
+    /// The write coalescing window (`write_coalesce_ms`): a busy follower's
+    /// wake-up is held this long. Zero wakes every follower at once.
+    pub hold: Duration,
+}
 
 /// A room's live events, for the members that follow it.
 #[derive(Debug)]
@@ -34,12 +53,26 @@ pub struct RoomFeed {
     /// Events kept for followers that have not read them; a follower further
     /// behind than this is a slow consumer.
     capacity: usize,
+    hold: Duration,
     /// Position of the next event appended: events are numbered from 0 in
     /// the order appended (not the room's seq: not every event is fed).
     end: AtomicU64,
     ring: RwLock<Ring>,
     /// Followers waiting for the next event.
     waiting: Mutex<Vec<Arc<Follower>>>,
+    /// Busy followers' wake-ups, held until their window passes: batches by
+    /// release time, oldest first. Only the room's task touches it.
+    held: Mutex<VecDeque<HeldWakes>>,
+}
+
+/// The followers to wake at `at`: one batch per event that found busy
+/// followers waiting (batches are not merged: a wake-up released before
+/// its follower's window passed would have its connection hold the write
+/// again, for a whole window).
+#[derive(Debug)]
+struct HeldWakes {
+    at: Instant,
+    followers: Vec<Arc<Follower>>,
 }
 
 #[derive(Debug, Default)]
@@ -69,15 +102,26 @@ pub(super) struct Barrier {
 pub(super) struct Lagged;
 
 impl RoomFeed {
-    /// An empty feed keeping up to `capacity` unread events.
+    /// An empty feed keeping up to `capacity` unread events, which wakes
+    /// every follower at once.
     pub fn new(capacity: usize) -> Arc<RoomFeed> {
+        RoomFeed::with_config(FeedConfig {
+            capacity,
+            hold: Duration::ZERO,
+        })
+    }
+
+    /// An empty feed as `config` says.
+    pub fn with_config(config: FeedConfig) -> Arc<RoomFeed> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Arc::new(RoomFeed {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            capacity: capacity.max(1),
+            capacity: config.capacity.max(1),
+            hold: config.hold,
             end: AtomicU64::new(0),
             ring: RwLock::new(Ring::default()),
             waiting: Mutex::new(Vec::new()),
+            held: Mutex::new(VecDeque::new()),
         })
     }
 
@@ -103,8 +147,10 @@ impl RoomFeed {
         }
     }
 
-    /// Appends an event and wakes the followers waiting for one. For the
-    /// room's task only: one appender, so positions follow the room's order.
+    /// Appends an event and wakes the followers waiting for one, but for
+    /// the busy ones: theirs is held for one window (see the module's
+    /// docs). For the room's task only: one appender, so positions follow
+    /// the room's order. `ordered_at` is now (else the clock is read).
     pub fn append(&self, entry: Arc<HistoryEntry>, ordered_at: Option<Instant>) {
         {
             let mut ring = self.ring.write().unwrap_or_else(|p| p.into_inner());
@@ -116,10 +162,50 @@ impl RoomFeed {
             // Under the lock: a reader that sees the new end finds the event.
             self.end.fetch_add(1, Ordering::Release);
         }
-        let waiting = std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|p| p.into_inner()));
-        for f in waiting {
-            f.listed.store(false, Ordering::Release);
-            f.queue.feed_waker.wake();
+        let mut busy = std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|p| p.into_inner()));
+        if busy.is_empty() {
+            return;
+        }
+        let now = (!self.hold.is_zero()).then(|| ordered_at.unwrap_or_else(Instant::now));
+        busy.retain(|f| {
+            let held = now.is_some_and(|now| f.queue.busy_at(now, self.hold));
+            if !held {
+                wake(f);
+            }
+            held
+        });
+        let Some(now) = now.filter(|_| !busy.is_empty()) else {
+            return;
+        };
+        // Still listed while held: a follower that waits again meanwhile is
+        // not listed twice, and is woken with this batch.
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.push_back(HeldWakes {
+            at: now + self.hold,
+            followers: busy,
+        });
+    }
+
+    /// When the next held wake-up is due, if one is held.
+    pub fn next_release(&self) -> Option<Instant> {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.front().map(|h| h.at)
+    }
+
+    /// Wakes the followers whose held wake-up is due at `now`.
+    pub fn release_due(&self, now: Instant) {
+        loop {
+            let due = {
+                let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+                match held.front() {
+                    Some(h) if h.at <= now => held.pop_front(),
+                    _ => None,
+                }
+            };
+            let Some(due) = due else {
+                return;
+            };
+            due.followers.iter().for_each(wake);
         }
     }
 
@@ -161,7 +247,8 @@ impl RoomFeed {
 
     /// Takes `follower` off the waiting list: it follows no more. (A room
     /// whose members come and go without an event, presence off, would
-    /// otherwise keep every one that ever waited.)
+    /// otherwise keep every one that ever waited.) A held wake-up goes with
+    /// its batch, a window later at most.
     pub fn forget(&self, follower: &Arc<Follower>) {
         if follower.listed.swap(false, Ordering::AcqRel) {
             self.waiting
@@ -176,7 +263,11 @@ impl RoomFeed {
     /// would walk the list once per follower.
     pub fn forget_all(&self) {
         let waiting = std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|p| p.into_inner()));
-        for f in waiting {
+        let held = std::mem::take(&mut *self.held.lock().unwrap_or_else(|p| p.into_inner()));
+        for f in waiting
+            .into_iter()
+            .chain(held.into_iter().flat_map(|h| h.followers))
+        {
             f.listed.store(false, Ordering::Release);
         }
     }
@@ -190,6 +281,12 @@ impl RoomFeed {
                 .push(follower.clone());
         }
     }
+}
+
+/// Takes a listed follower off the list and wakes its connection's task.
+fn wake(f: &Arc<Follower>) {
+    f.listed.store(false, Ordering::Release);
+    f.queue.feed_waker.wake();
 }
 
 /// A member connection's following of one feed, as its room and its reader
@@ -285,6 +382,127 @@ mod tests {
         assert_eq!(feed.ring.read().unwrap().events.capacity(), 0);
         feed.append(entry(4), None);
         assert_eq!(seqs(&feed, 4, u64::MAX), Ok((vec![4], 5)));
+    }
+
+    /// A follower's task, as the feed sees it: its queue, and whether the
+    /// feed woke it.
+    struct Waiter {
+        rx: super::super::OutboxReceiver,
+        follower: Arc<Follower>,
+        woken: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    /// A waker that counts its wake-ups.
+    struct Counter(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl std::task::Wake for Counter {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Waiter {
+        fn new() -> Waiter {
+            let (out, rx) = super::super::Outbox::new(4, super::super::ConnectionControl::new());
+            let woken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let waker = std::task::Waker::from(Arc::new(Counter(woken.clone())));
+            out.queue.feed_waker.register(&waker);
+            Waiter {
+                follower: Follower::new(out.queue.clone(), 0),
+                rx,
+                woken,
+            }
+        }
+
+        fn woken(&self) -> usize {
+            self.woken.load(Ordering::SeqCst)
+        }
+    }
+
+    const HOLD: Duration = Duration::from_millis(2);
+
+    fn holding_feed() -> Arc<RoomFeed> {
+        RoomFeed::with_config(FeedConfig {
+            capacity: 8,
+            hold: HOLD,
+        })
+    }
+
+    #[test]
+    fn a_quiet_follower_is_woken_at_once_and_a_busy_one_a_window_after_the_event() {
+        let feed = holding_feed();
+        let t0 = Instant::now();
+        let (quiet, busy) = (Waiter::new(), Waiter::new());
+        // `quiet` wrote long ago; `busy` half a window before the event.
+        quiet.rx.wrote(t0);
+        let event_at = t0 + 10 * HOLD;
+        busy.rx.wrote(event_at - HOLD / 2);
+        feed.wait(&quiet.follower);
+        feed.wait(&busy.follower);
+        feed.append(entry(1), Some(event_at));
+        assert_eq!((quiet.woken(), busy.woken()), (1, 0));
+        assert_eq!(feed.next_release(), Some(event_at + HOLD));
+        // A follower that waits again while held is not listed twice.
+        feed.wait(&busy.follower);
+        assert!(feed.waiting.lock().unwrap().is_empty());
+        feed.release_due(event_at + HOLD - Duration::from_micros(1));
+        assert_eq!(busy.woken(), 0, "released before its window passed");
+        feed.release_due(event_at + HOLD);
+        assert_eq!(busy.woken(), 1);
+        assert_eq!(feed.next_release(), None);
+        // Released, it is listed again when it waits.
+        feed.wait(&busy.follower);
+        assert_eq!(feed.waiting.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn held_wake_ups_are_released_in_order_each_when_due() {
+        let feed = holding_feed();
+        let t0 = Instant::now() + Duration::from_secs(1);
+        let (a, b) = (Waiter::new(), Waiter::new());
+        a.rx.wrote(t0);
+        b.rx.wrote(t0);
+        feed.wait(&a.follower);
+        feed.append(entry(1), Some(t0 + HOLD / 4));
+        feed.wait(&b.follower);
+        feed.append(entry(2), Some(t0 + HOLD / 2));
+        assert_eq!(feed.next_release(), Some(t0 + HOLD / 4 + HOLD));
+        feed.release_due(t0 + HOLD / 4 + HOLD);
+        assert_eq!((a.woken(), b.woken()), (1, 0));
+        assert_eq!(feed.next_release(), Some(t0 + HOLD / 2 + HOLD));
+        feed.release_due(t0 + 10 * HOLD);
+        assert_eq!((a.woken(), b.woken()), (1, 1));
+    }
+
+    #[test]
+    fn a_feed_without_a_window_and_a_transport_that_never_wrote_wake_at_once() {
+        let t0 = Instant::now();
+        let plain = RoomFeed::new(8);
+        let w = Waiter::new();
+        w.rx.wrote(t0);
+        plain.wait(&w.follower);
+        plain.append(entry(1), Some(t0));
+        assert_eq!(w.woken(), 1);
+        assert_eq!(plain.next_release(), None);
+        let feed = holding_feed();
+        let never = Waiter::new();
+        feed.wait(&never.follower);
+        feed.append(entry(1), Some(t0));
+        assert_eq!(never.woken(), 1);
+    }
+
+    #[test]
+    fn closing_the_room_drops_held_wake_ups() {
+        let feed = holding_feed();
+        let t0 = Instant::now();
+        let w = Waiter::new();
+        w.rx.wrote(t0);
+        feed.wait(&w.follower);
+        feed.append(entry(1), Some(t0));
+        assert!(feed.next_release().is_some());
+        feed.forget_all();
+        assert_eq!(feed.next_release(), None);
+        assert!(!w.follower.listed.load(Ordering::SeqCst));
     }
 
     #[test]

@@ -14,10 +14,10 @@ mod feed;
 
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::task::AtomicWaker;
@@ -26,7 +26,7 @@ use plaza_protocol::CloseCode;
 use tokio_util::sync::CancellationToken;
 
 use feed::{Barrier, Lagged};
-pub use feed::{Follower, RoomFeed};
+pub use feed::{FeedConfig, Follower, RoomFeed};
 
 /// One queued frame.
 ///
@@ -325,6 +325,25 @@ struct Queue {
     open: AtomicBool,
     /// The connection's task, woken by an event in a feed it follows.
     feed_waker: AtomicWaker,
+    /// When the connection last wrote, in µs of [`process_micros`] (0: never):
+    /// the feeds it follows hold its wake-ups while it is busy.
+    last_write: AtomicU64,
+}
+
+impl Queue {
+    /// Whether the connection wrote less than `window` before `now`.
+    fn busy_at(&self, now: Instant, window: Duration) -> bool {
+        let last = self.last_write.load(Ordering::Relaxed);
+        last != 0 && process_micros(now) < last.saturating_add(window.as_micros() as u64)
+    }
+}
+
+/// Microseconds from the first call in this process, plus one (so never 0):
+/// an instant that fits an atomic.
+fn process_micros(t: Instant) -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(Instant::now);
+    t.saturating_duration_since(start).as_micros() as u64 + 1
 }
 
 /// What the queue's lock guards.
@@ -453,6 +472,7 @@ impl Outbox {
             replaying: AtomicUsize::new(0),
             open: AtomicBool::new(true),
             feed_waker: AtomicWaker::new(),
+            last_write: AtomicU64::new(0),
         });
         (
             Outbox {
@@ -600,6 +620,15 @@ impl Outbox {
 }
 
 impl OutboxReceiver {
+    /// The connection wrote at `at`: the feeds it follows hold its wake-ups
+    /// for a window from then (see [`feed`]'s docs). Transports that do not
+    /// coalesce their writes never call it, and are woken at once.
+    pub fn wrote(&self, at: Instant) {
+        self.queue
+            .last_write
+            .store(process_micros(at), Ordering::Relaxed);
+    }
+
     /// Waits until something is queued, taking nothing: a writer that
     /// holds its next write (coalescing) keeps the frames where producers
     /// can still add to them and the connection's close can still find them.

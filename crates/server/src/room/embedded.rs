@@ -16,6 +16,7 @@ use super::{
 };
 use crate::clock::now_ms;
 use crate::metrics::ErrorCounter;
+use crate::outbox::FeedConfig;
 
 /// Starts the task of a new room.
 pub(crate) fn spawn(
@@ -23,12 +24,12 @@ pub(crate) fn spawn(
     node: Arc<str>,
     errors: ErrorCounter,
     room_wait: Histogram,
-    feed_capacity: usize,
+    feed: FeedConfig,
 ) -> RoomHandle {
     let members = Arc::new(AtomicUsize::new(0));
     let info = RoomInfo::new(room.name(), room.config(), room.created_at());
     let (handle, rx) = mailbox(room.id(), info, members.clone());
-    let machine = RoomMachine::new(room, node, errors, feed_capacity);
+    let machine = RoomMachine::new(room, node, errors, feed);
     tokio::spawn(run(machine, members, rx, room_wait));
     handle
 }
@@ -51,6 +52,14 @@ async fn run(
             let wait = at.saturating_sub(now_ms());
             tokio::time::Instant::now() + Duration::from_millis(wait)
         });
+        // Busy followers' wake-ups: held to the microsecond, not the millisecond.
+        let release_at = machine
+            .next_feed_release()
+            .map(tokio::time::Instant::from_std);
+        let deadline = match (deadline, release_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let (origin, intent, pending) = tokio::select! {
             cmd = rx.recv() => match cmd {
                 None => break,
@@ -73,6 +82,7 @@ async fn run(
                 }
             },
             _ = sleep_until(deadline) => {
+                machine.release_feed(std::time::Instant::now());
                 let now = now_ms();
                 machine.flush_due(now);
                 if tick_at.is_none_or(|at| at > now) {

@@ -29,7 +29,7 @@ use super::compact_key::CompactLease;
 use super::flush;
 use super::sink::Sink;
 use crate::metrics::ErrorCounter;
-use crate::outbox::{Follower, Outbox, RoomFeed};
+use crate::outbox::{FeedConfig, Follower, Outbox, RoomFeed};
 
 /// Events fed between two looks for followers that fell too far behind
 /// (and for what every follower has read, which the feed then forgets).
@@ -95,13 +95,13 @@ pub(crate) struct RoomMachine {
 }
 
 impl RoomMachine {
-    /// A machine for `room` on node `me`, whose followers may fall
-    /// `feed_capacity` events behind before they are slow consumers.
+    /// A machine for `room` on node `me`, whose feed serves its followers
+    /// as `feed` says.
     pub(crate) fn new(
         room: Room<Sink>,
         me: Arc<str>,
         errors: ErrorCounter,
-        feed_capacity: usize,
+        feed: FeedConfig,
     ) -> RoomMachine {
         let compact = CompactLease::new(crate::clock::now_ms());
         prepare_history(&room, &compact);
@@ -112,7 +112,7 @@ impl RoomMachine {
             locals: HashMap::new(),
             held: Held::default(),
             errors,
-            feed: RoomFeed::new(feed_capacity),
+            feed: RoomFeed::with_config(feed),
             followers: HashMap::new(),
             handed: HashSet::new(),
             fed_since_scan: 0,
@@ -643,6 +643,16 @@ impl RoomMachine {
         let id = self.room.id();
         self.room
             .route_flush(session, &mut self.held, flush::to_local(id, None));
+    }
+
+    /// When the feed's next held wake-up is due (busy followers').
+    pub(crate) fn next_feed_release(&self) -> Option<Instant> {
+        self.feed.next_release()
+    }
+
+    /// Wakes the followers whose held wake-up is due at `now`.
+    pub(crate) fn release_feed(&self, now: Instant) {
+        self.feed.release_due(now);
     }
 
     /// Sends the held events whose time is up at `now`.

@@ -24,6 +24,7 @@ use super::record::LogRecord;
 use super::{encode_state, AppendFailure, Hosting, SNAPSHOT_EVERY, SNAPSHOT_MAX_LAG};
 use crate::clock::now_ms;
 use crate::metrics::ErrorCounter;
+use crate::outbox::FeedConfig;
 use crate::room::answer::not_joined;
 use crate::room::machine::{FollowUp, Origin, RoomMachine};
 use crate::room::{
@@ -61,9 +62,8 @@ pub(crate) struct ReplicaSetup {
     pub(crate) errors: ErrorCounter,
     /// `plaza_room_wait_seconds`: a command's wait in the mailbox.
     pub(crate) room_wait: metrics::Histogram,
-    /// Events a member may fall behind the room's feed before it is a slow
-    /// consumer (`send_queue_frames`).
-    pub(crate) feed_capacity: usize,
+    /// How the room's feed serves this node's members.
+    pub(crate) feed_config: FeedConfig,
 }
 
 /// Starts hosting room `id` on this node. The replica loads the room's latest
@@ -96,7 +96,7 @@ pub(crate) fn spawn_replica(setup: ReplicaSetup, info: RoomInfo, id: &str) -> Ro
         linger: setup.linger,
         errors: setup.errors,
         room_wait: setup.room_wait,
-        feed_capacity: setup.feed_capacity,
+        feed_config: setup.feed_config,
     };
     tokio::spawn(task.run(rx, notices));
     handle
@@ -145,7 +145,7 @@ struct Replica {
     linger: Duration,
     errors: ErrorCounter,
     room_wait: metrics::Histogram,
-    feed_capacity: usize,
+    feed_config: FeedConfig,
 }
 
 impl Replica {
@@ -173,6 +173,16 @@ impl Replica {
                     let wait = at.saturating_sub(crate::clock::now_ms());
                     tokio::time::Instant::now() + Duration::from_millis(wait)
                 });
+            // Busy followers' wake-ups, held by the feed.
+            let release_at = self
+                .machine
+                .as_ref()
+                .and_then(|m| m.next_feed_release())
+                .map(tokio::time::Instant::from_std);
+            let flush_at = match (flush_at, release_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let retry = (self.behind || !self.retry.is_empty())
                 .then(|| tokio::time::Instant::now() + RETRY_AFTER);
             // A node hosts a room while it has members there, and a while
@@ -199,6 +209,7 @@ impl Replica {
                 _ = sleep_until(deadline) => self.ask_tick(),
                 _ = sleep_until(flush_at) => {
                     if let Some(m) = self.machine.as_mut() {
+                        m.release_feed(Instant::now());
                         m.flush_due(crate::clock::now_ms());
                     }
                 }

@@ -70,7 +70,7 @@ impl Replica {
                     room,
                     me,
                     self.errors.clone(),
-                    self.feed_capacity,
+                    self.feed_config,
                 ))
             }
         }

@@ -202,7 +202,10 @@ pub(crate) async fn serve_socket(
                             break failed_write(&control);
                         }
                     }
-                    last_write = Some(batch.finish(&session.node));
+                    let done = batch.finish(&session.node);
+                    // The feeds it follows hold its wake-ups for a window.
+                    session.queue.wrote(done.into_std());
+                    last_write = Some(done);
                 }
                 Err(_) => break failed_write(&control),
             }
