@@ -53,6 +53,8 @@ pub struct NodeMetrics {
     /// The per-event histograms, rendered after the recorder's text.
     histograms: [Arc<BucketHistogram>; 2],
     sampler: Sampler,
+    /// Every counter, to publish before rendering.
+    tees: Vec<Arc<TeeCounter>>,
 }
 
 const METADATA: Metadata<'static> = Metadata::new("plaza", Level::INFO, Some(module_path!()));
@@ -75,8 +77,15 @@ impl NodeMetrics {
                 0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
             ],
         );
+        // Every counter is a tee, published to the exporter when rendered.
+        let tees = std::cell::RefCell::new(Vec::new());
+        let tee = |exported| {
+            let (tee, counter) = TeeCounter::wrap(exported);
+            tees.borrow_mut().push(tee.clone());
+            (tee, counter)
+        };
         let counter = |name: &'static str| {
-            TeeCounter::wrap(recorder.register_counter(&Key::from_static_name(name), &METADATA))
+            tee(recorder.register_counter(&Key::from_static_name(name), &METADATA))
         };
         let gauge =
             |name: &'static str| recorder.register_gauge(&Key::from_static_name(name), &METADATA);
@@ -87,7 +96,7 @@ impl NodeMetrics {
                     "plaza_errors_total",
                     vec![Label::new("code", code.as_str())],
                 );
-                let (tee, c) = TeeCounter::wrap(recorder.register_counter(&key, &METADATA));
+                let (tee, c) = tee(recorder.register_counter(&key, &METADATA));
                 (code, c, tee)
             })
             .collect();
@@ -123,6 +132,7 @@ impl NodeMetrics {
             recent_latency,
             sampler: Sampler::new(),
             recorder,
+            tees: tees.into_inner(),
         }
     }
 
@@ -200,6 +210,9 @@ impl NodeMetrics {
             };
             gauge("plaza_allocator_allocated_bytes").set(f.allocated as f64);
             gauge("plaza_allocator_resident_bytes").set(f.resident as f64);
+        }
+        for tee in &self.tees {
+            tee.publish();
         }
         self.handle.run_upkeep();
         let mut text = self.handle.render();

@@ -113,7 +113,13 @@ impl Status {
     }
 }
 
-/// A counter of the Prometheus exporter whose total can also be read here.
+/// A counter whose total is read here and published to the Prometheus
+/// exporter when it is scraped ([`TeeCounter::publish`]).
+///
+/// Why not count in the exporter's counter as well: some of these count
+/// every write of every connection, and the exporter's counter is two more
+/// atomic read-modify-writes per count (its value and its generation),
+/// about 1 % of a busy server (docs/benchmarks.md, issue 19).
 pub(crate) struct TeeCounter {
     exported: Counter,
     total: AtomicU64,
@@ -133,16 +139,19 @@ impl TeeCounter {
     pub(crate) fn get(&self) -> u64 {
         self.total.load(Ordering::Relaxed)
     }
+
+    /// Gives the exporter the total: before every render.
+    pub(crate) fn publish(&self) {
+        self.exported.absolute(self.get());
+    }
 }
 
 impl CounterFn for TeeCounter {
     fn increment(&self, value: u64) {
-        self.exported.increment(value);
         self.total.fetch_add(value, Ordering::Relaxed);
     }
 
     fn absolute(&self, value: u64) {
-        self.exported.absolute(value);
         self.total.fetch_max(value, Ordering::Relaxed);
     }
 }
@@ -193,7 +202,10 @@ impl LatencyHistogram {
 
     fn record_us(&self, us: u64) {
         self.buckets[bucket_of(us)].fetch_add(1, Ordering::Relaxed);
-        self.max_us.fetch_max(us, Ordering::Relaxed);
+        // Rarely a new maximum: a load, not a read-modify-write, per sample.
+        if us > self.max_us.load(Ordering::Relaxed) {
+            self.max_us.fetch_max(us, Ordering::Relaxed);
+        }
     }
 
     /// Takes the counts recorded since the last call, leaving the histogram empty.
