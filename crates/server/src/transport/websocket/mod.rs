@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use plaza_protocol::CloseCode;
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -178,7 +179,7 @@ pub(crate) async fn serve_socket(
                 if pending.capacity() - pending.len() < READ_CHUNK / 4 {
                     pending.reserve(READ_CHUNK);
                 }
-                match stream.try_read_buf(&mut pending) {
+                match read_some(&stream, &mut pending) {
                     Ok(0) => break End::Gone,
                     // The heartbeat's timer is not moved: when it fires, the
                     // session says whether anything is due yet.
@@ -264,6 +265,28 @@ pub(crate) async fn serve_socket(
     })
     .await;
     session.finish();
+}
+
+/// Reads what the socket holds into `buf`. A read that does not fill the
+/// buffer's spare room emptied the socket: then the socket's readiness is
+/// cleared (as of before the read, so an event since is not lost), and the
+/// connection waits for the next event rather than read again only to be
+/// told "would block", as tokio's own reads do. One syscall less per client
+/// message.
+fn read_some(stream: &TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
+    let room = buf.capacity() - buf.len();
+    let mut read = None;
+    let _ = stream.try_io(Interest::READABLE, || {
+        let r = stream.try_read_buf(buf);
+        let emptied = matches!(r, Ok(n) if n > 0 && n < room);
+        read = Some(r);
+        if emptied {
+            Err(io::ErrorKind::WouldBlock.into())
+        } else {
+            Ok(())
+        }
+    });
+    read.unwrap_or_else(|| Err(io::ErrorKind::WouldBlock.into()))
 }
 
 #[cfg(test)]
