@@ -458,6 +458,18 @@ pub struct OutboxReceiver {
     staged: VecDeque<Outgoing>,
 }
 
+/// Where the frames ready to be taken come from
+/// ([`OutboxReceiver::poll_source`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The connection's queue (and maybe feeds too).
+    Queued,
+    /// Only the feeds it follows. A feed wakes a busy connection a
+    /// coalescing window after the event (see [`feed`]): by then, its write
+    /// is due.
+    Fed,
+}
+
 /// Returned by [`OutboxReceiver::try_recv`] when nothing is queued.
 #[cfg(test)]
 #[derive(Debug, PartialEq, Eq)]
@@ -640,13 +652,18 @@ impl OutboxReceiver {
     /// (or unread in a followed feed), else the task is woken by the next
     /// frame queued or event fed.
     pub fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.poll_source(cx).map(|_| ())
+    }
+
+    /// [`OutboxReceiver::poll_ready`], saying where what is ready comes from.
+    pub fn poll_source(&self, cx: &mut Context<'_>) -> Poll<Source> {
         if !self.staged.is_empty() {
-            return Poll::Ready(());
+            return Poll::Ready(Source::Queued);
         }
         {
             let mut items = self.frames();
             if !items.queued.is_empty() {
-                return Poll::Ready(());
+                return Poll::Ready(Source::Queued);
             }
             match &mut items.waiter {
                 Some(w) if w.will_wake(cx.waker()) => {}
@@ -657,7 +674,7 @@ impl OutboxReceiver {
             return Poll::Pending;
         }
         if self.cursors.iter().any(Cursor::unread) {
-            return Poll::Ready(());
+            return Poll::Ready(Source::Fed);
         }
         self.queue.feed_waker.register(cx.waker());
         for c in &self.cursors {
@@ -665,7 +682,7 @@ impl OutboxReceiver {
         }
         // An event fed between the look and the listing woke nobody.
         if self.cursors.iter().any(Cursor::unread) {
-            return Poll::Ready(());
+            return Poll::Ready(Source::Fed);
         }
         Poll::Pending
     }

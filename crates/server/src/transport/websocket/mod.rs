@@ -148,6 +148,9 @@ pub(crate) async fn serve_socket(
             // A held batch is due. Reading went on while it waited: holding
             // the writes must not hold the client's messages.
             Wake::Held => true,
+            // Only feeds' events: a feed holds a busy connection's wake-up
+            // itself, for a window from the event (see `outbox::feed`).
+            Wake::Fed => true,
             // Something was queued: written now, or held while the
             // connection is busy (see `coalesce`).
             Wake::Queued => match coalesce::hold_until(last_write, Instant::now(), coalesce) {

@@ -8,16 +8,21 @@
 //! waker, and after that only looked at ([`Sleep::is_elapsed`]): the task's
 //! waker stays registered until the timer fires, since one task serves the
 //! connection for its whole life. The close is watched the same way
-//! ([`ConnectionControl::poll_closed_by_its_task`]).
+//! ([`ConnectionControl::poll_closed_by_its_task`]), and the socket's
+//! readiness through a waker that notes its wake-ups ([`SocketWake`]):
+//! polling it registers the waker under the socket's lock, twice per write
+//! otherwise.
 
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake as WakeTask, Waker};
 
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
-use crate::outbox::{ConnectionControl, OutboxReceiver};
+use crate::outbox::{ConnectionControl, OutboxReceiver, Source};
 
 /// Why the connection's task woke.
 #[derive(Debug)]
@@ -32,6 +37,28 @@ pub(super) enum Wake {
     Readable(io::Result<()>),
     /// Something is queued, and no batch is held.
     Queued,
+    /// The feeds it follows have events, and nothing else is queued: a
+    /// busy connection's feed wakes it when its write is due.
+    Fed,
+}
+
+/// The waker given to the socket: it notes that the socket woke the task,
+/// so the task polls the socket's readiness only then (and once at first).
+#[derive(Debug)]
+struct SocketWake {
+    woken: AtomicBool,
+    task: Waker,
+}
+
+impl WakeTask for SocketWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.task.wake_by_ref();
+    }
 }
 
 /// What the connection's task knows of its waits across turns: which
@@ -44,6 +71,9 @@ pub(super) struct Waits {
     holding: bool,
     hold_registered: bool,
     heartbeat_registered: bool,
+    /// Made on the first poll (it holds the task's waker), and kept: the
+    /// socket keeps it registered until it wakes the task.
+    socket: Option<Arc<SocketWake>>,
 }
 
 impl Waits {
@@ -82,11 +112,29 @@ impl Waits {
         if timer_due(heartbeat, &mut self.heartbeat_registered, cx) {
             return Poll::Ready(Wake::Heartbeat);
         }
-        if let Poll::Ready(r) = stream.poll_read_ready(cx) {
-            return Poll::Ready(Wake::Readable(r));
+        let socket = self.socket.get_or_insert_with(|| {
+            Arc::new(SocketWake {
+                woken: AtomicBool::new(true),
+                task: cx.waker().clone(),
+            })
+        });
+        if socket.woken.swap(false, Ordering::AcqRel) {
+            // Made here, only when the socket is looked at: the task's
+            // future keeps one pointer, not a waker too.
+            let waker = Waker::from(socket.clone());
+            if let Poll::Ready(r) = stream.poll_read_ready(&mut Context::from_waker(&waker)) {
+                // Still readable until a read says otherwise: look again
+                // next turn.
+                socket.woken.store(true, Ordering::Release);
+                return Poll::Ready(Wake::Readable(r));
+            }
         }
-        if !self.holding && queue.poll_ready(cx).is_ready() {
-            return Poll::Ready(Wake::Queued);
+        if !self.holding {
+            match queue.poll_source(cx) {
+                Poll::Ready(Source::Queued) => return Poll::Ready(Wake::Queued),
+                Poll::Ready(Source::Fed) => return Poll::Ready(Wake::Fed),
+                Poll::Pending => {}
+            }
         }
         Poll::Pending
     }
