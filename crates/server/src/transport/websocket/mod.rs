@@ -83,13 +83,16 @@ pub(crate) async fn serve_socket(
     // The loop wakes many times a second in a busy room, for every write:
     // a wake-up must cost little more than the write. So what lives as long
     // as the connection is made once, and each thing the loop waits for
-    // registers its waker once per arming, not on every turn (see `Waits`):
-    // a held batch's timer is set once per write, the heartbeat's only when
-    // it is due.
-    let hold = tokio::time::sleep_until(Instant::now());
-    let heartbeat = tokio::time::sleep_until(session.heartbeat_deadline());
-    tokio::pin!(hold, heartbeat);
+    // registers its waker once per arming, not on every turn (see `Waits`).
+    // One timer serves both deadlines, a held batch's write and the
+    // heartbeat: a feed holds a busy follower's wake-ups itself, so the
+    // connection holds only its own frames (acks, answers), and its timer
+    // is moved only when those are held or the timer fires.
+    let timer = tokio::time::sleep_until(session.heartbeat_deadline());
+    tokio::pin!(timer);
     let mut waits = Waits::default();
+    // When the held batch is written, while one is held.
+    let mut write_at: Option<Instant> = None;
 
     let end = 'conn: loop {
         // Handle every complete frame already read.
@@ -131,23 +134,13 @@ pub(crate) async fn serve_socket(
             pending = BytesMut::new();
         }
         let wake = std::future::poll_fn(|cx| {
-            waits.poll(
-                cx,
-                &control,
-                hold.as_mut(),
-                heartbeat.as_mut(),
-                &stream,
-                &session.queue,
-            )
+            waits.poll(cx, &control, timer.as_mut(), &stream, &session.queue)
         })
         .await;
         let write = match wake {
             // Closed by the server: a slow consumer, a kick, shutdown (the
             // node closes every session with 1012), …
             Wake::Closed => break End::Server,
-            // A held batch is due. Reading went on while it waited: holding
-            // the writes must not hold the client's messages.
-            Wake::Held => true,
             // Only feeds' events: a feed holds a busy connection's wake-up
             // itself, for a window from the event (see `outbox::feed`).
             Wake::Fed => true,
@@ -155,14 +148,25 @@ pub(crate) async fn serve_socket(
             // connection is busy (see `coalesce`).
             Wake::Queued => match coalesce::hold_until(last_write, Instant::now(), coalesce) {
                 Some(at) => {
-                    hold.as_mut().reset(at);
+                    write_at = Some(at);
                     waits.hold();
+                    arm(timer.as_mut(), &mut waits, write_at, &session);
                     false
                 }
                 None => true,
             },
-            Wake::Heartbeat => {
-                match session.heartbeat(Instant::now()) {
+            // A held batch is due, or the heartbeat (the session says what
+            // is due, maybe nothing yet). Reading went on while the batch
+            // waited: holding the writes must not hold the client's
+            // messages.
+            Wake::Timer => {
+                let now = Instant::now();
+                let due = write_at.is_some_and(|at| at <= now);
+                if due {
+                    write_at = None;
+                    waits.released();
+                }
+                match session.heartbeat(now) {
                     Heartbeat::Nothing => {}
                     Heartbeat::Expired => break End::Server,
                     Heartbeat::Ping => {
@@ -173,9 +177,8 @@ pub(crate) async fn serve_socket(
                         }
                     }
                 }
-                heartbeat.as_mut().reset(session.heartbeat_deadline());
-                waits.heartbeat_reset();
-                false
+                arm(timer.as_mut(), &mut waits, write_at, &session);
+                due
             }
             Wake::Readable(Err(_)) => break End::Gone,
             Wake::Readable(Ok(())) => {
@@ -268,6 +271,19 @@ pub(crate) async fn serve_socket(
     })
     .await;
     session.finish();
+}
+
+/// Sets the connection's one timer to its next deadline: the held batch's
+/// write, or the heartbeat.
+fn arm(
+    timer: std::pin::Pin<&mut tokio::time::Sleep>,
+    waits: &mut Waits,
+    write_at: Option<Instant>,
+    session: &ClientSession,
+) {
+    let heartbeat = session.heartbeat_deadline();
+    timer.reset(write_at.map_or(heartbeat, |at| at.min(heartbeat)));
+    waits.timer_reset();
 }
 
 /// Reads what the socket holds into `buf`. A read that does not fill the

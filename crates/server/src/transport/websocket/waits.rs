@@ -2,8 +2,8 @@
 //! waits for all of it.
 //!
 //! Why not `select!`: it polls every branch on every wake-up, and a busy
-//! connection wakes for every write (the room's event, then its held
-//! batch's timer). Each poll of a timer registers the task's waker again.
+//! connection wakes for every write. Each poll of a timer registers the
+//! task's waker again.
 //! Here a timer is polled once after it is armed, which registers the
 //! waker, and after that only looked at ([`Sleep::is_elapsed`]): the task's
 //! waker stays registered until the timer fires, since one task serves the
@@ -29,10 +29,8 @@ use crate::outbox::{ConnectionControl, OutboxReceiver, Source};
 pub(super) enum Wake {
     /// The server closed the connection.
     Closed,
-    /// The held batch is due.
-    Held,
-    /// The heartbeat's deadline passed: the session says what is due.
-    Heartbeat,
+    /// The timer fired: the held batch's write or the heartbeat is due.
+    Timer,
     /// The socket has something to read (or failed).
     Readable(io::Result<()>),
     /// Something is queued, and no batch is held.
@@ -61,41 +59,43 @@ impl WakeTask for SocketWake {
     }
 }
 
-/// What the connection's task knows of its waits across turns: which
-/// timers know its waker, and whether a batch is held.
+/// What the connection's task knows of its waits across turns: whether
+/// its timer knows its waker, and whether a batch is held.
 #[derive(Debug, Default)]
 pub(super) struct Waits {
     watching_close: bool,
-    /// A batch is held until the hold timer fires: the queue is not
-    /// watched meanwhile, what comes joins the held batch.
+    /// A batch is held until the timer fires: the queue is not watched
+    /// meanwhile, what comes joins the held batch.
     holding: bool,
-    hold_registered: bool,
-    heartbeat_registered: bool,
+    timer_registered: bool,
     /// Made on the first poll (it holds the task's waker), and kept: the
     /// socket keeps it registered until it wakes the task.
     socket: Option<Arc<SocketWake>>,
 }
 
 impl Waits {
-    /// The hold timer was just armed: a batch is held until it fires.
+    /// A batch is held until the timer fires.
     pub(super) fn hold(&mut self) {
         self.holding = true;
-        self.hold_registered = false;
     }
 
-    /// The heartbeat timer was just armed again.
-    pub(super) fn heartbeat_reset(&mut self) {
-        self.heartbeat_registered = false;
+    /// The held batch was released.
+    pub(super) fn released(&mut self) {
+        self.holding = false;
+    }
+
+    /// The timer was just armed again: its new entry knows no waker.
+    pub(super) fn timer_reset(&mut self) {
+        self.timer_registered = false;
     }
 
     /// Ready with the first thing that happened, in order of precedence:
-    /// a close, the held batch, the heartbeat, the socket, the queue.
+    /// a close, the timer, the socket, the queue.
     pub(super) fn poll(
         &mut self,
         cx: &mut Context<'_>,
         control: &ConnectionControl,
-        hold: Pin<&mut Sleep>,
-        heartbeat: Pin<&mut Sleep>,
+        timer: Pin<&mut Sleep>,
         stream: &TcpStream,
         queue: &OutboxReceiver,
     ) -> Poll<Wake> {
@@ -105,12 +105,8 @@ impl Waits {
         {
             return Poll::Ready(Wake::Closed);
         }
-        if self.holding && timer_due(hold, &mut self.hold_registered, cx) {
-            self.holding = false;
-            return Poll::Ready(Wake::Held);
-        }
-        if timer_due(heartbeat, &mut self.heartbeat_registered, cx) {
-            return Poll::Ready(Wake::Heartbeat);
+        if timer_due(timer, &mut self.timer_registered, cx) {
+            return Poll::Ready(Wake::Timer);
         }
         let socket = self.socket.get_or_insert_with(|| {
             Arc::new(SocketWake {
@@ -192,21 +188,17 @@ mod tests {
         tokio::pin!(timer);
         let mut waits = Waits::default();
         let fired = std::future::poll_fn(|cx| {
-            Poll::Ready(timer_due(
-                timer.as_mut(),
-                &mut waits.heartbeat_registered,
-                cx,
-            ))
+            Poll::Ready(timer_due(timer.as_mut(), &mut waits.timer_registered, cx))
         })
         .await;
         assert!(!fired);
-        assert!(waits.heartbeat_registered);
+        assert!(waits.timer_registered);
         timer
             .as_mut()
             .reset(tokio::time::Instant::now() + Duration::from_millis(3));
-        waits.heartbeat_reset();
+        waits.timer_reset();
         let woke = std::future::poll_fn(|cx| {
-            if timer_due(timer.as_mut(), &mut waits.heartbeat_registered, cx) {
+            if timer_due(timer.as_mut(), &mut waits.timer_registered, cx) {
                 Poll::Ready(tokio::time::Instant::now())
             } else {
                 Poll::Pending
