@@ -316,6 +316,41 @@ mod tests {
 
     use crate::{Node, ServerConfig};
 
+    /// Whether the socket counts as readable, without reading it.
+    fn readable_now(stream: &tokio::net::TcpStream) -> bool {
+        stream
+            .try_io(tokio::io::Interest::READABLE, || Ok(()))
+            .is_ok()
+    }
+
+    /// A read that empties the socket clears its readiness (the next turn
+    /// waits for an event rather than read again); one that fills the
+    /// buffer does not (more may be waiting).
+    #[tokio::test]
+    async fn a_read_that_empties_the_socket_clears_its_readiness() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+
+        client.write_all(b"0123456789").await.unwrap();
+        server.readable().await.unwrap();
+        let mut buf = bytes::BytesMut::with_capacity(4);
+        assert_eq!(super::read_some(&server, &mut buf).unwrap(), 4);
+        assert!(readable_now(&server), "6 bytes are still waiting");
+        let mut buf = bytes::BytesMut::with_capacity(64);
+        assert_eq!(super::read_some(&server, &mut buf).unwrap(), 6);
+        assert!(!readable_now(&server), "the socket is empty");
+
+        // Readable again with the next bytes.
+        client.write_all(b"ab").await.unwrap();
+        server.readable().await.unwrap();
+        assert_eq!(super::read_some(&server, &mut buf).unwrap(), 2);
+        assert_eq!(&buf[..], b"456789ab");
+    }
+
     /// Each connection is one task holding this future: keep it small, since
     /// an idle connection's memory is mostly this plus its queue.
     #[tokio::test]
