@@ -134,7 +134,14 @@ pub(crate) async fn serve_socket(
             pending = BytesMut::new();
         }
         let wake = std::future::poll_fn(|cx| {
-            waits.poll(cx, &control, timer.as_mut(), &stream, &session.queue)
+            waits.poll(
+                cx,
+                &control,
+                timer.as_mut(),
+                &stream,
+                &session.queue,
+                write_at.is_some(),
+            )
         })
         .await;
         let write = match wake {
@@ -149,7 +156,6 @@ pub(crate) async fn serve_socket(
             Wake::Queued => match coalesce::hold_until(last_write, Instant::now(), coalesce) {
                 Some(at) => {
                     write_at = Some(at);
-                    waits.hold();
                     arm(timer.as_mut(), &mut waits, write_at, &session);
                     false
                 }
@@ -164,7 +170,6 @@ pub(crate) async fn serve_socket(
                 let due = write_at.is_some_and(|at| at <= now);
                 if due {
                     write_at = None;
-                    waits.released();
                 }
                 match session.heartbeat(now) {
                     Heartbeat::Nothing => {}

@@ -59,14 +59,11 @@ impl WakeTask for SocketWake {
     }
 }
 
-/// What the connection's task knows of its waits across turns: whether
-/// its timer knows its waker, and whether a batch is held.
+/// What the connection's task knows of its waits across turns: which of
+/// them know its waker.
 #[derive(Debug, Default)]
 pub(super) struct Waits {
     watching_close: bool,
-    /// A batch is held until the timer fires: the queue is not watched
-    /// meanwhile, what comes joins the held batch.
-    holding: bool,
     timer_registered: bool,
     /// Made on the first poll (it holds the task's waker), and kept: the
     /// socket keeps it registered until it wakes the task.
@@ -74,23 +71,15 @@ pub(super) struct Waits {
 }
 
 impl Waits {
-    /// A batch is held until the timer fires.
-    pub(super) fn hold(&mut self) {
-        self.holding = true;
-    }
-
-    /// The held batch was released.
-    pub(super) fn released(&mut self) {
-        self.holding = false;
-    }
-
     /// The timer was just armed again: its new entry knows no waker.
     pub(super) fn timer_reset(&mut self) {
         self.timer_registered = false;
     }
 
     /// Ready with the first thing that happened, in order of precedence:
-    /// a close, the timer, the socket, the queue.
+    /// a close, the timer, the socket, the queue. While a batch is
+    /// `holding` (until the timer fires) the queue is not watched: what
+    /// comes joins the held batch.
     pub(super) fn poll(
         &mut self,
         cx: &mut Context<'_>,
@@ -98,6 +87,7 @@ impl Waits {
         timer: Pin<&mut Sleep>,
         stream: &TcpStream,
         queue: &OutboxReceiver,
+        holding: bool,
     ) -> Poll<Wake> {
         if control
             .poll_closed_by_its_task(cx, &mut self.watching_close)
@@ -125,7 +115,7 @@ impl Waits {
                 return Poll::Ready(Wake::Readable(r));
             }
         }
-        if !self.holding {
+        if !holding {
             match queue.poll_source(cx) {
                 Poll::Ready(Source::Queued) => return Poll::Ready(Wake::Queued),
                 Poll::Ready(Source::Fed) => return Poll::Ready(Wake::Fed),

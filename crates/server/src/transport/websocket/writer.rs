@@ -176,14 +176,7 @@ impl Batch {
 
     /// Writes what the socket takes now.
     fn write_now(&mut self, stream: &TcpStream) -> io::Result<()> {
-        while !self.is_written() {
-            match stream.try_write(&self.out[self.written..]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.written += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) => return Err(e),
-            }
-        }
+        self.written += write_now(stream, &self.out[self.written..])?;
         Ok(())
     }
 
@@ -240,17 +233,12 @@ async fn guarded_write(
     unfinished: &mut Vec<u8>,
 ) -> io::Result<()> {
     let mut rest = buf;
-    while !rest.is_empty() {
+    loop {
         // Written at once nearly always: waiting for the socket (and for a
         // close meanwhile) only when its buffer is full.
-        match stream.try_write(rest) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => {
-                rest = &rest[n..];
-                continue;
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
+        rest = &rest[write_now(stream, rest)?..];
+        if rest.is_empty() {
+            return Ok(());
         }
         tokio::select! {
             biased;
@@ -261,7 +249,21 @@ async fn guarded_write(
             }
         }
     }
-    Ok(())
+}
+
+/// Writes as much of `buf` as the socket takes without waiting; returns how
+/// much that was.
+fn write_now(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+    let mut written = 0;
+    while written < buf.len() {
+        match stream.try_write(&buf[written..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(written)
 }
 
 pub(super) async fn write_all(stream: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
