@@ -395,7 +395,12 @@ pub(super) async fn join(
         }
     };
     let writer = Arc::new(tokio::sync::Mutex::new(writer));
-    let observer = st.vu / shared.rooms < shared.opts.observers_per_room;
+    let room = (st.vu % shared.rooms) as usize;
+    let observer = is_observer(
+        st.vu / shared.rooms,
+        shared.room_sizes[room],
+        shared.opts.observers_per_room,
+    );
     let reader = tokio::spawn(receive(
         shared.clone(),
         st.vu,
@@ -464,4 +469,51 @@ fn random_number(s: &str, rng: &mut StdRng) -> Option<i64> {
     let (lo, hi) = inner.split_once(':')?;
     let (lo, hi): (i64, i64) = (lo.trim().parse().ok()?, hi.trim().parse().ok()?);
     (lo <= hi).then(|| rng.random_range(lo..=hi))
+}
+
+/// Whether the member that joined its room `index`-th (from 0), in a room of
+/// `size`, is one of the room's `observers` (those that time what they
+/// receive): members spread evenly over the order of joining, not the first
+/// to join. A server that fans out in join order (a plain relay walks its
+/// list of connections) serves its first members first, so timing only them
+/// understates its mean latency; an even spread samples every place in
+/// that order alike.
+fn is_observer(index: u64, size: u64, observers: u64) -> bool {
+    if observers == 0 {
+        return false;
+    }
+    let stride = (size / observers).max(1);
+    index % stride == 0 && index / stride < observers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_observer;
+
+    fn observers(size: u64, wanted: u64) -> Vec<u64> {
+        (0..size).filter(|&i| is_observer(i, size, wanted)).collect()
+    }
+
+    #[test]
+    fn observers_spread_over_the_order_of_joining() {
+        assert_eq!(observers(500, 20).len(), 20);
+        assert_eq!(observers(500, 20)[..3], [0, 25, 50]);
+        assert_eq!(*observers(500, 20).last().unwrap(), 475);
+        // Not a multiple: still exactly as many, from the whole room.
+        let v = observers(1030, 20);
+        assert_eq!(v.len(), 20);
+        assert_eq!(*v.last().unwrap(), 19 * 51);
+    }
+
+    #[test]
+    fn a_room_smaller_than_its_observers_is_all_observers() {
+        assert_eq!(observers(5, 20), vec![0, 1, 2, 3, 4]);
+        assert_eq!(observers(20, 20).len(), 20);
+        assert_eq!(observers(10_000, 100_000).len(), 10_000);
+    }
+
+    #[test]
+    fn no_observers_times_nobody() {
+        assert!(observers(100, 0).is_empty());
+    }
 }
