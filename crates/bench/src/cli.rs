@@ -50,7 +50,11 @@ struct ReferenceArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:7800")]
     listen: SocketAddr,
-    /// Write coalescing window in ms (0: write at once), as Plaza's `write_coalesce_ms`.
+    /// Write coalescing window in ms (0: write at once). Counted from when the
+    /// connection's writer runs (after the frame that woke it), and from the
+    /// last write while frames keep coming: a frame waits longer than with
+    /// Plaza's `write_coalesce_ms` of the same value, which counts from the
+    /// frame's event.
     #[arg(long, default_value_t = 2)]
     coalesce_ms: u64,
 }

@@ -8,9 +8,12 @@
 //! receive.
 //!
 //! Each message is framed once into a shared [`Bytes`]; a connection's writer
-//! copies what is queued into one buffer per write. Writes are coalesced like
-//! Plaza's: a connection that wrote less than one window ago holds a new frame
-//! for one window, so a busy connection writes once per window.
+//! copies what is queued into one buffer per write. Writes are coalesced: a
+//! writer woken less than one window after its last write sleeps one window
+//! from then, so a busy connection writes about once per window. The window
+//! counts from when the writer runs (and, while frames keep coming, from its
+//! last write), not from the frame: at the same window its frames wait longer
+//! than Plaza's, whose window counts from the event.
 
 use std::io;
 use std::net::SocketAddr;

@@ -87,7 +87,7 @@ struct ServeArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     send_queue_frames: Option<usize>,
-    /// A busy connection writes at most once per this many ms; 0 writes at once [default: 2].
+    /// A busy connection writes at most once per this many ms; 0 writes at once [default: 3].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     write_coalesce_ms: Option<u64>,

@@ -483,7 +483,7 @@ fn is_observer(index: u64, size: u64, observers: u64) -> bool {
         return false;
     }
     let stride = (size / observers).max(1);
-    index % stride == 0 && index / stride < observers
+    index.is_multiple_of(stride) && index / stride < observers
 }
 
 #[cfg(test)]
@@ -491,7 +491,9 @@ mod tests {
     use super::is_observer;
 
     fn observers(size: u64, wanted: u64) -> Vec<u64> {
-        (0..size).filter(|&i| is_observer(i, size, wanted)).collect()
+        (0..size)
+            .filter(|&i| is_observer(i, size, wanted))
+            .collect()
     }
 
     #[test]
