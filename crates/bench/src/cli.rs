@@ -76,7 +76,8 @@ struct RunArgs {
     /// The server's pid: its CPU time and RSS are read from /proc.
     #[arg(long)]
     server_pid: Option<u32>,
-    /// Users per room whose receipts are timestamped (latency samples).
+    /// Users per room whose receipts are timestamped (latency samples),
+    /// spread evenly over the room's order of joining.
     #[arg(long, default_value_t = 20)]
     observers: u64,
     /// Threads of the load generator.

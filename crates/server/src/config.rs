@@ -141,8 +141,8 @@ impl Default for ServerConfig {
             // when its writer task runs, and from its last write while frames
             // keep coming: its frames wait longer than Plaza's at 2 ms (3.0
             // against 2.5 ms mean at 500 members, docs/benchmarks.md). At 3 ms
-            // Plaza's mean latency is at or below the relay's from 200 to
-            // 1,200 members, with fewer writes.
+            // Plaza writes less often than the relay, and its mean latency is
+            // at or below the relay's from 500 to 1,500 members.
             write_coalesce_ms: 3,
             websocket_compression: true,
             compression_min_bytes: 256,

@@ -1,6 +1,7 @@
 //! Runs a scenario against a target: virtual users arrive on schedule, run
-//! their flows, and every received message is counted; observers (the first
-//! few users of each room) also time what they receive.
+//! their flows, and every received message is counted; observers (a few users
+//! of each room, spread over its order of joining) also time what they
+//! receive.
 
 mod chat;
 mod http;
@@ -37,7 +38,8 @@ pub struct RunOptions {
     pub host: String,
     /// The protocol.
     pub driver: Arc<dyn Driver>,
-    /// Users per room whose receipts are timestamped.
+    /// Users per room whose receipts are timestamped, spread evenly over the
+    /// room's order of joining.
     pub observers_per_room: u64,
     /// The server's pid, for CPU and memory figures.
     pub server_pid: Option<u32>,
