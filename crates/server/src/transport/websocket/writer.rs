@@ -165,19 +165,13 @@ impl Batch {
             frames: frames as u64,
             oldest,
         };
-        batch.write_now(stream)?;
+        batch.written = write_now(stream, &batch.out)?;
         Ok(Some(batch))
     }
 
     /// Whether the socket took all of it.
     pub(super) fn is_written(&self) -> bool {
         self.written == self.out.len()
-    }
-
-    /// Writes what the socket takes now.
-    fn write_now(&mut self, stream: &TcpStream) -> io::Result<()> {
-        self.written += write_now(stream, &self.out[self.written..])?;
-        Ok(())
     }
 
     /// Writes the rest once the socket takes it, unless the connection is
@@ -267,14 +261,79 @@ fn write_now(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
 }
 
 pub(super) async fn write_all(stream: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
-    while !buf.is_empty() {
-        stream.writable().await?;
-        match stream.try_write(buf) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => buf = &buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
+    loop {
+        buf = &buf[write_now(stream, buf)?..];
+        if buf.is_empty() {
+            return Ok(());
         }
+        stream.writable().await?;
     }
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncReadExt;
+    use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+    use super::*;
+
+    /// A connected pair whose writer (`.0`) has small socket buffers, so a
+    /// few hundred KiB fill them while the reader (`.1`) does not read.
+    async fn small_buffered_pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.set_send_buffer_size(4096).unwrap();
+        let writer = socket
+            .connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (reader, _) = listener.accept().await.unwrap();
+        (writer, reader)
+    }
+
+    fn payload() -> Vec<u8> {
+        (0..4 << 20).map(|i: u32| (i % 251) as u8).collect()
+    }
+
+    /// Everything the reader gets until the writer's end closes.
+    async fn read_to_end(mut reader: TcpStream) -> Vec<u8> {
+        let mut got = Vec::new();
+        reader.read_to_end(&mut got).await.unwrap();
+        got
+    }
+
+    #[tokio::test]
+    async fn a_full_socket_takes_part_now_and_the_rest_as_the_client_reads() {
+        let (writer, reader) = small_buffered_pair().await;
+        let buf = payload();
+        let now = write_now(&writer, &buf).unwrap();
+        assert!(now > 0 && now < buf.len(), "took {now} of {}", buf.len());
+        let reading = tokio::spawn(read_to_end(reader));
+        write_all(&writer, &buf[now..]).await.unwrap();
+        drop(writer);
+        assert!(reading.await.unwrap() == buf);
+    }
+
+    #[tokio::test]
+    async fn a_close_while_the_socket_is_full_keeps_what_was_not_written() {
+        let (writer, reader) = small_buffered_pair().await;
+        let buf = payload();
+        let control = ConnectionControl::new();
+        let mut unfinished = Vec::new();
+        {
+            let write = guarded_write(&writer, &control, &buf, &mut unfinished);
+            tokio::pin!(write);
+            // The socket fills before the client reads anything: the write waits.
+            assert!(futures_util::poll!(write.as_mut()).is_pending());
+            control.close(plaza_protocol::CloseCode::SlowConsumer);
+            let err = write.await.unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::ConnectionAborted);
+        }
+        drop(writer);
+        // What went out and what was kept make the whole, in order.
+        let mut got = read_to_end(reader).await;
+        assert!(!unfinished.is_empty());
+        got.extend_from_slice(&unfinished);
+        assert!(got == buf);
+    }
 }
