@@ -303,7 +303,7 @@ impl RoomLog {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn entry(seq: u64) -> Arc<HistoryEntry> {

@@ -31,7 +31,7 @@ pub use locks::{LockLease, LockTable};
 pub use rate::{RatePerKey, TokenBucket};
 pub use rights::{Right, Rights, RoomGrants};
 pub use room::{
-    receives_live, Delivery, Held, JoinParams, Joined, Member, PublishParams, Published, Removed,
+    Delivery, Held, JoinParams, Joined, LiveFilter, Member, PublishParams, Published, Removed,
     RequestOutcome, Resume, Room,
 };
 pub use room_config::{Access, RoomConfig};

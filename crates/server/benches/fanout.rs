@@ -17,6 +17,16 @@ use plaza_core::{JoinParams, PublishParams, Room, RoomConfig};
 use plaza_server::outbox::{ConnectionControl, Outbox, OutboxReceiver, RoomFeed};
 use serde_json::value::RawValue;
 
+/// Member `i`'s session id, shaped like the server's (11 characters, random
+/// from the first: see `plaza_broker::new_session_id`), so comparing two
+/// costs what it does in a real room.
+fn session(i: usize) -> String {
+    format!(
+        "{:011x}",
+        (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20
+    )
+}
+
 fn room_with(members: usize) -> (Room<Outbox>, Vec<OutboxReceiver>) {
     let config = RoomConfig {
         max_members: members + 1,
@@ -27,7 +37,7 @@ fn room_with(members: usize) -> (Room<Outbox>, Vec<OutboxReceiver>) {
     for i in 0..members {
         let (outbox, rx) = Outbox::new(4096, ConnectionControl::new());
         let params = JoinParams {
-            session: format!("s{i}"),
+            session: session(i),
             resume_token: format!("t{i}"),
             name: format!("user{i}"),
             platform: "browser".into(),
@@ -67,7 +77,7 @@ fn publish(room: &mut Room<Outbox>, now: u64) -> std::sync::Arc<plaza_core::Hist
         reply_to: None,
         echo: false,
     };
-    let published = room.publish("s0", params, now).expect("publish");
+    let published = room.publish(&session(0), params, now).expect("publish");
     published.entry.expect("new message")
 }
 
@@ -96,7 +106,7 @@ fn fanout(c: &mut Criterion) {
         let (mut room, mut receivers) = room_with(members);
         let feed = RoomFeed::new(4096);
         for i in 0..members {
-            let session = format!("s{i}");
+            let session = session(i);
             let member = room.member(&session).expect("member");
             let outbox = member.sink.as_ref().expect("connected");
             outbox

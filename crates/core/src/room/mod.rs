@@ -33,7 +33,7 @@ use crate::{
     RoomLog, RoomState, Scope,
 };
 
-pub use delivery::receives_live;
+pub use delivery::LiveFilter;
 pub use member::Member;
 pub use membership::{JoinParams, Joined, Removed, Resume};
 pub use publish::{PublishParams, Published};

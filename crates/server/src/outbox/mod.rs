@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::task::AtomicWaker;
-use plaza_core::HistoryEntry;
+use plaza_core::{HistoryEntry, LiveFilter};
 use plaza_protocol::CloseCode;
 use tokio_util::sync::CancellationToken;
 
@@ -396,9 +396,8 @@ struct Cursor {
     follower: Arc<Follower>,
     /// The next position to read.
     next: u64,
-    /// Shared with the room's record of the follower.
-    session: Arc<str>,
-    channels: Arc<[String]>,
+    /// Which of the feed's events are the member's.
+    filter: LiveFilter,
 }
 
 impl Cursor {
@@ -409,12 +408,12 @@ impl Cursor {
     /// Puts the events it receives up to `to` (or the feed's end) in `out`,
     /// until `out` has taken `max`. False if it fell too far behind.
     fn read(&mut self, to: u64, max: usize, out: &mut impl Emit) -> bool {
-        let (session, channels) = (&*self.session, &self.channels[..]);
+        let filter = &self.filter;
         let result = self.feed.read(self.next, to, |e| {
             if out.taken() >= max {
                 return ControlFlow::Break(());
             }
-            if plaza_core::receives_live(&e.entry, session, channels) {
+            if filter.receives(&e.entry) {
                 out.fed(e);
             }
             ControlFlow::Continue(())
@@ -791,14 +790,13 @@ impl OutboxReceiver {
                         next: follower.pos(),
                         feed,
                         follower,
-                        session,
-                        channels,
+                        filter: LiveFilter::new(session, channels),
                     });
                 }
                 Item::Unfollow(id) => self.cursors.retain(|c| c.feed.id() != id),
                 Item::Rechannel(id, channels) => {
                     if let Some(c) = self.cursors.iter_mut().find(|c| c.feed.id() == id) {
-                        c.channels = channels;
+                        c.filter = c.filter.with_channels(channels);
                     }
                 }
             }
