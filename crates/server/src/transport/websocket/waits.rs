@@ -198,4 +198,82 @@ mod tests {
         assert!(timer.is_elapsed());
         assert!(woke >= timer.deadline());
     }
+
+    /// Reads what the socket holds and clears its readiness, as the loop
+    /// does; returns what was read.
+    fn read_all(server: &TcpStream) -> Vec<u8> {
+        let mut got = Vec::new();
+        let _ = server.try_io(tokio::io::Interest::READABLE, || {
+            let mut buf = [0u8; 64];
+            loop {
+                let n = server.try_read(&mut buf)?;
+                if n == 0 {
+                    return Ok(());
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+        });
+        got
+    }
+
+    /// The socket's readiness reaches the loop through its `SocketWake`:
+    /// once the socket's data is read (and its readiness cleared) a poll
+    /// waits, with the flag down so later polls do not ask the socket again;
+    /// data then wakes the task and the poll reports the socket readable.
+    #[tokio::test]
+    async fn the_socket_wakes_the_loop_once_per_readiness() {
+        use crate::outbox::{ConnectionControl, Outbox};
+        use tokio::io::AsyncWriteExt;
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let control = ConnectionControl::new();
+        let (_outbox, queue) = Outbox::new(16, control.clone());
+        let timer = tokio::time::sleep(Duration::from_secs(3600));
+        tokio::pin!(timer);
+        let mut waits = Waits::default();
+
+        for round in 0..3u8 {
+            // A new socket may count as readable once: read (nothing) away.
+            let mut spurious = 0;
+            loop {
+                let now = std::future::poll_fn(|cx| {
+                    Poll::Ready(waits.poll(cx, &control, timer.as_mut(), &server, &queue, false))
+                })
+                .await;
+                match now {
+                    Poll::Pending => break,
+                    Poll::Ready(Wake::Readable(Ok(()))) if spurious == 0 => {
+                        assert_eq!(read_all(&server), b"", "round {round}");
+                        spurious += 1;
+                    }
+                    other => panic!("round {round}: {other:?}"),
+                }
+            }
+            let wake = waits.socket.clone().expect("registered");
+            assert!(!wake.woken.load(Ordering::Acquire), "round {round}");
+
+            client.write_all(&[round, round]).await.unwrap();
+            let woke = tokio::time::timeout(
+                Duration::from_secs(10),
+                std::future::poll_fn(|cx| {
+                    waits.poll(cx, &control, timer.as_mut(), &server, &queue, false)
+                }),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the data did not wake the loop"));
+            assert!(
+                matches!(woke, Wake::Readable(Ok(()))),
+                "round {round}: {woke:?}"
+            );
+            assert!(
+                Arc::ptr_eq(&wake, waits.socket.as_ref().unwrap()),
+                "one SocketWake for the connection's life"
+            );
+            assert_eq!(read_all(&server), [round, round]);
+        }
+    }
 }
