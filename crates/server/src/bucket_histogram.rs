@@ -18,6 +18,8 @@ use std::sync::Arc;
 pub(crate) struct BucketHistogram {
     name: &'static str,
     bounds: &'static [f64],
+    /// `bounds` in nanoseconds: a sample is placed by integer comparisons.
+    bounds_ns: Box<[u64]>,
     /// Samples per bucket (not cumulative), the last one past every bound.
     counts: Box<[AtomicU64]>,
     sum_ns: AtomicU64,
@@ -30,6 +32,7 @@ impl BucketHistogram {
         Arc::new(BucketHistogram {
             name,
             bounds,
+            bounds_ns: bounds.iter().map(|&le| (le * 1e9).round() as u64).collect(),
             counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
             sum_ns: AtomicU64::new(0),
         })
@@ -41,14 +44,17 @@ impl BucketHistogram {
         if seconds.is_nan() {
             return;
         }
-        let seconds = seconds.max(0.0);
+        self.record_ns((seconds.max(0.0) * 1e9).min(u64::MAX as f64) as u64);
+    }
+
+    /// Records one sample, in nanoseconds.
+    pub(crate) fn record_ns(&self, ns: u64) {
         let bucket = self
-            .bounds
+            .bounds_ns
             .iter()
-            .position(|&le| seconds <= le)
-            .unwrap_or(self.bounds.len());
+            .position(|&le| ns <= le)
+            .unwrap_or(self.bounds_ns.len());
         self.counts[bucket].fetch_add(1, Ordering::Relaxed);
-        let ns = (seconds * 1e9).min(u64::MAX as f64) as u64;
         self.sum_ns.fetch_add(ns, Ordering::Relaxed);
     }
 

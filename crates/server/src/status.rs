@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use metrics::{Counter, CounterFn, HistogramFn};
+use metrics::{Counter, CounterFn};
 use serde::Serialize;
 
 /// How many one-second intervals the rates and latency quantiles cover.
@@ -146,9 +146,17 @@ impl TeeCounter {
     }
 }
 
+impl TeeCounter {
+    /// Counts `value` more, without the `metrics` handle's dynamic call.
+    #[inline]
+    pub(crate) fn add(&self, value: u64) {
+        self.total.fetch_add(value, Ordering::Relaxed);
+    }
+}
+
 impl CounterFn for TeeCounter {
     fn increment(&self, value: u64) {
-        self.total.fetch_add(value, Ordering::Relaxed);
+        self.add(value);
     }
 
     fn absolute(&self, value: u64) {
@@ -193,14 +201,14 @@ pub(crate) struct LatencyHistogram {
 }
 
 impl LatencyHistogram {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         LatencyHistogram {
             buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
             max_us: AtomicU64::new(0),
         }
     }
 
-    fn record_us(&self, us: u64) {
+    pub(crate) fn record_us(&self, us: u64) {
         self.buckets[bucket_of(us)].fetch_add(1, Ordering::Relaxed);
         // Rarely a new maximum: a load, not a read-modify-write, per sample.
         if us > self.max_us.load(Ordering::Relaxed) {
@@ -218,33 +226,6 @@ impl LatencyHistogram {
         Interval {
             counts,
             max_us: self.max_us.swap(0, Ordering::Relaxed),
-        }
-    }
-}
-
-/// The delivery-latency histogram of the status page, fed alongside the
-/// exporter's histogram (values in seconds, as recorded).
-pub(crate) struct TeeHistogram {
-    exported: metrics::Histogram,
-    pub(crate) recent: LatencyHistogram,
-}
-
-impl TeeHistogram {
-    /// Wraps `exported`; returns the shared tee and a [`metrics::Histogram`] feeding it.
-    pub(crate) fn wrap(exported: metrics::Histogram) -> (Arc<TeeHistogram>, metrics::Histogram) {
-        let tee = Arc::new(TeeHistogram {
-            exported,
-            recent: LatencyHistogram::new(),
-        });
-        (tee.clone(), metrics::Histogram::from_arc(tee))
-    }
-}
-
-impl HistogramFn for TeeHistogram {
-    fn record(&self, seconds: f64) {
-        self.exported.record(seconds);
-        if seconds.is_finite() && seconds >= 0.0 {
-            self.recent.record_us((seconds * 1e6).round() as u64);
         }
     }
 }

@@ -191,14 +191,13 @@ impl Batch {
     /// of the next coalescing window.
     pub(super) fn finish(self, node: &Node) -> Instant {
         debug_assert!(self.is_written());
-        let m = &node.metrics;
-        m.frames_out.increment(self.frames);
-        m.bytes_out.increment(self.out.len() as u64);
         // One clock reading for both: the latency sample and the window's start.
         let done = std::time::Instant::now();
-        if let Some(t) = self.oldest {
-            m.latency(done.saturating_duration_since(t));
-        }
+        node.metrics.wrote(
+            self.frames,
+            self.out.len() as u64,
+            self.oldest.map(|t| done.saturating_duration_since(t)),
+        );
         Instant::from_std(done)
     }
 }
