@@ -66,7 +66,11 @@ fn drain(receivers: &mut [OutboxReceiver]) {
     }
 }
 
-fn publish(room: &mut Room<Outbox>, now: u64) -> std::sync::Arc<plaza_core::HistoryEntry> {
+fn publish(
+    room: &mut Room<Outbox>,
+    from: &str,
+    now: u64,
+) -> std::sync::Arc<plaza_core::HistoryEntry> {
     let params = PublishParams {
         channel: "main".into(),
         event: "chat".into(),
@@ -77,12 +81,13 @@ fn publish(room: &mut Room<Outbox>, now: u64) -> std::sync::Arc<plaza_core::Hist
         reply_to: None,
         echo: false,
     };
-    let published = room.publish(&session(0), params, now).expect("publish");
+    let published = room.publish(from, params, now).expect("publish");
     published.entry.expect("new message")
 }
 
 fn fanout(c: &mut Criterion) {
     let mut group = c.benchmark_group("fanout");
+    let from = session(0);
     for (members, burst) in [(100usize, 1u64), (1000, 1), (1000, 16)] {
         let id = format!("{members}x{burst}");
         group.throughput(Throughput::Elements(burst * (members as u64 - 1)));
@@ -93,7 +98,7 @@ fn fanout(c: &mut Criterion) {
             b.iter(|| {
                 for _ in 0..burst {
                     now += 1;
-                    let entry = publish(&mut room, now);
+                    let entry = publish(&mut room, &from, now);
                     let at = Some(Instant::now());
                     room.for_each_recipient(&entry, |_, sink| {
                         sink.send_event(&entry, at);
@@ -120,7 +125,7 @@ fn fanout(c: &mut Criterion) {
             b.iter(|| {
                 for _ in 0..burst {
                     now += 1;
-                    let entry = publish(&mut room, now);
+                    let entry = publish(&mut room, &from, now);
                     feed.append(entry, Some(Instant::now()));
                 }
                 drain(&mut receivers);

@@ -44,7 +44,8 @@ impl BucketHistogram {
         if seconds.is_nan() {
             return;
         }
-        self.record_ns((seconds.max(0.0) * 1e9).min(u64::MAX as f64) as u64);
+        // Rounded, not cut: 1,000,001 ns as seconds times 1e9 is 1000000.99…
+        self.record_ns((seconds.max(0.0) * 1e9).round().min(u64::MAX as f64) as u64);
     }
 
     /// Records one sample, in nanoseconds.
@@ -112,5 +113,19 @@ mod tests {
                 "",
             ]
         );
+    }
+
+    /// A sample just past a bound, given in seconds, lands past it: the
+    /// seconds are rounded to whole nanoseconds, not cut.
+    #[test]
+    fn a_sample_a_nanosecond_past_a_bound_lands_past_it() {
+        let h = BucketHistogram::new("t_seconds", &[0.001, 0.002]);
+        h.record(std::time::Duration::from_nanos(1_000_001).as_secs_f64());
+        h.record(std::time::Duration::from_nanos(1_000_000).as_secs_f64());
+        let mut out = String::new();
+        h.render(&mut out);
+        assert!(out.contains("t_seconds_bucket{le=\"0.001\"} 1\n"), "{out}");
+        assert!(out.contains("t_seconds_bucket{le=\"0.002\"} 2\n"), "{out}");
+        assert!(out.contains("t_seconds_sum 0.002000001\n"), "{out}");
     }
 }

@@ -303,4 +303,30 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "{line:?} not in\n{text}");
         }
     }
+
+    /// Samples on a bound, a nanosecond past it, and at half a microsecond:
+    /// the bound holds the first, the next bucket the second, and the status
+    /// page rounds the third to the nearer microsecond.
+    #[test]
+    fn write_latencies_at_the_edges() {
+        let m = NodeMetrics::new();
+        m.sample();
+        m.wrote(1, 1, Some(Duration::from_nanos(1_000_000)));
+        m.wrote(1, 1, Some(Duration::from_nanos(1_000_001)));
+        m.sample();
+        let text = m.render();
+        for line in [
+            "plaza_delivery_latency_seconds_bucket{le=\"0.001\"} 1",
+            "plaza_delivery_latency_seconds_bucket{le=\"0.002\"} 2",
+            "plaza_delivery_latency_seconds_sum 0.002000001",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} not in\n{text}");
+        }
+
+        let half = NodeMetrics::new();
+        half.sample();
+        half.wrote(1, 1, Some(Duration::from_nanos(124_500)));
+        half.sample();
+        assert_eq!(half.snapshot().recent.latency.max, Some(0.125));
+    }
 }

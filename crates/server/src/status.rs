@@ -144,9 +144,7 @@ impl TeeCounter {
     pub(crate) fn publish(&self) {
         self.exported.absolute(self.get());
     }
-}
 
-impl TeeCounter {
     /// Counts `value` more, without the `metrics` handle's dynamic call.
     #[inline]
     pub(crate) fn add(&self, value: u64) {
