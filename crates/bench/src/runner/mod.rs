@@ -318,6 +318,15 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
             }
         });
     }
+    // The phase that starts with the run records (or not) from its first
+    // user on: set here, not at its edge below, which the runtime may reach
+    // after the first users' calls were answered (they were counted but not
+    // timed on a loaded machine).
+    let first_records = schedule
+        .phases
+        .first()
+        .is_some_and(|p| p.start.is_zero() && p.record);
+    shared.recording.store(first_records, Ordering::Relaxed);
     let scenario = Arc::new(scenario.clone());
     let arrivals = {
         let shared = shared.clone();
