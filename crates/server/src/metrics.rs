@@ -27,12 +27,8 @@ pub struct NodeMetrics {
     pub rooms: Gauge,
     /// Frames received from clients.
     pub frames_in: Counter,
-    /// Frames written to clients (see [`NodeMetrics::wrote`]).
-    pub frames_out: Counter,
     /// Bytes received from clients.
     pub bytes_in: Counter,
-    /// Bytes written to clients (see [`NodeMetrics::wrote`]).
-    pub bytes_out: Counter,
     /// Time a client's command waited for its room's task (in cluster mode, for this node's replica).
     pub room_wait: Histogram,
     /// Connections closed because their send queue stayed full.
@@ -100,17 +96,16 @@ impl NodeMetrics {
             })
             .collect();
         let (frames_in_tee, frames_in) = counter("plaza_frames_in_total");
-        let (frames_out_tee, frames_out) = counter("plaza_frames_out_total");
+        // Written to only through `wrote`.
+        let (frames_out_tee, _) = counter("plaza_frames_out_total");
         let (bytes_in_tee, bytes_in) = counter("plaza_bytes_in_total");
-        let (bytes_out_tee, bytes_out) = counter("plaza_bytes_out_total");
+        let (bytes_out_tee, _) = counter("plaza_bytes_out_total");
         NodeMetrics {
             handle: recorder.handle(),
             connections: gauge("plaza_connections"),
             rooms: gauge("plaza_rooms"),
             frames_in,
-            frames_out,
             bytes_in,
-            bytes_out,
             slow_consumers: counter("plaza_slow_consumers_total").1,
             connections_refused: counter("plaza_connections_refused_total").1,
             jwks_reloads: counter("plaza_jwks_reloads_total").1,
@@ -168,16 +163,11 @@ impl NodeMetrics {
         frames_out.add(frames);
         bytes_out.add(bytes);
         if let Some(d) = latency {
-            self.latency(d);
+            let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+            let [delivery, _] = &self.histograms;
+            delivery.record_ns(ns);
+            self.recent_latency.record_us(ns.saturating_add(500) / 1000);
         }
-    }
-
-    /// Records one delivery latency sample.
-    pub fn latency(&self, d: Duration) {
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        let [delivery, _] = &self.histograms;
-        delivery.record_ns(ns);
-        self.recent_latency.record_us(ns.saturating_add(500) / 1000);
     }
 
     /// Folds recorded histogram samples into their buckets. The exporter keeps

@@ -67,13 +67,17 @@ impl LiveFilter {
         if !entry.scope.is_all() {
             return false;
         }
-        if !entry.echo && entry.from.as_deref().is_some_and(|f| self.is_own(f)) {
+        if own_unechoed(entry, |f| self.is_own(f)) {
             return false;
         }
-        match &entry.channel {
-            None => true,
-            Some(c) if self.main_only => c == DEFAULT_CHANNEL,
-            Some(c) => self.channels.iter().any(|x| x == c),
+        if self.main_only {
+            // Against the constant: no `memcmp` call, no read of `channels`.
+            entry
+                .channel
+                .as_deref()
+                .is_none_or(|c| c == DEFAULT_CHANNEL)
+        } else {
+            subscribed(entry, &self.channels)
         }
     }
 
@@ -103,15 +107,14 @@ fn head(s: &str) -> u64 {
 /// Whether `session`, subscribed to `channels`, receives `entry`: not its own
 /// event (unless echoed), and messages only on subscribed channels.
 pub(super) fn visible(entry: &HistoryEntry, session: &str, channels: &[String]) -> bool {
-    if !entry.echo
-        && entry
-            .from
-            .as_deref()
-            .is_some_and(|f| same_session(f, session))
-    {
-        return false;
-    }
-    subscribed(entry, channels)
+    !own_unechoed(entry, |f| same_session(f, session)) && subscribed(entry, channels)
+}
+
+/// Whether `entry` is its recipient's own (`is_own` of its sender) and not
+/// echoed: then the recipient does not get it.
+#[inline]
+fn own_unechoed(entry: &HistoryEntry, is_own: impl FnOnce(&str) -> bool) -> bool {
+    !entry.echo && entry.from.as_deref().is_some_and(is_own)
 }
 
 /// `a == b` for two session ids. Ids are random and of one length, so a
