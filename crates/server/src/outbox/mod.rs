@@ -14,9 +14,9 @@ mod feed;
 
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, RawWakerVTable, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -323,6 +323,13 @@ struct Queue {
     /// room's history allows, and a client that reads it is no slow consumer.
     replaying: AtomicUsize,
     open: AtomicBool,
+    /// The consumer found nothing queued and left its waker: set by the
+    /// consumer, cleared by whoever queues or takes the waker, both under
+    /// the `items` lock. While it is set the consumer knows, without the
+    /// lock, that nothing is queued and that a producer will wake it (a
+    /// busy connection's turns meet the lock only when something was
+    /// queued: two lock round trips per write otherwise).
+    consumer_waits: AtomicBool,
     /// The connection's task, woken by an event in a feed it follows.
     feed_waker: AtomicWaker,
     /// When the connection last wrote, in µs of [`process_micros`] (0: never):
@@ -398,6 +405,10 @@ struct Cursor {
     next: u64,
     /// Which of the feed's events are the member's.
     filter: LiveFilter,
+    /// The feed's end when the receiver last looked at its queue: the
+    /// events before it were fed before anything queued since, so they are
+    /// taken now; those after wait for the next look.
+    seen: u64,
 }
 
 impl Cursor {
@@ -455,6 +466,43 @@ pub struct OutboxReceiver {
     cursors: Vec<Cursor>,
     /// Frames taken from the queue and the feeds, not yet handed out.
     staged: VecDeque<Outgoing>,
+    /// Which waker it left in the queue when it last found it empty.
+    waiter: RegisteredWaker,
+}
+
+/// Which waker a consumer left in its queue (the waker itself is in the
+/// queue, under its lock): kept by the consumer, so that it can tell
+/// without the lock whether the waker it polls with is the one left.
+/// Atomics only so that the receiver can be shared by reference
+/// ([`OutboxReceiver::ready`]); only its consumer touches them.
+#[derive(Debug)]
+struct RegisteredWaker {
+    data: AtomicPtr<()>,
+    vtable: AtomicPtr<RawWakerVTable>,
+}
+
+impl Default for RegisteredWaker {
+    fn default() -> Self {
+        RegisteredWaker {
+            data: AtomicPtr::new(std::ptr::null_mut()),
+            vtable: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+}
+
+impl RegisteredWaker {
+    fn set(&self, w: &Waker) {
+        self.data.store(w.data().cast_mut(), Ordering::Relaxed);
+        self.vtable
+            .store(std::ptr::from_ref(w.vtable()).cast_mut(), Ordering::Relaxed);
+    }
+
+    /// Whether `w` wakes the same task in the same way as the waker left
+    /// (as [`Waker::will_wake`] compares them).
+    fn is(&self, w: &Waker) -> bool {
+        self.data.load(Ordering::Relaxed) == w.data().cast_mut()
+            && std::ptr::eq(self.vtable.load(Ordering::Relaxed), w.vtable())
+    }
 }
 
 /// Where the frames ready to be taken come from
@@ -482,6 +530,7 @@ impl Outbox {
             capacity: capacity.max(1),
             replaying: AtomicUsize::new(0),
             open: AtomicBool::new(true),
+            consumer_waits: AtomicBool::new(false),
             feed_waker: AtomicWaker::new(),
             last_write: AtomicU64::new(0),
         });
@@ -496,6 +545,7 @@ impl Outbox {
                 control,
                 cursors: Vec::new(),
                 staged: VecDeque::new(),
+                waiter: RegisteredWaker::default(),
             },
         )
     }
@@ -589,6 +639,7 @@ impl Outbox {
             return false;
         }
         items.queued.push_back(Queued { item, after });
+        q.consumer_waits.store(false, Ordering::Relaxed);
         let waiter = items.take_waiter();
         drop(items);
         if let Some(w) = waiter {
@@ -616,6 +667,7 @@ impl Outbox {
             after,
         }));
         q.replaying.fetch_add(entries.len(), Ordering::Relaxed);
+        q.consumer_waits.store(false, Ordering::Relaxed);
         let waiter = items.take_waiter();
         drop(items);
         if let Some(w) = waiter {
@@ -659,7 +711,7 @@ impl OutboxReceiver {
         if !self.staged.is_empty() {
             return Poll::Ready(Source::Queued);
         }
-        {
+        if !self.waits_with(cx.waker()) {
             let mut items = self.frames();
             if !items.queued.is_empty() {
                 return Poll::Ready(Source::Queued);
@@ -668,6 +720,8 @@ impl OutboxReceiver {
                 Some(w) if w.will_wake(cx.waker()) => {}
                 slot => *slot = Some(cx.waker().clone()),
             }
+            self.waiter.set(cx.waker());
+            self.queue.consumer_waits.store(true, Ordering::Relaxed);
         }
         if self.cursors.is_empty() {
             return Poll::Pending;
@@ -684,6 +738,15 @@ impl OutboxReceiver {
             return Poll::Ready(Source::Fed);
         }
         Poll::Pending
+    }
+
+    /// Whether nothing was queued since it last looked and its waker left
+    /// then is `waker`: a producer will wake it, and the lock need not be
+    /// taken to know the queue is empty.
+    fn waits_with(&self, waker: &Waker) -> bool {
+        // Acquire: a frame queued before a feed's end that the receiver has
+        // seen is seen here too (see `OutboxReceiver::stage`).
+        self.queue.consumer_waits.load(Ordering::Acquire) && self.waiter.is(waker)
     }
 
     /// Takes up to `max` frames, oldest first: what is queued, under one
@@ -739,18 +802,36 @@ impl OutboxReceiver {
             if room == 0 {
                 return;
             }
+            // The feeds' ends before the queue is looked at: a frame queued
+            // after the look was queued after these events, so they go
+            // first, and the events fed meanwhile wait for the next look.
+            for c in &mut self.cursors {
+                c.seen = c.feed.end();
+            }
             if !self.take_queued(room, out) {
                 break;
             }
         }
         // With nothing queued, no frame waits for the feeds' events.
-        self.read_feeds(max, out);
+        let mut i = 0;
+        while i < self.cursors.len() {
+            let seen = self.cursors[i].seen;
+            if self.read_cursor(i, seen, max, out) {
+                i += 1;
+            }
+        }
     }
 
     /// Takes up to `room` queued items, each after the feed's events before
-    /// it; true if more are queued.
+    /// it; true if it must look again: more is queued, or it now follows a
+    /// feed whose end it has not seen before a look.
     fn take_queued(&mut self, room: usize, out: &mut impl Emit) -> bool {
-        let (mut taken, more) = {
+        // Set under the lock by its last look, which found nothing, and
+        // cleared under it by every producer since.
+        if self.queue.consumer_waits.load(Ordering::Acquire) {
+            return false;
+        }
+        let (mut taken, mut again) = {
             let mut items = self.frames();
             let queued = &mut items.queued;
             // The queue's own buffer goes with what is taken: a connection
@@ -786,12 +867,16 @@ impl OutboxReceiver {
                         channels,
                     } = *f;
                     self.cursors.retain(|c| c.feed.id() != feed.id());
+                    let next = follower.pos();
                     self.cursors.push(Cursor {
-                        next: follower.pos(),
+                        next,
                         feed,
                         follower,
                         filter: LiveFilter::new(session, channels),
+                        // Its end is seen before the queue's next look.
+                        seen: next,
                     });
+                    again = true;
                 }
                 Item::Unfollow(id) => self.cursors.retain(|c| c.feed.id() != id),
                 Item::Rechannel(id, channels) => {
@@ -801,7 +886,7 @@ impl OutboxReceiver {
                 }
             }
         }
-        more
+        again
     }
 
     /// Puts the events of feed `id` up to `to` in `out`, while it has taken
@@ -1250,5 +1335,111 @@ mod tests {
         // A pong: queued by the connection itself, through a handle without the feed.
         assert!(out.send(Bytes::from_static(b"pong")));
         assert_eq!(frames(rx.take_batch(100)), ["1", "2", "pong"]);
+    }
+
+    /// A waker that counts its wake-ups.
+    #[derive(Default)]
+    struct CountingWake(AtomicUsize);
+
+    impl std::task::Wake for CountingWake {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counting_waker() -> (Arc<CountingWake>, Waker) {
+        let count = Arc::new(CountingWake::default());
+        (count.clone(), Waker::from(count))
+    }
+
+    fn woken(count: &CountingWake) -> usize {
+        count.0.load(Ordering::SeqCst)
+    }
+
+    /// A consumer that found its queue empty looks again without the lock
+    /// until something is queued: whatever is queued (a frame or a replay)
+    /// wakes it, is seen by its next poll, and is taken by a batch taken
+    /// without a poll in between.
+    #[test]
+    fn what_is_queued_while_the_consumer_waits_wakes_it_and_is_taken() {
+        let (out, mut rx) = Outbox::new(16, ConnectionControl::new());
+        let (count, waker) = counting_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert_eq!(rx.poll_source(&mut cx), Poll::Pending);
+        assert_eq!(rx.poll_source(&mut cx), Poll::Pending);
+        assert!(out.send(Bytes::from_static(b"a")));
+        assert_eq!(woken(&count), 1);
+        assert_eq!(rx.poll_source(&mut cx), Poll::Ready(Source::Queued));
+        assert_eq!(frames(rx.take_batch(8)), ["a"]);
+
+        // Taken by a batch at once, with no poll between.
+        assert_eq!(rx.poll_source(&mut cx), Poll::Pending);
+        assert!(out.send(Bytes::from_static(b"b")));
+        assert_eq!(frames(rx.take_batch(8)), ["b"]);
+
+        // A replay too.
+        assert_eq!(rx.poll_source(&mut cx), Poll::Pending);
+        let before = woken(&count);
+        assert!(out.replay(&[entry(7)]));
+        assert_eq!(woken(&count), before + 1);
+        assert_eq!(rx.poll_source(&mut cx), Poll::Ready(Source::Queued));
+        assert_eq!(frames(rx.take_batch(8)), ["7"]);
+    }
+
+    /// Polled with another waker (another task, for a transport whose
+    /// requests take turns), the consumer leaves that one: a frame wakes
+    /// the task that polled last.
+    #[test]
+    fn a_consumer_polled_with_another_waker_is_woken_through_it() {
+        let (out, rx) = Outbox::new(16, ConnectionControl::new());
+        let (first, first_waker) = counting_waker();
+        let (second, second_waker) = counting_waker();
+        assert_eq!(
+            rx.poll_source(&mut Context::from_waker(&first_waker)),
+            Poll::Pending
+        );
+        assert_eq!(
+            rx.poll_source(&mut Context::from_waker(&second_waker)),
+            Poll::Pending
+        );
+        assert!(out.send(Bytes::from_static(b"a")));
+        assert_eq!((woken(&first), woken(&second)), (0, 1));
+    }
+
+    /// The race a receiver must not lose: while it reads one feed's events,
+    /// another room queues it a frame and then feeds an event. That event
+    /// was fed after the receiver looked at its queue, so it waits for the
+    /// next look, and goes after the frame, as the room made them.
+    #[test]
+    fn an_event_fed_after_the_queue_was_looked_at_goes_after_what_was_queued_before_it() {
+        let (out, mut rx) = Outbox::new(16, ConnectionControl::new());
+        let (first, second) = (RoomFeed::new(16), RoomFeed::new(16));
+        out.with_feed(&first)
+            .follow("me", vec!["main".into()])
+            .unwrap();
+        let second_room = out.with_feed(&second);
+        second_room.follow("me", vec!["main".into()]).unwrap();
+        assert!(rx.take_batch(100).is_empty());
+        first.append(message(1, "other", "main", false), None);
+        let mut order = Vec::new();
+        let mut meanwhile = Some(|| {
+            assert!(second_room.send(Bytes::from_static(b"queued")));
+            second.append(message(2, "other", "main", false), None);
+        });
+        let mut put = |f: FrameRef<'_>| {
+            order.push(match f.entry() {
+                Some(e) => e.seq.to_string(),
+                None => String::from_utf8(f.frame().to_vec()).unwrap(),
+            });
+            if let Some(room_turn) = meanwhile.take() {
+                room_turn();
+            }
+        };
+        while rx.drain_into(100, &mut put) > 0 {}
+        assert_eq!(order, ["1", "queued", "2"]);
     }
 }
