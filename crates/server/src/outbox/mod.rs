@@ -15,8 +15,8 @@ mod feed;
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU16, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, RawWakerVTable, Waker};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll, RawWakerVTable, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -282,22 +282,6 @@ impl ConnectionControl {
         Poll::Pending
     }
 
-    /// [`ConnectionControl::poll_closed`] for the one task that serves the
-    /// connection for its whole life, polling it on every turn of its loop:
-    /// its waker is registered on the first poll only (`registered`
-    /// remembers), since a task's waker wakes that task for as long as it
-    /// lives.
-    pub fn poll_closed_by_its_task(&self, cx: &mut Context<'_>, registered: &mut bool) -> Poll<()> {
-        if *registered {
-            return match self.close_code() {
-                Some(_) => Poll::Ready(()),
-                None => Poll::Pending,
-            };
-        }
-        *registered = true;
-        self.poll_closed(cx)
-    }
-
     /// The close code, once closing.
     pub fn close_code(&self) -> Option<u16> {
         match self.close_code.load(Ordering::Acquire) {
@@ -314,15 +298,13 @@ impl ConnectionControl {
 /// burst back once it has drained it. The waiting consumer's waker sits under
 /// the same lock, so queueing a frame and waking the connection take one lock
 /// (for a member handed its room's events, that is per delivery).
+///
+/// Laid out in declaration order: what a connection's task looks at on
+/// every turn comes first, next to the reference counts, so that a turn
+/// loads one or two cache lines of it (and none of the control's).
 #[derive(Debug)]
+#[repr(C)]
 struct Queue {
-    items: Mutex<Frames>,
-    capacity: usize,
-    /// Replayed events still queued, over and above `capacity` (changed
-    /// only under the `items` lock): a resume's replay is as long as the
-    /// room's history allows, and a client that reads it is no slow consumer.
-    replaying: AtomicUsize,
-    open: AtomicBool,
     /// The consumer found nothing queued and left its waker: set by the
     /// consumer, cleared by whoever queues or takes the waker, both under
     /// the `items` lock. While it is set the consumer knows, without the
@@ -330,11 +312,38 @@ struct Queue {
     /// busy connection's turns meet the lock only when something was
     /// queued: two lock round trips per write otherwise).
     consumer_waits: AtomicBool,
-    /// The connection's task, woken by an event in a feed it follows.
-    feed_waker: AtomicWaker,
+    /// The connection's transport waker woke its task (see
+    /// [`OutboxReceiver::transport_waker`]).
+    transport_woken: AtomicBool,
+    open: AtomicBool,
     /// When the connection last wrote, in µs of [`process_micros`] (0: never):
     /// the feeds it follows hold its wake-ups while it is busy.
     last_write: AtomicU64,
+    /// The connection's task, woken by an event in a feed it follows.
+    feed_waker: AtomicWaker,
+    items: Mutex<Frames>,
+    capacity: usize,
+    /// Replayed events still queued, over and above `capacity` (changed
+    /// only under the `items` lock): a resume's replay is as long as the
+    /// room's history allows, and a client that reads it is no slow consumer.
+    replaying: AtomicUsize,
+    /// The connection's task, for its transport waker.
+    task: OnceLock<Waker>,
+}
+
+/// The transport waker: it notes that it woke the task, in the line the
+/// task looks at anyway, and wakes the task.
+impl Wake for Queue {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.transport_woken.store(true, Ordering::Release);
+        if let Some(task) = self.task.get() {
+            task.wake_by_ref();
+        }
+    }
 }
 
 impl Queue {
@@ -526,13 +535,16 @@ impl Outbox {
     /// A queue holding at most `capacity` frames.
     pub fn new(capacity: usize, control: Arc<ConnectionControl>) -> (Outbox, OutboxReceiver) {
         let queue = Arc::new(Queue {
+            consumer_waits: AtomicBool::new(false),
+            // The first turn looks at the transport.
+            transport_woken: AtomicBool::new(true),
+            open: AtomicBool::new(true),
+            last_write: AtomicU64::new(0),
+            feed_waker: AtomicWaker::new(),
             items: Mutex::new(Frames::default()),
             capacity: capacity.max(1),
             replaying: AtomicUsize::new(0),
-            open: AtomicBool::new(true),
-            consumer_waits: AtomicBool::new(false),
-            feed_waker: AtomicWaker::new(),
-            last_write: AtomicU64::new(0),
+            task: OnceLock::new(),
         });
         (
             Outbox {
@@ -690,6 +702,33 @@ impl OutboxReceiver {
         self.queue
             .last_write
             .store(process_micros(at), Ordering::Relaxed);
+    }
+
+    /// A waker for what the connection's transport waits for besides its
+    /// queue (its socket's readiness, the close): waking it notes the
+    /// wake-up beside the queue's state, which the task looks at on every
+    /// turn anyway, and wakes `task`. So a turn learns whether the socket
+    /// or the close woke it without loading their state. For the one task
+    /// that serves the connection for its whole life: the first `task` is
+    /// the one woken.
+    pub fn transport_waker(&self, task: &Waker) -> Waker {
+        self.queue.task.get_or_init(|| task.clone());
+        Waker::from(self.queue.clone())
+    }
+
+    /// Whether the transport waker woke the task since the last call (true
+    /// on the first).
+    pub fn take_transport_wake(&self) -> bool {
+        // A load first: most turns were woken by something else, and find
+        // it down without a read-modify-write.
+        self.queue.transport_woken.load(Ordering::Relaxed)
+            && self.queue.transport_woken.swap(false, Ordering::AcqRel)
+    }
+
+    /// Notes a transport wake-up for the next turn to see: what woke this
+    /// turn (a readable socket) is still there.
+    pub fn keep_transport_wake(&self) {
+        self.queue.transport_woken.store(true, Ordering::Release);
     }
 
     /// Waits until something is queued, taking nothing: a writer that
@@ -1137,40 +1176,6 @@ mod tests {
         // Closed already: ready at once.
         let mut cx = Context::from_waker(Waker::noop());
         assert_eq!(control.poll_closed(&mut cx), Poll::Ready(()));
-    }
-
-    #[tokio::test]
-    async fn a_task_that_registered_once_is_woken_by_a_close_after_many_polls() {
-        let control = ConnectionControl::new();
-        let waiting = control.clone();
-        let (polled, mut polls) = tokio::sync::mpsc::unbounded_channel();
-        let task = tokio::spawn(async move {
-            let mut registered = false;
-            let mut turns = 0;
-            std::future::poll_fn(|cx| {
-                turns += 1;
-                let _ = polled.send(turns);
-                let ready = waiting.poll_closed_by_its_task(cx, &mut registered);
-                if ready.is_pending() && turns < 5 {
-                    // Other branches of its loop wake it meanwhile.
-                    cx.waker().wake_by_ref();
-                }
-                ready
-            })
-            .await;
-            (turns, waiting.close_code())
-        });
-        // Closed only after the task polled five times (registering once).
-        for _ in 0..5 {
-            polls.recv().await.unwrap();
-        }
-        control.close(CloseCode::Restarting);
-        let (turns, code) = tokio::time::timeout(std::time::Duration::from_secs(10), task)
-            .await
-            .expect("the close woke the task")
-            .unwrap();
-        assert!(turns >= 6, "{turns}");
-        assert_eq!(code, Some(CloseCode::Restarting.code()));
     }
 
     /// A batch as the seqs of its events and the text of its other frames.

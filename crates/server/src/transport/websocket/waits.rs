@@ -7,17 +7,16 @@
 //! Here a timer is polled once after it is armed, which registers the
 //! waker, and after that only looked at ([`Sleep::is_elapsed`]): the task's
 //! waker stays registered until the timer fires, since one task serves the
-//! connection for its whole life. The close is watched the same way
-//! ([`ConnectionControl::poll_closed_by_its_task`]), and the socket's
-//! readiness through a waker that notes its wake-ups ([`SocketWake`]):
-//! polling it registers the waker under the socket's lock, twice per write
-//! otherwise.
+//! connection for its whole life. The close and the socket's readiness are
+//! watched through one waker that notes its wake-ups beside the queue's
+//! state ([`OutboxReceiver::transport_waker`]): a turn looks at them only
+//! when they woke the task (polling the socket registers the waker under
+//! its lock, twice per write otherwise; and their state would be two more
+//! cache lines per turn).
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake as WakeTask, Waker};
+use std::task::{Context, Poll, Waker};
 
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
@@ -40,34 +39,15 @@ pub(super) enum Wake {
     Fed,
 }
 
-/// The waker given to the socket: it notes that the socket woke the task,
-/// so the task polls the socket's readiness only then (and once at first).
-#[derive(Debug)]
-struct SocketWake {
-    woken: AtomicBool,
-    task: Waker,
-}
-
-impl WakeTask for SocketWake {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Release);
-        self.task.wake_by_ref();
-    }
-}
-
 /// What the connection's task knows of its waits across turns: which of
 /// them know its waker.
 #[derive(Debug, Default)]
 pub(super) struct Waits {
-    watching_close: bool,
     timer_registered: bool,
-    /// Made on the first poll (it holds the task's waker), and kept: the
-    /// socket keeps it registered until it wakes the task.
-    socket: Option<Arc<SocketWake>>,
+    /// The queue's transport waker ([`OutboxReceiver::transport_waker`]),
+    /// made on the first poll and kept: the socket and the close keep it
+    /// until they wake the task.
+    transport: Option<Waker>,
 }
 
 impl Waits {
@@ -89,29 +69,34 @@ impl Waits {
         queue: &OutboxReceiver,
         holding: bool,
     ) -> Poll<Wake> {
-        if control
-            .poll_closed_by_its_task(cx, &mut self.watching_close)
-            .is_ready()
-        {
+        let transport = match &self.transport {
+            Some(w) => w,
+            None => {
+                let w = self.transport.insert(queue.transport_waker(cx.waker()));
+                // Registered once: a close wakes it, once.
+                if control.poll_closed(&mut Context::from_waker(w)).is_ready() {
+                    return Poll::Ready(Wake::Closed);
+                }
+                w
+            }
+        };
+        // The socket and the close are looked at only when they woke the task.
+        let transport_woke = queue.take_transport_wake();
+        if transport_woke && control.close_code().is_some() {
+            queue.keep_transport_wake();
             return Poll::Ready(Wake::Closed);
         }
         if timer_due(timer, &mut self.timer_registered, cx) {
+            if transport_woke {
+                queue.keep_transport_wake();
+            }
             return Poll::Ready(Wake::Timer);
         }
-        let socket = self.socket.get_or_insert_with(|| {
-            Arc::new(SocketWake {
-                woken: AtomicBool::new(true),
-                task: cx.waker().clone(),
-            })
-        });
-        if socket.woken.swap(false, Ordering::AcqRel) {
-            // Made here, only when the socket is looked at: the task's
-            // future keeps one pointer, not a waker too.
-            let waker = Waker::from(socket.clone());
-            if let Poll::Ready(r) = stream.poll_read_ready(&mut Context::from_waker(&waker)) {
+        if transport_woke {
+            if let Poll::Ready(r) = stream.poll_read_ready(&mut Context::from_waker(transport)) {
                 // Still readable until a read says otherwise: look again
                 // next turn.
-                socket.woken.store(true, Ordering::Release);
+                queue.keep_transport_wake();
                 return Poll::Ready(Wake::Readable(r));
             }
         }
@@ -216,12 +201,13 @@ mod tests {
         got
     }
 
-    /// The socket's readiness reaches the loop through its `SocketWake`:
+    /// The socket's readiness reaches the loop through the transport waker:
     /// once the socket's data is read (and its readiness cleared) a poll
-    /// waits, with the flag down so later polls do not ask the socket again;
-    /// data then wakes the task and the poll reports the socket readable.
+    /// waits, with the wake-up taken so later polls do not ask the socket
+    /// again; data then wakes the task and the poll reports the socket
+    /// readable. And a close wakes it the same way, after many turns.
     #[tokio::test]
-    async fn the_socket_wakes_the_loop_once_per_readiness() {
+    async fn the_socket_and_the_close_wake_the_loop_through_the_transport_waker() {
         use crate::outbox::{ConnectionControl, Outbox};
         use tokio::io::AsyncWriteExt;
 
@@ -253,8 +239,8 @@ mod tests {
                     other => panic!("round {round}: {other:?}"),
                 }
             }
-            let wake = waits.socket.clone().expect("registered");
-            assert!(!wake.woken.load(Ordering::Acquire), "round {round}");
+            let wake = waits.transport.clone().expect("registered");
+            assert!(!queue.take_transport_wake(), "round {round}");
 
             client.write_all(&[round, round]).await.unwrap();
             let woke = tokio::time::timeout(
@@ -269,11 +255,38 @@ mod tests {
                 matches!(woke, Wake::Readable(Ok(()))),
                 "round {round}: {woke:?}"
             );
+            // Unread, it is still readable on the next turn.
+            let again = std::future::poll_fn(|cx| {
+                Poll::Ready(waits.poll(cx, &control, timer.as_mut(), &server, &queue, false))
+            })
+            .await;
             assert!(
-                Arc::ptr_eq(&wake, waits.socket.as_ref().unwrap()),
-                "one SocketWake for the connection's life"
+                matches!(again, Poll::Ready(Wake::Readable(Ok(())))),
+                "round {round}: {again:?}"
+            );
+            assert!(
+                wake.will_wake(waits.transport.as_ref().unwrap()),
+                "one transport waker for the connection's life"
             );
             assert_eq!(read_all(&server), [round, round]);
         }
+
+        // Quiet again: the close alone wakes the loop.
+        let quiet = std::future::poll_fn(|cx| {
+            Poll::Ready(waits.poll(cx, &control, timer.as_mut(), &server, &queue, false))
+        })
+        .await;
+        assert!(quiet.is_pending(), "{quiet:?}");
+        let closing = control.clone();
+        tokio::spawn(async move { closing.close(plaza_protocol::CloseCode::Restarting) });
+        let woke = tokio::time::timeout(
+            Duration::from_secs(10),
+            std::future::poll_fn(|cx| {
+                waits.poll(cx, &control, timer.as_mut(), &server, &queue, false)
+            }),
+        )
+        .await
+        .expect("the close did not wake the loop");
+        assert!(matches!(woke, Wake::Closed), "{woke:?}");
     }
 }
