@@ -861,3 +861,67 @@ async fn shutdown_ends_an_event_stream_with_1012() {
     assert_eq!(last, "event: closed\ndata: {\"code\":1012}", "{text}");
     assert_eq!(bob.closed().await, crate::support::Closed::Code(1012));
 }
+
+/// What the node counts of its writes: (frames, bytes, latency samples).
+async fn writes_counted(s: &TestServer) -> (f64, f64, f64) {
+    let m = |name| async move { s.metric(name).await.unwrap_or(0.0) };
+    (
+        m("plaza_frames_out_total").await,
+        m("plaza_bytes_out_total").await,
+        m("plaza_delivery_latency_seconds_count").await,
+    )
+}
+
+/// Frames sent by a poll or an event stream count as a WebSocket write's
+/// do: frames, bytes, and the delivery latency of their live events.
+#[tokio::test]
+async fn polls_and_event_streams_count_their_frames_bytes_and_latency() {
+    const N: usize = 5;
+    let s = TestServer::start().await;
+    let (mut bob, _ann, mut stream) = bob_and_streaming_ann(&s).await;
+    let mut carl = Poller::open(&s).await;
+    carl.send(json!({"type": "join", "room": ROOM, "name": "carl"}))
+        .await;
+    carl.until(|v| v["type"] == "joined").await;
+    // Ann's stream carries carl's join: read it, so what follows is bob's.
+    let got = read_events(&mut stream, 1).await;
+    assert_eq!(got[0].1["kind"], "presence.join", "{got:?}");
+    // Bob has seen ann and carl join: nothing is in flight.
+    for _ in 0..2 {
+        bob.recv_event("presence.join").await;
+    }
+
+    let (frames, bytes, samples) = writes_counted(&s).await;
+    for i in 0..N {
+        bob.send(json!({"type": "publish", "room": ROOM, "event": "chat", "data": i}))
+            .await;
+        bob.recv_until(|v| v["type"] == "ack").await;
+    }
+    let streamed = read_events(&mut stream, N).await;
+    assert_eq!(streamed[N - 1].1["data"], N - 1, "{streamed:?}");
+    for i in 0..N {
+        let ev = carl.until(|v| v["event"] == "chat").await;
+        assert_eq!(ev["data"], i, "{ev}");
+    }
+    // Bob's N acks over WebSocket, and N events each to ann and carl.
+    let (frames_now, bytes_now, _) = writes_counted(&s).await;
+    assert!(
+        frames_now - frames >= (3 * N) as f64,
+        "{frames} -> {frames_now}"
+    );
+    assert!(
+        bytes_now - bytes >= (3 * N * 20) as f64,
+        "{bytes} -> {bytes_now}"
+    );
+    // Bob's acks carry no event: the samples are ann's and carl's.
+    let latest = std::cell::Cell::new(samples);
+    assert!(
+        wait_until(|| async {
+            latest.set(writes_counted(&s).await.2);
+            latest.get() >= samples + 2.0
+        })
+        .await,
+        "latency samples {samples} -> {}",
+        latest.get()
+    );
+}

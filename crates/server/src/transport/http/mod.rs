@@ -251,12 +251,13 @@ pub(crate) async fn poll(
             }
             out.ack(q.ack);
             if !out.frames.is_empty() || out.ended.is_some() {
-                let last = out.frames.back().map_or(q.ack, |(p, _)| *p);
-                out.sent = out.sent.max(last);
-                let frames: Vec<&[u8]> = out.frames.iter().map(|(_, f)| &f[..]).collect();
+                let last = out.frames.back().map_or(q.ack, |f| f.pos);
+                let sending = out.send(q.ack, last);
+                let frames: Vec<&[u8]> = out.frames.iter().map(|f| &f.frame[..]).collect();
                 let body = poll_body(&frames, last, out.ended);
                 drop(out);
                 drop(reading);
+                sending.count(&node, body.len());
                 return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
             }
         }
@@ -364,22 +365,25 @@ pub(crate) async fn events(
             let notified = s.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (chunk, ended) = {
+            let (chunk, sending, ended) = {
                 let mut out = s.out.lock().unwrap_or_else(|p| p.into_inner());
                 let mut chunk = Vec::new();
                 let from = cursor;
-                for (pos, frame) in out.frames.iter().filter(|(p, _)| *p > from) {
+                for f in out.frames.iter().filter(|f| f.pos > from) {
                     // Into the chunk itself: no string per frame.
-                    let _ = write!(chunk, "id: {pos}\ndata: ");
-                    chunk.extend_from_slice(frame);
+                    let _ = write!(chunk, "id: {}\ndata: ", f.pos);
+                    chunk.extend_from_slice(&f.frame);
                     chunk.extend_from_slice(b"\n\n");
-                    cursor = *pos;
+                    cursor = f.pos;
                 }
-                out.sent = out.sent.max(cursor);
-                (chunk, out.ended)
+                let sending = out.send(from, cursor);
+                (chunk, sending, out.ended)
             };
-            if !chunk.is_empty() && tx.send(Ok(Bytes::from(chunk))).await.is_err() {
-                return;
+            if !chunk.is_empty() {
+                sending.count(&node, chunk.len());
+                if tx.send(Ok(Bytes::from(chunk))).await.is_err() {
+                    return;
+                }
             }
             if let Some(code) = ended {
                 let end = format!("event: closed\ndata: {{\"code\":{code}}}\n\n");

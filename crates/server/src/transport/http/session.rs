@@ -43,15 +43,48 @@ pub(crate) struct HttpSession {
     control: Arc<ConnectionControl>,
 }
 
+/// A frame in a session's buffer.
+pub(crate) struct Numbered {
+    /// Its position (frames are numbered from 1).
+    pub(crate) pos: u64,
+    pub(crate) frame: Bytes,
+    /// When its room ordered it, for a live room event: the delivery
+    /// latency is sampled when it is first sent.
+    ordered_at: Option<std::time::Instant>,
+}
+
+/// What a response sends, for the node's delivery metrics.
+pub(crate) struct Sending {
+    /// Frames in it.
+    pub(crate) frames: u64,
+    /// When the oldest live event sent for the first time was ordered: a
+    /// frame sent again (its response was lost) is no new delivery.
+    pub(crate) oldest: Option<std::time::Instant>,
+}
+
+impl Sending {
+    /// Counts a response of `bytes` carrying these frames, as a WebSocket
+    /// write is counted.
+    pub(crate) fn count(self, node: &Node, bytes: usize) {
+        if self.frames == 0 {
+            return;
+        }
+        let latency = self
+            .oldest
+            .map(|t| std::time::Instant::now().saturating_duration_since(t));
+        node.metrics.wrote(self.frames, bytes as u64, latency);
+    }
+}
+
 /// The numbered frames of a session.
 #[derive(Default)]
 pub(crate) struct OutBuffer {
-    /// Frames after the last one acknowledged, with their positions.
-    pub(crate) frames: VecDeque<(u64, Bytes)>,
+    /// Frames after the last one acknowledged.
+    pub(crate) frames: VecDeque<Numbered>,
     /// The position the next frame gets (frames are numbered from 1).
     pub(crate) next: u64,
-    /// The highest position handed to a reader.
-    pub(crate) sent: u64,
+    /// The highest position handed to a reader (see [`OutBuffer::send`]).
+    sent: u64,
     /// Set when the session has ended: its close code.
     pub(crate) ended: Option<u16>,
     /// The position of the last event a resume replayed: frames up to it
@@ -64,20 +97,53 @@ impl OutBuffer {
     fn replays_held(&self) -> usize {
         self.frames
             .iter()
-            .take_while(|(p, _)| *p <= self.replay_end)
+            .take_while(|f| f.pos <= self.replay_end)
             .count()
+    }
+
+    /// Appends a frame at the next position.
+    fn push(&mut self, frame: Bytes, ordered_at: Option<std::time::Instant>) -> u64 {
+        let pos = self.next;
+        self.next += 1;
+        self.frames.push_back(Numbered {
+            pos,
+            frame,
+            ordered_at,
+        });
+        pos
     }
 
     /// Drops the frames up to `pos`: the client has them.
     pub(crate) fn ack(&mut self, pos: u64) {
-        while self.frames.front().is_some_and(|(p, _)| *p <= pos) {
+        while self.frames.front().is_some_and(|f| f.pos <= pos) {
             self.frames.pop_front();
         }
     }
 
     /// The first position still held (`next` when none is).
     pub(crate) fn first(&self) -> u64 {
-        self.frames.front().map_or(self.next, |(p, _)| *p)
+        self.frames.front().map_or(self.next, |f| f.pos)
+    }
+
+    /// The frames after `from` go to a reader, up to and including `to`:
+    /// they may be let go once the buffer is full. Returns what is sent,
+    /// for the metrics.
+    pub(crate) fn send(&mut self, from: u64, to: u64) -> Sending {
+        let mut sending = Sending {
+            frames: 0,
+            oldest: None,
+        };
+        for f in self.frames.iter().filter(|f| f.pos > from && f.pos <= to) {
+            sending.frames += 1;
+            if f.pos > self.sent {
+                if let Some(t) = f.ordered_at {
+                    sending.oldest =
+                        Some(sending.oldest.map_or(t, |o: std::time::Instant| o.min(t)));
+                }
+            }
+        }
+        self.sent = self.sent.max(to);
+        sending
     }
 }
 
@@ -176,18 +242,16 @@ async fn run(mut client: ClientSession, shared: &HttpSession, mut rx: mpsc::Rece
                 let batch = client.queue.take_batch(usize::MAX);
                 let mut out = shared.out.lock().unwrap_or_else(|p| p.into_inner());
                 for item in batch {
-                    let pos = out.next;
-                    out.next += 1;
+                    let pos = out.push(item.frame().clone(), item.ordered_at());
                     if item.is_replayed() {
                         out.replay_end = pos;
                     }
-                    out.frames.push_back((pos, item.frame().clone()));
                 }
                 // Room for what comes: drop what a reader already sent
                 // (a reconnect cannot ask for it again), else the client
                 // does not keep up.
                 while out.frames.len() > limit + out.replays_held()
-                    && out.frames.front().is_some_and(|(p, _)| *p <= out.sent)
+                    && out.frames.front().is_some_and(|f| f.pos <= out.sent)
                 {
                     out.frames.pop_front();
                 }
@@ -214,13 +278,41 @@ async fn run(mut client: ClientSession, shared: &HttpSession, mut rx: mpsc::Rece
         // can still be read; a slow consumer's backlog is not kept.
         if code != Some(CloseCode::SlowConsumer.code()) {
             for item in client.queue.take_batch(super::super::LAST_FRAMES) {
-                let pos = out.next;
-                out.next += 1;
-                out.frames.push_back((pos, item.frame().clone()));
+                out.push(item.frame().clone(), item.ordered_at());
             }
         }
         out.ended = Some(code.unwrap_or(CloseCode::Normal.code()));
     }
     shared.changed.notify_waiters();
     client.finish();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A response counts every frame it carries, and samples the latency
+    /// only from live events sent for the first time: a frame sent again
+    /// (its response was lost) is no new delivery.
+    #[test]
+    fn a_frame_sent_again_counts_as_a_frame_but_not_as_a_delivery() {
+        let t0 = std::time::Instant::now();
+        let at = |ms| Some(t0 + Duration::from_millis(ms));
+        let mut out = OutBuffer {
+            next: 1,
+            ..OutBuffer::default()
+        };
+        out.push(Bytes::from_static(b"ack"), None);
+        out.push(Bytes::from_static(b"e2"), at(2));
+        out.push(Bytes::from_static(b"e3"), at(3));
+        let first = out.send(0, 2);
+        assert_eq!((first.frames, first.oldest), (2, at(2)));
+        // The response was lost: the client polls from 0 again, and e4 came.
+        out.push(Bytes::from_static(b"e4"), at(1));
+        let again = out.send(0, 4);
+        assert_eq!((again.frames, again.oldest), (4, at(1)));
+        // Nothing new: no sample.
+        let resent = out.send(2, 4);
+        assert_eq!((resent.frames, resent.oldest), (2, None));
+    }
 }
