@@ -15,7 +15,7 @@ mod feed;
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU16, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, RawWakerVTable, Wake, Waker};
 use std::time::{Duration, Instant};
 
@@ -327,8 +327,12 @@ struct Queue {
     /// only under the `items` lock): a resume's replay is as long as the
     /// room's history allows, and a client that reads it is no slow consumer.
     replaying: AtomicUsize,
-    /// The connection's task, for its transport waker.
-    task: OnceLock<Waker>,
+    /// The connection's task, for its transport waker: behind a lock,
+    /// since transport wake-ups are rare (a client's message, the close)
+    /// and the receiver lets the task go when it is dropped (rooms and
+    /// feeds may hold the queue a little longer; the task's memory must
+    /// not wait for them).
+    task: Mutex<Option<Waker>>,
 }
 
 /// The transport waker: it notes that it woke the task, in the line the
@@ -340,7 +344,8 @@ impl Wake for Queue {
 
     fn wake_by_ref(self: &Arc<Self>) {
         self.transport_woken.store(true, Ordering::Release);
-        if let Some(task) = self.task.get() {
+        let task = self.task.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(task) = &*task {
             task.wake_by_ref();
         }
     }
@@ -397,6 +402,9 @@ struct Follow {
     follower: Arc<Follower>,
     session: Arc<str>,
     channels: Arc<[String]>,
+    /// The feed's end when the receiver took this from the queue (read
+    /// under the queue's lock): the new cursor's `seen`.
+    seen: u64,
 }
 
 impl Queued {
@@ -544,7 +552,7 @@ impl Outbox {
             items: Mutex::new(Frames::default()),
             capacity: capacity.max(1),
             replaying: AtomicUsize::new(0),
-            task: OnceLock::new(),
+            task: Mutex::new(None),
         });
         (
             Outbox {
@@ -593,6 +601,7 @@ impl Outbox {
             follower: follower.clone(),
             session: session.into(),
             channels: channels.into(),
+            seen: 0,
         };
         self.push_control(Item::Follow(Box::new(follow)))
             .then_some(follower)
@@ -712,7 +721,11 @@ impl OutboxReceiver {
     /// that serves the connection for its whole life: the first `task` is
     /// the one woken.
     pub fn transport_waker(&self, task: &Waker) -> Waker {
-        self.queue.task.get_or_init(|| task.clone());
+        self.queue
+            .task
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(|| task.clone());
         Waker::from(self.queue.clone())
     }
 
@@ -783,9 +796,9 @@ impl OutboxReceiver {
     /// then is `waker`: a producer will wake it, and the lock need not be
     /// taken to know the queue is empty.
     fn waits_with(&self, waker: &Waker) -> bool {
-        // Acquire: a frame queued before a feed's end that the receiver has
-        // seen is seen here too (see `OutboxReceiver::stage`).
-        self.queue.consumer_waits.load(Ordering::Acquire) && self.waiter.is(waker)
+        // Set and cleared under the lock; a stale "set" only delays the look
+        // to the producer's wake-up, which follows its clear.
+        self.queue.consumer_waits.load(Ordering::Relaxed) && self.waiter.is(waker)
     }
 
     /// Takes up to `max` frames, oldest first: what is queued, under one
@@ -862,39 +875,46 @@ impl OutboxReceiver {
     }
 
     /// Takes up to `room` queued items, each after the feed's events before
-    /// it; true if it must look again: more is queued, or it now follows a
-    /// feed whose end it has not seen before a look.
+    /// it; true if more is queued.
     fn take_queued(&mut self, room: usize, out: &mut impl Emit) -> bool {
         // Set under the lock by its last look, which found nothing, and
-        // cleared under it by every producer since.
-        if self.queue.consumer_waits.load(Ordering::Acquire) {
+        // cleared under it by every producer since. A frame queued before
+        // the feeds' ends read by `stage` (with Acquire) has its clear seen.
+        if self.queue.consumer_waits.load(Ordering::Relaxed) {
             return false;
         }
-        let (mut taken, mut again) = {
+        let (mut taken, more) = {
             let mut items = self.frames();
             let queued = &mut items.queued;
             // The queue's own buffer goes with what is taken: a connection
             // that follows a feed is queued little, and keeps no buffer for it.
-            let taken = if queued.len() <= room {
+            let mut taken: VecDeque<Queued> = if queued.len() <= room {
                 std::mem::take(queued)
             } else {
                 queued.drain(..room).collect()
             };
+            // A feed newly followed is seen as `stage` saw the others: its end
+            // before anything still queued, or queued from now on, was.
+            for q in &mut taken {
+                if let Item::Follow(f) = &mut q.item {
+                    f.seen = f.feed.end();
+                }
+            }
             (taken, !queued.is_empty())
         };
         let replayed = taken.iter().filter(|q| q.is_replayed()).count();
         if replayed > 0 {
             self.queue.replaying.fetch_sub(replayed, Ordering::Relaxed);
         }
-        for q in taken.drain(..) {
+        while let Some(q) = taken.pop_front() {
             match q.after {
                 Some(b) => self.read_feed(b.feed, b.pos, usize::MAX, out),
                 // The connection's own frame (a pong, an error about a frame):
-                // after every event its feeds hold now, so after every one fed
-                // before it was queued, as it would be were those queued too
-                // (a ping is the client's barrier). Those may be many: the
-                // batch grows past its size rather than hold the frame back.
-                None => self.read_feeds(usize::MAX, out),
+                // after every event fed before it was queued, as it would be
+                // were those queued too (a ping is the client's barrier).
+                // Those may be many: the batch grows past its size rather
+                // than hold the frame back.
+                None => self.read_feeds_before(&taken, out),
             }
             match q.item {
                 Item::Out(o) => out.queued(o),
@@ -904,18 +924,16 @@ impl OutboxReceiver {
                         follower,
                         session,
                         channels,
+                        seen,
                     } = *f;
                     self.cursors.retain(|c| c.feed.id() != feed.id());
-                    let next = follower.pos();
                     self.cursors.push(Cursor {
-                        next,
+                        next: follower.pos(),
                         feed,
                         follower,
                         filter: LiveFilter::new(session, channels),
-                        // Its end is seen before the queue's next look.
-                        seen: next,
+                        seen,
                     });
-                    again = true;
                 }
                 Item::Unfollow(id) => self.cursors.retain(|c| c.feed.id() != id),
                 Item::Rechannel(id, channels) => {
@@ -925,7 +943,7 @@ impl OutboxReceiver {
                 }
             }
         }
-        again
+        more
     }
 
     /// Puts the events of feed `id` up to `to` in `out`, while it has taken
@@ -937,11 +955,19 @@ impl OutboxReceiver {
         }
     }
 
-    /// Every followed feed to its end, as [`OutboxReceiver::read_feed`].
-    fn read_feeds(&mut self, max: usize, out: &mut impl Emit) {
+    /// Every followed feed up to what the receiver saw before it looked at
+    /// its queue (`seen`: every event fed before a frame it found there),
+    /// and not past the barrier of a frame `later` in the queue: an event
+    /// fed after that frame was queued goes after it.
+    fn read_feeds_before(&mut self, later: &VecDeque<Queued>, out: &mut impl Emit) {
         let mut i = 0;
         while i < self.cursors.len() {
-            if self.read_cursor(i, u64::MAX, max, out) {
+            let (id, seen) = (self.cursors[i].feed.id(), self.cursors[i].seen);
+            let to = later
+                .iter()
+                .find_map(|q| q.after.filter(|b| b.feed == id))
+                .map_or(seen, |b| b.pos.min(seen));
+            if self.read_cursor(i, to, usize::MAX, out) {
                 i += 1;
             }
         }
@@ -968,6 +994,15 @@ impl Drop for OutboxReceiver {
         let mut items = self.frames();
         items.queued.clear();
         items.waiter = None;
+        drop(items);
+        // The task's wakers go with it: what still holds the queue (a room's
+        // handle, a feed's follower) must not keep the task's memory.
+        self.queue.feed_waker.take();
+        self.queue
+            .task
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
     }
 }
 
@@ -1413,6 +1448,82 @@ mod tests {
         );
         assert!(out.send(Bytes::from_static(b"a")));
         assert_eq!((woken(&first), woken(&second)), (0, 1));
+    }
+
+    /// The connection's own frame goes after the events fed before it was
+    /// queued, and no further: a room's frame queued after it, and the
+    /// event fed after that, keep their order (the own frame once read the
+    /// feeds to their end, past the room frame's barrier).
+    #[test]
+    fn an_own_frame_does_not_pull_an_event_ahead_of_a_room_frame_queued_before_it() {
+        let (out, mut rx) = Outbox::new(16, ConnectionControl::new());
+        let feed = RoomFeed::new(16);
+        let room = out.with_feed(&feed);
+        room.follow("me", vec!["main".into()]).unwrap();
+        assert!(rx.take_batch(100).is_empty());
+        feed.append(message(1, "other", "main", false), None);
+        assert!(out.send(Bytes::from_static(b"pong")));
+        assert!(room.send(Bytes::from_static(b"ack")));
+        feed.append(message(2, "other", "main", false), None);
+        assert_eq!(frames(rx.take_batch(100)), ["1", "pong", "ack", "2"]);
+    }
+
+    /// The same race as below, with the connection's own frame taken: while
+    /// the receiver reads one feed for it, another room queues a frame and
+    /// feeds an event; the event goes after that frame.
+    #[test]
+    fn an_own_frame_reads_no_event_fed_after_the_queue_was_looked_at() {
+        let (out, mut rx) = Outbox::new(16, ConnectionControl::new());
+        let (first, second) = (RoomFeed::new(16), RoomFeed::new(16));
+        out.with_feed(&first)
+            .follow("me", vec!["main".into()])
+            .unwrap();
+        let second_room = out.with_feed(&second);
+        second_room.follow("me", vec!["main".into()]).unwrap();
+        assert!(rx.take_batch(100).is_empty());
+        first.append(message(1, "other", "main", false), None);
+        assert!(out.send(Bytes::from_static(b"pong")));
+        let mut order = Vec::new();
+        let mut meanwhile = Some(|| {
+            assert!(second_room.send(Bytes::from_static(b"queued")));
+            second.append(message(2, "other", "main", false), None);
+        });
+        let mut put = |f: FrameRef<'_>| {
+            order.push(match f.entry() {
+                Some(e) => e.seq.to_string(),
+                None => String::from_utf8(f.frame().to_vec()).unwrap(),
+            });
+            if let Some(room_turn) = meanwhile.take() {
+                room_turn();
+            }
+        };
+        while rx.drain_into(100, &mut put) > 0 {}
+        assert_eq!(order, ["1", "pong", "queued", "2"]);
+    }
+
+    /// A connection's task may end while rooms and feeds still hold its
+    /// queue for a while: the receiver's drop lets every waker of the task
+    /// go (a tokio waker keeps the task's memory).
+    #[test]
+    fn a_dropped_receiver_lets_its_tasks_wakers_go() {
+        let (out, rx) = Outbox::new(16, ConnectionControl::new());
+        let feed = RoomFeed::new(16);
+        let room = out.with_feed(&feed);
+        let follower = room.follow("me", vec!["main".into()]).unwrap();
+        let mut rx = rx;
+        assert!(rx.take_batch(100).is_empty());
+        let (count, task) = counting_waker();
+        drop(rx.transport_waker(&task));
+        assert_eq!(
+            rx.poll_source(&mut Context::from_waker(&task)),
+            Poll::Pending
+        );
+        assert!(Arc::strong_count(&count) > 2, "the queue holds the task");
+        drop(task);
+        drop(rx);
+        assert_eq!(Arc::strong_count(&count), 1, "nothing holds the task");
+        // The room's handle and the follower still hold the queue.
+        drop((room, follower, out));
     }
 
     /// The race a receiver must not lose: while it reads one feed's events,
