@@ -380,10 +380,11 @@ pub(crate) async fn events(
                 (chunk, sending, out.ended)
             };
             if !chunk.is_empty() {
-                sending.count(&node, chunk.len());
+                let bytes = chunk.len();
                 if tx.send(Ok(Bytes::from(chunk))).await.is_err() {
                     return;
                 }
+                sending.count(&node, bytes);
             }
             if let Some(code) = ended {
                 let end = format!("event: closed\ndata: {{\"code\":{code}}}\n\n");

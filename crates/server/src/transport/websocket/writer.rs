@@ -148,14 +148,18 @@ impl Batch {
         // feed's events straight from the feed, without taking a reference
         // to each.
         let mut out = Vec::with_capacity((*last_size).clamp(FIRST_BUFFER, MAX_FIRST_BUFFER));
+        // The first live event stands for the batch: the queue and each feed
+        // hand theirs oldest first.
         let mut oldest = None;
         let frames = rx.drain_into(MAX_BATCH, |item| {
-            oldest.get_or_insert(item.ordered_at());
+            if oldest.is_none() {
+                oldest = item.ordered_at();
+            }
             form.put(&mut out, item);
         });
-        let Some(oldest) = oldest else {
+        if frames == 0 {
             return Ok(None);
-        };
+        }
         // A little more than this one: the next batch of a steady stream is
         // as often a frame longer as shorter.
         *last_size = out.len() + out.len() / 8;
