@@ -1468,39 +1468,6 @@ mod tests {
         assert_eq!(frames(rx.take_batch(100)), ["1", "pong", "ack", "2"]);
     }
 
-    /// The same race as below, with the connection's own frame taken: while
-    /// the receiver reads one feed for it, another room queues a frame and
-    /// feeds an event; the event goes after that frame.
-    #[test]
-    fn an_own_frame_reads_no_event_fed_after_the_queue_was_looked_at() {
-        let (out, mut rx) = Outbox::new(16, ConnectionControl::new());
-        let (first, second) = (RoomFeed::new(16), RoomFeed::new(16));
-        out.with_feed(&first)
-            .follow("me", vec!["main".into()])
-            .unwrap();
-        let second_room = out.with_feed(&second);
-        second_room.follow("me", vec!["main".into()]).unwrap();
-        assert!(rx.take_batch(100).is_empty());
-        first.append(message(1, "other", "main", false), None);
-        assert!(out.send(Bytes::from_static(b"pong")));
-        let mut order = Vec::new();
-        let mut meanwhile = Some(|| {
-            assert!(second_room.send(Bytes::from_static(b"queued")));
-            second.append(message(2, "other", "main", false), None);
-        });
-        let mut put = |f: FrameRef<'_>| {
-            order.push(match f.entry() {
-                Some(e) => e.seq.to_string(),
-                None => String::from_utf8(f.frame().to_vec()).unwrap(),
-            });
-            if let Some(room_turn) = meanwhile.take() {
-                room_turn();
-            }
-        };
-        while rx.drain_into(100, &mut put) > 0 {}
-        assert_eq!(order, ["1", "pong", "queued", "2"]);
-    }
-
     /// A connection's task may end while rooms and feeds still hold its
     /// queue for a while: the receiver's drop lets every waker of the task
     /// go (a tokio waker keeps the task's memory).
@@ -1526,12 +1493,14 @@ mod tests {
         drop((room, follower, out));
     }
 
-    /// The race a receiver must not lose: while it reads one feed's events,
-    /// another room queues it a frame and then feeds an event. That event
-    /// was fed after the receiver looked at its queue, so it waits for the
-    /// next look, and goes after the frame, as the room made them.
-    #[test]
-    fn an_event_fed_after_the_queue_was_looked_at_goes_after_what_was_queued_before_it() {
+    /// The race a receiver must not lose: while it reads one feed's events
+    /// (event 1 of the first room), another room queues it a frame and then
+    /// feeds an event (2). That event was fed after the receiver looked at
+    /// its queue, so it waits for the next look, and goes after the frame,
+    /// as the room made them. With `own`, the connection's own frame was
+    /// queued before the look: it goes after event 1, and reads no further.
+    /// Returns the order the receiver hands them in.
+    fn race_with_another_room(own: Option<&'static [u8]>) -> Vec<String> {
         let (out, mut rx) = Outbox::new(16, ConnectionControl::new());
         let (first, second) = (RoomFeed::new(16), RoomFeed::new(16));
         out.with_feed(&first)
@@ -1541,6 +1510,9 @@ mod tests {
         second_room.follow("me", vec!["main".into()]).unwrap();
         assert!(rx.take_batch(100).is_empty());
         first.append(message(1, "other", "main", false), None);
+        if let Some(frame) = own {
+            assert!(out.send(Bytes::from_static(frame)));
+        }
         let mut order = Vec::new();
         let mut meanwhile = Some(|| {
             assert!(second_room.send(Bytes::from_static(b"queued")));
@@ -1556,6 +1528,19 @@ mod tests {
             }
         };
         while rx.drain_into(100, &mut put) > 0 {}
-        assert_eq!(order, ["1", "queued", "2"]);
+        order
+    }
+
+    #[test]
+    fn an_event_fed_after_the_queue_was_looked_at_goes_after_what_was_queued_before_it() {
+        assert_eq!(race_with_another_room(None), ["1", "queued", "2"]);
+    }
+
+    #[test]
+    fn an_own_frame_reads_no_event_fed_after_the_queue_was_looked_at() {
+        assert_eq!(
+            race_with_another_room(Some(b"pong")),
+            ["1", "pong", "queued", "2"]
+        );
     }
 }
