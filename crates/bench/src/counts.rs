@@ -1,6 +1,6 @@
 //! The counters of a run, defined once: [`Counts`] (plain, serializable,
 //! added up across load processes) and [`AtomicCounts`] (bumped by every task
-//! of a process while it runs). A new counter is one line in [`counters!`].
+//! of a process while it runs). A new counter is one line in `counters!`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

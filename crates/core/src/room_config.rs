@@ -20,7 +20,7 @@ pub enum Access {
 
 /// Per-room limits and timings.
 ///
-/// Serializable as part of a [`RoomState`]: every field is required, since a
+/// Serializable as part of a [`RoomState`](crate::RoomState): every field is required, since a
 /// replica whose limits silently defaulted would diverge from the others.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoomConfig {

@@ -186,6 +186,8 @@ struct ServeArgs {
     /// Web pages that may connect, comma-separated origins (e.g.
     /// https://app.example.org); others get 403 origin_not_allowed. Clients
     /// that send no Origin are not concerned [default: any].
+    // The text is the CLI's help, where a bare URL reads best.
+    #[allow(rustdoc::bare_urls)]
     #[arg(long, value_name = "ORIGINS", value_delimiter = ',')]
     #[serde(skip_serializing_if = "Option::is_none")]
     allowed_origins: Option<Vec<String>>,

@@ -529,7 +529,7 @@ pub enum Source {
     /// The connection's queue (and maybe feeds too).
     Queued,
     /// Only the feeds it follows. A feed wakes a busy connection a
-    /// coalescing window after the event (see [`feed`]): by then, its write
+    /// coalescing window after the event (see [`RoomFeed`]): by then, its write
     /// is due.
     Fed,
 }
@@ -705,7 +705,7 @@ impl Outbox {
 
 impl OutboxReceiver {
     /// The connection wrote at `at`: the feeds it follows hold its wake-ups
-    /// for a window from then (see [`feed`]'s docs). Transports that do not
+    /// for a window from then (see [`RoomFeed`]). Transports that do not
     /// coalesce their writes never call it, and are woken at once.
     pub fn wrote(&self, at: Instant) {
         self.queue
