@@ -323,7 +323,7 @@ impl Follower {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::entry;
+    use super::super::tests::{counting_waker, entry, woken, CountingWake};
     use super::*;
 
     fn seqs(feed: &RoomFeed, from: u64, to: u64) -> Result<(Vec<u64>, u64), Lagged> {
@@ -389,23 +389,13 @@ mod tests {
     struct Waiter {
         rx: super::super::OutboxReceiver,
         follower: Arc<Follower>,
-        woken: Arc<std::sync::atomic::AtomicUsize>,
-    }
-
-    /// A waker that counts its wake-ups.
-    struct Counter(Arc<std::sync::atomic::AtomicUsize>);
-
-    impl std::task::Wake for Counter {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
+        woken: Arc<CountingWake>,
     }
 
     impl Waiter {
         fn new() -> Waiter {
             let (out, rx) = super::super::Outbox::new(4, super::super::ConnectionControl::new());
-            let woken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            let waker = std::task::Waker::from(Arc::new(Counter(woken.clone())));
+            let (woken, waker) = counting_waker();
             out.queue.feed_waker.register(&waker);
             Waiter {
                 follower: Follower::new(out.queue.clone(), 0),
@@ -415,7 +405,7 @@ mod tests {
         }
 
         fn woken(&self) -> usize {
-            self.woken.load(Ordering::SeqCst)
+            woken(&self.woken)
         }
     }
 

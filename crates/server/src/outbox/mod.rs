@@ -1377,9 +1377,9 @@ mod tests {
         assert_eq!(frames(rx.take_batch(100)), ["1", "2", "pong"]);
     }
 
-    /// A waker that counts its wake-ups.
+    /// A waker that counts its wake-ups (the feed's tests use it too).
     #[derive(Default)]
-    struct CountingWake(AtomicUsize);
+    pub(super) struct CountingWake(AtomicUsize);
 
     impl std::task::Wake for CountingWake {
         fn wake(self: Arc<Self>) {
@@ -1391,12 +1391,12 @@ mod tests {
         }
     }
 
-    fn counting_waker() -> (Arc<CountingWake>, Waker) {
+    pub(super) fn counting_waker() -> (Arc<CountingWake>, Waker) {
         let count = Arc::new(CountingWake::default());
         (count.clone(), Waker::from(count))
     }
 
-    fn woken(count: &CountingWake) -> usize {
+    pub(super) fn woken(count: &CountingWake) -> usize {
         count.0.load(Ordering::SeqCst)
     }
 
