@@ -12,7 +12,6 @@
 pub mod config;
 pub mod geometry;
 pub mod grid;
-mod pairs;
 pub mod space;
 
 pub use config::SpaceConfig;

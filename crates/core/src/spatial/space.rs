@@ -13,14 +13,20 @@
 //! proximity always sees each other.
 //!
 //! Deterministic like the room: the same inputs give the same events in the
-//! same order on every replica.
+//! same order on every replica. Inside, members are numbered (a slot each)
+//! and pairs keyed by two numbers, so that a tick compares integers, not
+//! session ids; the numbers depend on the order of joins and never reach an
+//! event, whose order and pair ids follow the session ids.
+//!
+//! What a step costs (the bounds [`SpaceConfig::validate`] and
+//! [`Space::max_speed`] keep): a move or a jump, its mover's neighbourhood
+//! (at most a pass over every member); a tick, a pass over every member, the
+//! pairs within `aoi_radius × hysteresis` of each other and the pairs with a
+//! state.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rustc_hash::FxHashMap;
-
-use super::pairs::{order, Adjacency, PairMap};
-
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 
 use super::config::SpaceConfig;
@@ -88,7 +94,7 @@ pub enum PairState {
 pub enum SpaceError {
     /// The session is not in the space.
     NotInSpace,
-    /// A coordinate or the speed is not a finite number, or the speed is not positive.
+    /// A coordinate or the speed is not a finite number, or the speed is out of its bounds.
     InvalidArgs(String),
 }
 
@@ -125,25 +131,230 @@ pub struct SpaceState {
     pub moving_until: Option<Millis>,
 }
 
+/// A member's number inside the space.
+type Slot = u32;
+
+/// An unordered pair of slots: the smaller in the high half.
+type PairKey = u64;
+
+fn pair_key(x: Slot, y: Slot) -> PairKey {
+    let (a, b) = if x < y { (x, y) } else { (y, x) };
+    (u64::from(a) << 32) | u64::from(b)
+}
+
+fn pair_slots(k: PairKey) -> (Slot, Slot) {
+    ((k >> 32) as Slot, k as Slot)
+}
+
+/// A member of the space.
+#[derive(Debug, Clone)]
+struct Member {
+    session: String,
+    movement: Movement,
+    /// Where the grid has it.
+    at: Vec2,
+    /// The members it has a proximity state with.
+    paired: FxHashSet<Slot>,
+    /// The members it sees (and who see it).
+    sees: FxHashSet<Slot>,
+}
+
+/// A pair's change, before it is told with session ids.
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    Enter,
+    Leave(u64),
+    Sees,
+    Unsees,
+}
+
+/// Who relates to whom: the proximity states, the dwell-held changes and
+/// areas of interest, keyed by slots.
+#[derive(Debug, Clone, Default)]
+struct Relations {
+    members: Vec<Option<Member>>,
+    pairs: FxHashMap<PairKey, PairState>,
+    held: FxHashMap<PairKey, Millis>,
+    /// `held` by due time: the next deadline without a pass over it.
+    held_due: BTreeSet<(Millis, PairKey)>,
+    /// How many pairs see each other.
+    seeing: usize,
+}
+
+impl Relations {
+    fn member(&self, s: Slot) -> &Member {
+        self.members[s as usize].as_ref().expect("a live slot")
+    }
+
+    fn member_mut(&mut self, s: Slot) -> &mut Member {
+        self.members[s as usize].as_mut().expect("a live slot")
+    }
+
+    fn hold(&mut self, k: PairKey, due: Millis) {
+        if let Some(old) = self.held.insert(k, due) {
+            self.held_due.remove(&(old, k));
+        }
+        self.held_due.insert((due, k));
+    }
+
+    fn release(&mut self, k: PairKey) {
+        if let Some(old) = self.held.remove(&k) {
+            self.held_due.remove(&(old, k));
+        }
+    }
+
+    fn set_pair(&mut self, k: PairKey, state: PairState) {
+        if self.pairs.insert(k, state).is_none() {
+            let (a, b) = pair_slots(k);
+            self.member_mut(a).paired.insert(b);
+            self.member_mut(b).paired.insert(a);
+        }
+    }
+
+    fn drop_pair(&mut self, k: PairKey) -> Option<PairState> {
+        let state = self.pairs.remove(&k)?;
+        let (a, b) = pair_slots(k);
+        self.member_mut(a).paired.remove(&b);
+        self.member_mut(b).paired.remove(&a);
+        Some(state)
+    }
+
+    fn set_sees(&mut self, k: PairKey, on: bool) {
+        let (a, b) = pair_slots(k);
+        if on {
+            if self.member_mut(a).sees.insert(b) {
+                self.seeing += 1;
+            }
+            self.member_mut(b).sees.insert(a);
+        } else {
+            if self.member_mut(a).sees.remove(&b) {
+                self.seeing -= 1;
+            }
+            self.member_mut(b).sees.remove(&a);
+        }
+    }
+
+    fn sees(&self, k: PairKey) -> bool {
+        let (a, b) = pair_slots(k);
+        self.member(a).sees.contains(&b)
+    }
+}
+
+/// The thresholds of one evaluation, squared: no square root per pair.
+#[derive(Debug, Clone, Copy)]
+struct Rules {
+    now: Millis,
+    enter: f64,
+    leave: f64,
+    aoi: f64,
+    reach: f64,
+    dwell: Millis,
+}
+
+impl Rules {
+    fn new(c: &SpaceConfig, now: Millis) -> Rules {
+        let sq = |x: f64| x * x;
+        Rules {
+            now,
+            enter: sq(c.proximity_radius),
+            leave: sq(c.proximity_radius * c.hysteresis),
+            aoi: sq(c.aoi_radius),
+            reach: sq(c.aoi_radius * c.hysteresis),
+            dwell: c.min_dwell_ms,
+        }
+    }
+
+    fn dwelled(&self, since: Millis) -> bool {
+        self.now >= since.saturating_add(self.dwell)
+    }
+
+    /// Re-decides the pair `k` at squared distance `d2`, noting its changes.
+    /// Each pair is decided at most once per evaluation.
+    fn decide(&self, rel: &mut Relations, k: PairKey, d2: f64, out: &mut Vec<(PairKey, Change)>) {
+        let state = rel.pairs.get(&k).copied();
+        // A change the dwell holds back: remembered, so that a tick comes when it falls due.
+        match state {
+            Some(PairState::In { since, .. }) if d2 > self.leave && !self.dwelled(since) => {
+                rel.hold(k, since.saturating_add(self.dwell));
+            }
+            Some(PairState::Out { since }) if d2 <= self.enter && !self.dwelled(since) => {
+                rel.hold(k, since.saturating_add(self.dwell));
+            }
+            Some(_) => rel.release(k),
+            None => {}
+        }
+        let in_call = match state {
+            Some(PairState::In { id, since }) => {
+                if d2 > self.leave && self.dwelled(since) {
+                    rel.set_pair(k, PairState::Out { since: self.now });
+                    out.push((k, Change::Leave(id)));
+                    false
+                } else {
+                    true
+                }
+            }
+            Some(PairState::Out { since }) if !self.dwelled(since) => false,
+            state => {
+                if d2 <= self.enter {
+                    // The id is given once the evaluation's entries are in order.
+                    rel.set_pair(
+                        k,
+                        PairState::In {
+                            id: 0,
+                            since: self.now,
+                        },
+                    );
+                    out.push((k, Change::Enter));
+                    true
+                } else {
+                    if state.is_some() {
+                        // Out, and the dwell no longer holds it: forget it.
+                        rel.drop_pair(k);
+                    }
+                    false
+                }
+            }
+        };
+        // Interest, with hysteresis, after proximity (which holds it: a
+        // member sees whom it is in a call with, however far the dwell keeps
+        // the call going).
+        let sees = rel.sees(k);
+        if sees && d2 > self.reach && !in_call {
+            rel.set_sees(k, false);
+            out.push((k, Change::Unsees));
+        } else if !sees && d2 <= self.aoi {
+            rel.set_sees(k, true);
+            out.push((k, Change::Sees));
+        }
+    }
+}
+
 /// The spatial part of a room.
 #[derive(Debug, Clone)]
 pub struct Space {
     config: SpaceConfig,
     /// Every member's movement, by session id.
     movements: BTreeMap<String, Movement>,
-    /// Where each member was at the last evaluation.
-    grid: SpatialGrid<String>,
-    /// Pairs `(a, b)`, `a < b`, in proximity or held out by the dwell.
-    pairs: PairMap<PairState>,
-    /// Pairs `(a, b)`, `a < b`, that see each other.
-    interest: Adjacency,
+    /// Each member's slot.
+    slots: FxHashMap<String, Slot>,
+    /// Slots free for the next member.
+    free: Vec<Slot>,
+    rel: Relations,
+    /// Where each member was at the last evaluation of its pairs.
+    grid: SpatialGrid<Slot>,
     next_pair: u64,
     /// When the grid last placed every member.
     grid_at: Millis,
-    /// Pairs whose change waits for the dwell, and when it falls due.
-    held: PairMap<Millis>,
+    /// At least the speed of every member that moved since `grid_at`: how
+    /// far from its place in the grid a member can be.
+    fastest: f64,
     /// When the last movement under way arrives (a tick is due until then).
     moving_until: Millis,
+    /// Per slot, the evaluation that last decided its pair with the mover.
+    seen: Vec<u64>,
+    evaluation: u64,
+    /// The steps the last command took (see [`Space::last_work`]).
+    work: usize,
 }
 
 impl Space {
@@ -154,40 +365,64 @@ impl Space {
             grid: SpatialGrid::new(cell),
             config,
             movements: BTreeMap::new(),
-            pairs: PairMap::default(),
-            interest: Adjacency::default(),
+            slots: FxHashMap::default(),
+            free: Vec::new(),
+            rel: Relations::default(),
             next_pair: 1,
             grid_at: 0,
-            held: PairMap::default(),
+            fastest: 0.0,
             moving_until: 0,
+            seen: Vec::new(),
+            evaluation: 0,
+            work: 0,
         }
+    }
+
+    fn session(&self, s: Slot) -> &str {
+        &self.rel.member(s).session
+    }
+
+    /// The pair `k` as session ids, the smaller first.
+    fn sessions(&self, k: PairKey) -> (String, String) {
+        let (x, y) = pair_slots(k);
+        let (x, y) = (self.session(x), self.session(y));
+        let (a, b) = if x < y { (x, y) } else { (y, x) };
+        (a.to_owned(), b.to_owned())
     }
 
     /// Everything but the settings, for a snapshot.
     pub fn export(&self) -> SpaceState {
+        let mut pairs: Vec<((String, String), PairState)> = self
+            .rel
+            .pairs
+            .iter()
+            .map(|(k, v)| (self.sessions(*k), *v))
+            .collect();
+        let mut interest: Vec<(String, String)> = self
+            .rel
+            .members
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| Some((i as Slot, m.as_ref()?)))
+            .flat_map(|(i, m)| m.sees.iter().filter(move |j| i < **j).map(move |j| (i, *j)))
+            .map(|(i, j)| self.sessions(pair_key(i, j)))
+            .collect();
+        let mut held: Vec<((String, String), Millis)> = self
+            .rel
+            .held
+            .iter()
+            .map(|(k, due)| (self.sessions(*k), *due))
+            .collect();
+        // Hashed inside: sorted, replicas export alike.
+        pairs.sort_unstable_by(|x, y| x.0.cmp(&y.0));
+        interest.sort_unstable();
+        held.sort_unstable();
         SpaceState {
             movements: self.movements.clone(),
-            pairs: self
-                .pairs
-                .iter()
-                .map(|(a, b, v)| ((a.clone(), b.clone()), *v))
-                .collect(),
-            interest: {
-                let mut v: Vec<(String, String)> = self
-                    .interest
-                    .iter()
-                    .map(|(a, b)| (a.clone(), b.clone()))
-                    .collect();
-                // The adjacency is hashed: sorted, replicas export alike.
-                v.sort_unstable();
-                v
-            },
+            pairs,
+            interest,
             next_pair: self.next_pair,
-            held: self
-                .held
-                .iter()
-                .map(|(a, b, due)| ((a.clone(), b.clone()), *due))
-                .collect(),
+            held,
             moving_until: Some(self.moving_until),
         }
     }
@@ -195,29 +430,88 @@ impl Space {
     /// A space continuing from a snapshot.
     pub fn import(config: SpaceConfig, state: SpaceState) -> Space {
         let mut space = Space::new(config);
-        space.movements = state.movements;
-        for ((a, b), v) in state.pairs {
-            space.pairs.insert(&a, &b, v);
+        // Placed where they started; the first tick places them anew (until
+        // then `grid_at` is 0, and a move considers every member).
+        for (s, m) in &state.movements {
+            space.add(s, *m, m.from);
+            space.fastest = space.fastest.max(m.speed);
         }
-        for (a, b) in state.interest {
-            space.interest.insert(&a, &b);
+        let slot = |s: &String| space.slots.get(s).copied();
+        let keys = |(a, b): &(String, String)| Some(pair_key(slot(a)?, slot(b)?));
+        let pairs: Vec<(PairKey, PairState)> = state
+            .pairs
+            .iter()
+            .filter_map(|(p, v)| Some((keys(p)?, *v)))
+            .collect();
+        let interest: Vec<PairKey> = state.interest.iter().filter_map(keys).collect();
+        let held: Vec<(PairKey, Millis)> = state
+            .held
+            .iter()
+            .filter_map(|(p, due)| Some((keys(p)?, *due)))
+            .collect();
+        for (k, v) in pairs {
+            space.rel.set_pair(k, v);
+        }
+        for k in interest {
+            space.rel.set_sees(k, true);
+        }
+        for (k, due) in held {
+            space.rel.hold(k, due);
         }
         space.next_pair = state.next_pair;
-        for ((a, b), due) in state.held {
-            space.held.insert(&a, &b, due);
-        }
-        // Placed where they started; the first tick places them anew (until
-        // then a move considers every member).
-        for (s, m) in &space.movements {
-            space.grid.place(s.clone(), m.from);
-        }
         space.moving_until = state.moving_until.unwrap_or_else(|| space.latest_arrival());
         space
+    }
+
+    /// Gives `session` a slot with `movement`, placed in the grid at `at`.
+    fn add(&mut self, session: &str, movement: Movement, at: Vec2) -> Slot {
+        let member = Member {
+            session: session.to_owned(),
+            movement,
+            at,
+            paired: FxHashSet::default(),
+            sees: FxHashSet::default(),
+        };
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.rel.members[s as usize] = Some(member);
+                s
+            }
+            None => {
+                self.rel.members.push(Some(member));
+                self.seen.push(0);
+                (self.rel.members.len() - 1) as Slot
+            }
+        };
+        self.slots.insert(session.to_owned(), slot);
+        self.movements.insert(session.to_owned(), movement);
+        self.grid.place(slot, at);
+        slot
     }
 
     /// The settings.
     pub fn config(&self) -> &SpaceConfig {
         &self.config
+    }
+
+    /// The fastest a member may move: a speed that crosses the plane's
+    /// diagonal in one tick (faster, a walk could pass through a whole area
+    /// of interest between two evaluations).
+    pub fn max_speed(&self) -> f64 {
+        self.config.max_speed()
+    }
+
+    /// The steps the last join, move, jump, leave or tick took: members
+    /// placed or looked at, grid cells looked up, pairs looked at. The
+    /// budget, whatever the settings and the moves (tested):
+    /// - a join, move or jump: at most 4 × members (the most the space has
+    ///   held at once, as below);
+    /// - a leave: the departing member's pairs with a state;
+    /// - a tick: 6 × members, plus the pairs at most 2√2 × `aoi_radius ×
+    ///   hysteresis` apart, plus the pairs with a state (in proximity, held
+    ///   out by the dwell, or seeing each other).
+    pub fn last_work(&self) -> usize {
+        self.work
     }
 
     /// Every member's movement, by session id.
@@ -232,25 +526,45 @@ impl Space {
 
     /// The pairs in proximity: `(a, b)`, `a < b`, and the pair id, in order.
     pub fn pairs_in_proximity(&self) -> impl Iterator<Item = ((&String, &String), u64)> {
-        self.pairs.iter().filter_map(|(a, b, s)| match s {
-            PairState::In { id, .. } => Some(((a, b), *id)),
-            PairState::Out { .. } => None,
-        })
+        let mut v: Vec<((&String, &String), u64)> = self
+            .rel
+            .pairs
+            .iter()
+            .filter_map(|(k, s)| match s {
+                PairState::In { id, .. } => {
+                    let (x, y) = pair_slots(*k);
+                    let (x, y) = (&self.rel.member(x).session, &self.rel.member(y).session);
+                    Some((if x < y { (x, y) } else { (y, x) }, *id))
+                }
+                PairState::Out { .. } => None,
+            })
+            .collect();
+        v.sort_unstable();
+        v.into_iter()
+    }
+
+    fn pair_of(&self, a: &str, b: &str) -> Option<PairKey> {
+        Some(pair_key(*self.slots.get(a)?, *self.slots.get(b)?))
     }
 
     /// Whether `a` and `b` are a pair in proximity.
     pub fn in_proximity(&self, a: &str, b: &str) -> bool {
-        matches!(self.pairs.get(a, b), Some(PairState::In { .. }))
+        self.pair_of(a, b)
+            .is_some_and(|k| a != b && matches!(self.rel.pairs.get(&k), Some(PairState::In { .. })))
     }
 
     /// Whether `a` and `b` see each other (a member always sees itself).
     pub fn sees(&self, a: &str, b: &str) -> bool {
-        a == b || self.interest.contains(a, b)
+        a == b || self.pair_of(a, b).is_some_and(|k| self.rel.sees(k))
     }
 
-    /// The members `session` sees (and who see it), in order.
+    /// The members `session` sees (and who see it), in no particular order.
     pub fn viewers<'a>(&'a self, session: &'a str) -> impl Iterator<Item = &'a String> + 'a {
-        self.interest.neighbours(session)
+        self.slots
+            .get(session)
+            .into_iter()
+            .flat_map(move |s| self.rel.member(*s).sees.iter())
+            .map(move |j| &self.rel.member(*j).session)
     }
 
     /// Places a new member standing at `at` (clamped into the plane).
@@ -258,16 +572,24 @@ impl Space {
         let (at, clamped) = self.config.clamp(at);
         // Standing: nothing for a tick to follow (its own pairs are decided now).
         let movement = Movement::standing(at, now);
-        self.movements.insert(session.to_owned(), movement);
+        match self.slots.get(session).copied() {
+            Some(slot) => {
+                self.rel.member_mut(slot).movement = movement;
+                self.movements.insert(session.to_owned(), movement);
+            }
+            None => {
+                self.add(session, movement, at);
+            }
+        }
         Moved {
             movement,
             clamped,
-            events: self.evaluate_for(now, Some(session)),
+            events: self.evaluate_one(session, now),
         }
     }
 
     /// Starts `session` towards `to` at `speed` units per second from where
-    /// it is now.
+    /// it is now; `speed` is in (0, [`Space::max_speed`]].
     pub fn move_to(
         &mut self,
         session: &str,
@@ -280,12 +602,14 @@ impl Space {
                 "to must be two finite numbers".into(),
             ));
         }
-        if !(speed.is_finite() && speed > 0.0) {
+        let max = self.max_speed();
+        if !(speed.is_finite() && speed > 0.0 && speed <= max) {
             return Err(SpaceError::InvalidArgs(format!(
-                "speed must be a positive number, not {speed}"
+                "speed must be a number greater than 0 and at most {max} (the plane's diagonal per tick), not {speed}"
             )));
         }
-        let from = self.position(session, now).ok_or(SpaceError::NotInSpace)?;
+        let slot = *self.slots.get(session).ok_or(SpaceError::NotInSpace)?;
+        let from = self.rel.member(slot).movement.position_at(now);
         let (to, clamped) = self.config.clamp(to);
         let movement = Movement {
             from,
@@ -293,12 +617,14 @@ impl Space {
             t0: now,
             speed,
         };
+        self.rel.member_mut(slot).movement = movement;
         self.movements.insert(session.to_owned(), movement);
         self.moving_until = self.moving_until.max(movement.arrives_at());
+        self.fastest = self.fastest.max(speed);
         Ok(Moved {
             movement,
             clamped,
-            events: self.evaluate_for(now, Some(session)),
+            events: self.evaluate_one(session, now),
         })
     }
 
@@ -309,7 +635,7 @@ impl Space {
                 "at must be two finite numbers".into(),
             ));
         }
-        if !self.movements.contains_key(session) {
+        if !self.slots.contains_key(session) {
             return Err(SpaceError::NotInSpace);
         }
         Ok(self.join(session, at, now))
@@ -318,23 +644,34 @@ impl Space {
     /// Removes `session`: its pairs leave proximity and interest at once
     /// (the dwell does not hold a member who is gone).
     pub fn leave(&mut self, session: &str) -> Vec<SpaceEvent> {
-        if self.movements.remove(session).is_none() {
+        let Some(slot) = self.slots.get(session).copied() else {
+            self.work = 0;
             return Vec::new();
-        }
-        self.grid.remove(&session.to_owned());
+        };
         let mut events = Vec::new();
-        for (a, b) in self.pairs.pairs_of(session) {
-            if let Some(PairState::In { id, .. }) = self.pairs.remove(&a, &b) {
+        let paired: Vec<Slot> = self.rel.member(slot).paired.iter().copied().collect();
+        self.work = paired.len() + self.rel.member(slot).sees.len();
+        for other in paired {
+            let k = pair_key(slot, other);
+            self.rel.release(k);
+            if let Some(PairState::In { id, .. }) = self.rel.pairs.get(&k).copied() {
+                let (a, b) = self.sessions(k);
                 events.push(SpaceEvent::ProximityLeave { pair: id, a, b });
             }
+            self.rel.drop_pair(k);
         }
-        for (a, b) in self.interest.pairs_of(session) {
-            self.interest.remove(&a, &b);
+        let seen: Vec<Slot> = self.rel.member(slot).sees.iter().copied().collect();
+        for other in seen {
+            let k = pair_key(slot, other);
+            let (a, b) = self.sessions(k);
+            self.rel.set_sees(k, false);
             events.push(SpaceEvent::InterestLeave { a, b });
         }
-        for (a, b) in self.held.pairs_of(session) {
-            self.held.remove(&a, &b);
-        }
+        self.grid.remove(&slot);
+        self.rel.members[slot as usize] = None;
+        self.slots.remove(session);
+        self.movements.remove(session);
+        self.free.push(slot);
         events.sort();
         events
     }
@@ -350,201 +687,159 @@ impl Space {
 
     /// Re-evaluates the space at `now` (on the room's tick).
     pub fn tick(&mut self, now: Millis) -> Vec<SpaceEvent> {
-        self.evaluate_for(now, None)
+        let rules = Rules::new(&self.config, now);
+        let mut fastest: f64 = 0.0;
+        let mut moving_until = 0;
+        for (i, m) in self.rel.members.iter_mut().enumerate() {
+            let Some(m) = m else { continue };
+            m.at = m.movement.position_at(now);
+            self.grid.place_ref(&(i as Slot), m.at);
+            let arrives = m.movement.arrives_at();
+            moving_until = moving_until.max(arrives);
+            if arrives > now {
+                fastest = fastest.max(m.movement.speed);
+            }
+        }
+        self.grid_at = now;
+        self.fastest = fastest;
+        // Only grows between ticks (a walk cut short by a jump or a
+        // departure still counts): the full pass sets it right.
+        self.moving_until = moving_until;
+        let mut changes = Vec::new();
+        let reach = self.config.aoi_radius * self.config.hysteresis;
+        // The pairs within reach, as the grid yields them: each decided once.
+        let rel = &mut self.rel;
+        let mut work = rel.members.len() + rel.pairs.len() + rel.seeing;
+        work += self.grid.for_each_pair_within(reach, |a, _, b, _, d2| {
+            rules.decide(rel, pair_key(*a, *b), d2, &mut changes)
+        });
+        // The pairs with a state beyond reach: the grid did not yield them.
+        let mut beyond: Vec<(PairKey, f64)> = Vec::new();
+        let far = |k: PairKey| {
+            let (a, b) = pair_slots(k);
+            let d2 = rel.member(a).at.distance_sq(rel.member(b).at);
+            (d2 > rules.reach).then_some((k, d2))
+        };
+        beyond.extend(rel.pairs.keys().filter_map(|k| far(*k)));
+        for (i, m) in rel.members.iter().enumerate() {
+            let Some(m) = m else { continue };
+            let i = i as Slot;
+            beyond.extend(
+                m.sees
+                    .iter()
+                    .filter(|j| i < **j)
+                    .filter_map(|j| far(pair_key(i, *j))),
+            );
+        }
+        beyond.sort_unstable_by_key(|(k, _)| *k);
+        beyond.dedup_by_key(|(k, _)| *k);
+        for (k, d2) in beyond {
+            rules.decide(rel, k, d2, &mut changes);
+        }
+        self.work = work;
+        self.tell(changes)
+    }
+
+    /// Re-decides the pairs of `session`, whose movement just changed: a
+    /// move costs its neighbourhood, not the room; the others' pairs follow
+    /// on the next tick, on every replica alike.
+    fn evaluate_one(&mut self, session: &str, now: Millis) -> Vec<SpaceEvent> {
+        let Some(slot) = self.slots.get(session).copied() else {
+            return Vec::new();
+        };
+        let rules = Rules::new(&self.config, now);
+        let p = self.rel.member(slot).movement.position_at(now);
+        self.rel.member_mut(slot).at = p;
+        self.grid.place_ref(&slot, p);
+        self.evaluation += 1;
+        let evaluation = self.evaluation;
+        self.seen[slot as usize] = evaluation;
+        // Others stand where the grid has them, or have walked at most this
+        // far since. Before the first tick (or right after an import) the
+        // margin can exceed the plane: the grid then visits every member.
+        let margin = self.fastest * now.saturating_sub(self.grid_at) as f64 / 1000.0;
+        let radius = self.config.aoi_radius * self.config.hysteresis + margin;
+        let mut near: Vec<(Slot, f64)> = Vec::new();
+        let rel = &self.rel;
+        let mut work = self.grid.for_each_within(p, radius, |other, _| {
+            if *other != slot {
+                let q = rel.member(*other).movement.position_at(now);
+                let d2 = p.distance_sq(q);
+                if d2 <= rules.reach {
+                    near.push((*other, d2));
+                }
+            }
+        });
+        // And the mover's pairs with a state, wherever the other is now.
+        let me = rel.member(slot);
+        let related: Vec<Slot> = me.paired.iter().chain(me.sees.iter()).copied().collect();
+        work += related.len();
+        self.work = work;
+        let mut changes = Vec::new();
+        for (other, d2) in near {
+            self.seen[other as usize] = evaluation;
+            rules.decide(&mut self.rel, pair_key(slot, other), d2, &mut changes);
+        }
+        for other in related {
+            if self.seen[other as usize] == evaluation {
+                continue;
+            }
+            self.seen[other as usize] = evaluation;
+            let q = self.rel.member(other).movement.position_at(now);
+            rules.decide(
+                &mut self.rel,
+                pair_key(slot, other),
+                p.distance_sq(q),
+                &mut changes,
+            );
+        }
+        self.tell(changes)
+    }
+
+    /// The changes of one evaluation as events, in order: the pairs that
+    /// entered get their ids in the order of their session ids.
+    fn tell(&mut self, changes: Vec<(PairKey, Change)>) -> Vec<SpaceEvent> {
+        let mut entered: Vec<((String, String), PairKey)> = Vec::new();
+        let mut events = Vec::with_capacity(changes.len());
+        for (k, change) in changes {
+            let (a, b) = self.sessions(k);
+            match change {
+                Change::Enter => entered.push(((a, b), k)),
+                Change::Leave(pair) => events.push(SpaceEvent::ProximityLeave { pair, a, b }),
+                Change::Sees => events.push(SpaceEvent::InterestEnter { a, b }),
+                Change::Unsees => events.push(SpaceEvent::InterestLeave { a, b }),
+            }
+        }
+        entered.sort_unstable_by(|x, y| x.0.cmp(&y.0));
+        for ((a, b), k) in entered {
+            let id = self.next_pair;
+            self.next_pair += 1;
+            if let Some(PairState::In { id: slot, .. }) = self.rel.pairs.get_mut(&k) {
+                *slot = id;
+            }
+            events.push(SpaceEvent::ProximityEnter { pair: id, a, b });
+        }
+        events.sort();
+        events
     }
 
     /// The next time the space must be evaluated: a tick from now while a
     /// member moves, and when a change held by the dwell falls due.
     pub fn next_deadline(&self, now: Millis) -> Option<Millis> {
         // Both kept up to date by every change: the room asks after every
-        // command, and a pass over the pairs each time cost more than the rest.
+        // command.
         let moving = now < self.moving_until;
-        let mut next = moving.then(|| now.saturating_add(self.config.tick_ms));
-        for (_, _, due) in self.held.iter() {
-            if *due > now {
-                next = Some(next.map_or(*due, |n| n.min(*due)));
-            }
+        let tick = moving.then(|| now.saturating_add(self.config.tick_ms));
+        let held = self
+            .rel
+            .held_due
+            .range((now.saturating_add(1), 0)..)
+            .next()
+            .map(|(due, _)| *due);
+        match (tick, held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
-        next
-    }
-
-    /// Re-decides at `now` every pair (`only` = `None`, on the tick) or the
-    /// pairs of one member whose movement just changed (`Some`): a move
-    /// costs its neighbourhood, not the room; the others' pairs follow on the
-    /// next tick, on every replica alike. Strings are cloned only for pairs
-    /// whose state changes.
-    fn evaluate_for(&mut self, now: Millis, only: Option<&str>) -> Vec<SpaceEvent> {
-        let c = &self.config;
-        // Distances are compared squared: no square root per pair.
-        let sq = |x: f64| x * x;
-        let (r, leave_r) = (
-            sq(c.proximity_radius),
-            sq(c.proximity_radius * c.hysteresis),
-        );
-        let (aoi, reach) = (sq(c.aoi_radius), sq(c.aoi_radius * c.hysteresis));
-        let reach_radius = c.aoi_radius * c.hysteresis;
-        let dwell = c.min_dwell_ms;
-        let diagonal = c.width.hypot(c.height);
-        let dwelled = |since: Millis| now >= since.saturating_add(dwell);
-        match only {
-            None => {
-                for (s, m) in &self.movements {
-                    self.grid.place_ref(s, m.position_at(now));
-                }
-                self.grid_at = now;
-                // Only grows between ticks (a walk cut short by a jump or a
-                // departure still counts): the full pass sets it right.
-                self.moving_until = self.latest_arrival();
-            }
-            Some(session) => {
-                let Some(p) = self.movements.get(session).map(|m| m.position_at(now)) else {
-                    return Vec::new();
-                };
-                self.grid.place_ref(&session.to_owned(), p);
-            }
-        }
-        let (movements, grid) = (&self.movements, &self.grid);
-        // Pairs (a < b) within reach, and their squared distance.
-        let mut near: FxHashMap<(&str, &str), f64> = FxHashMap::default();
-        match only {
-            None => {
-                for (s, m) in movements {
-                    let p = m.position_at(now);
-                    for other in grid.within(p, reach_radius) {
-                        if other > s {
-                            let q = grid.position(other).expect("placed");
-                            near.insert((s.as_str(), other.as_str()), p.distance_sq(q));
-                        }
-                    }
-                }
-            }
-            Some(session) => {
-                let (session, m) = movements.get_key_value(session).expect("checked above");
-                let p = m.position_at(now);
-                // Others stand where the last tick placed them, or have walked
-                // at most this far since.
-                let fastest = movements.values().map(|m| m.speed).fold(0.0, f64::max);
-                let margin = fastest * now.saturating_sub(self.grid_at) as f64 / 1000.0;
-                let radius = reach_radius + margin;
-                // Before the first tick (or right after an import) the margin can
-                // exceed the plane: then everyone is a candidate.
-                let candidates: Vec<&String> = if radius >= diagonal {
-                    movements.keys().collect()
-                } else {
-                    grid.within(p, radius)
-                };
-                for other in candidates {
-                    if other == session {
-                        continue;
-                    }
-                    let d = p.distance_sq(movements[other].position_at(now));
-                    if d <= reach {
-                        near.insert(order(session, other), d);
-                    }
-                }
-            }
-        }
-        let involved = |a: &str, b: &str| only.is_none_or(|s| a == s || b == s);
-        let mut events = Vec::new();
-        // Proximity, with hysteresis and dwell: the pairs with a state, then
-        // those that came within the radius, in order (ids are given in it).
-        let mut todo: BTreeSet<(&str, &str)> = near
-            .iter()
-            .filter(|(_, d)| **d <= r)
-            .map(|(k, _)| *k)
-            .collect();
-        let held: Vec<(String, String)> = self
-            .pairs
-            .iter()
-            .filter(|(a, b, _)| involved(a, b))
-            .map(|(a, b, _)| (a.clone(), b.clone()))
-            .collect();
-        todo.extend(held.iter().map(|(a, b)| (a.as_str(), b.as_str())));
-        for (a, b) in todo {
-            let d = near.get(&(a, b)).copied().unwrap_or(f64::INFINITY);
-            let state = self.pairs.get(a, b).copied();
-            // A change the dwell holds back: remembered, so that a tick comes when it falls due.
-            let waits = match state {
-                Some(PairState::In { since, .. }) => d > leave_r && !dwelled(since),
-                Some(PairState::Out { since }) => d <= r && !dwelled(since),
-                None => false,
-            };
-            match (waits, state) {
-                (true, Some(PairState::In { since, .. } | PairState::Out { since })) => {
-                    self.held.insert(a, b, since.saturating_add(dwell));
-                }
-                _ => {
-                    self.held.remove(a, b);
-                }
-            }
-            match state {
-                Some(PairState::In { id, since }) => {
-                    if d > leave_r && dwelled(since) {
-                        self.pairs.insert(a, b, PairState::Out { since: now });
-                        events.push(SpaceEvent::ProximityLeave {
-                            pair: id,
-                            a: a.to_owned(),
-                            b: b.to_owned(),
-                        });
-                    }
-                }
-                Some(PairState::Out { since }) if !dwelled(since) => {}
-                state => {
-                    if d <= r {
-                        let id = self.next_pair;
-                        self.next_pair += 1;
-                        self.pairs.insert(a, b, PairState::In { id, since: now });
-                        events.push(SpaceEvent::ProximityEnter {
-                            pair: id,
-                            a: a.to_owned(),
-                            b: b.to_owned(),
-                        });
-                    } else if state.is_some() {
-                        // Out, and the dwell no longer holds it: forget it.
-                        self.pairs.remove(a, b);
-                    }
-                }
-            }
-        }
-        // Interest, with hysteresis, after proximity (which holds it: a
-        // member sees whom it is in a call with, however far the dwell keeps
-        // the call going).
-        // Only the pairs that go are cloned: a tick looks at every pair.
-        let pairs = &self.pairs;
-        let goes = |a: &str, b: &str| {
-            near.get(&(a, b)).is_none_or(|d| *d > reach)
-                && !matches!(pairs.get(a, b), Some(PairState::In { .. }))
-        };
-        let stale: Vec<(String, String)> = match only {
-            None => self
-                .interest
-                .iter()
-                .filter(|(a, b)| goes(a, b))
-                .map(|(a, b)| (a.clone(), b.clone()))
-                .collect(),
-            Some(s) => self
-                .interest
-                .neighbours(s)
-                .map(|other| order(s, other))
-                .filter(|(a, b)| goes(a, b))
-                .map(|(a, b)| (a.to_owned(), b.to_owned()))
-                .collect(),
-        };
-        for (a, b) in stale {
-            self.interest.remove(&a, &b);
-            events.push(SpaceEvent::InterestLeave { a, b });
-        }
-        for (&(a, b), d) in &near {
-            if *d <= aoi && !self.interest.contains(a, b) {
-                self.interest.insert(a, b);
-                events.push(SpaceEvent::InterestEnter {
-                    a: a.to_owned(),
-                    b: b.to_owned(),
-                });
-            }
-        }
-        events.sort();
-        events
     }
 }
 

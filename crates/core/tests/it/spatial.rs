@@ -10,6 +10,8 @@ use proptest::prelude::*;
 
 const SESSIONS: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
 
+/// A command; coordinates are fractions of the plane's sides (outside [0, 1]:
+/// off the plane), speeds fractions of the fastest allowed.
 #[derive(Debug, Clone)]
 enum Op {
     Join(usize, f64, f64),
@@ -23,23 +25,55 @@ enum Op {
     Wait(u64),
 }
 
-fn op() -> impl Strategy<Value = Op> {
-    let coord = -200.0f64..2200.0;
+fn op(sessions: usize) -> impl Strategy<Value = Op> {
+    let coord = -0.1f64..1.1;
+    // Mostly walking paces, sometimes up to the fastest allowed.
+    let speed = prop_oneof![4 => 0.0002f64..0.03, 1 => 0.0001f64..=1.0];
     prop_oneof![
-        (0..SESSIONS.len(), coord.clone(), coord.clone()).prop_map(|(s, x, y)| Op::Join(s, x, y)),
-        (
-            0..SESSIONS.len(),
-            coord.clone(),
-            coord.clone(),
-            5.0f64..800.0
-        )
+        (0..sessions, coord.clone(), coord.clone()).prop_map(|(s, x, y)| Op::Join(s, x, y)),
+        (0..sessions, coord.clone(), coord.clone(), speed)
             .prop_map(|(s, x, y, v)| Op::MoveTo(s, x, y, v)),
-        (0..SESSIONS.len(), coord.clone(), coord).prop_map(|(s, x, y)| Op::Jump(s, x, y)),
-        (0..SESSIONS.len()).prop_map(Op::Leave),
+        (0..sessions, coord.clone(), coord).prop_map(|(s, x, y)| Op::Jump(s, x, y)),
+        // Everyone to one spot: every pair within reach.
+        (0..sessions).prop_map(|s| Op::Jump(s, 0.5, 0.5)),
+        (0..sessions).prop_map(Op::Leave),
         (0u64..3_000).prop_map(Op::Advance),
         (0u64..300).prop_map(Op::Advance),
         (0u64..300).prop_map(Op::Wait),
     ]
+}
+
+/// Valid settings across their bounds: planes from 1 to 1e9 units, areas of
+/// interest from a ten-thousandth of the plane to beyond it.
+fn config() -> impl Strategy<Value = SpaceConfig> {
+    (
+        0.0f64..9.0,
+        -1.0f64..1.0,
+        1.0f64..4.0,
+        -4.0f64..0.5,
+        0.05f64..1.0,
+        prop_oneof![Just(0u64), 0u64..3_000],
+        10u64..1_000,
+        any::<bool>(),
+    )
+        .prop_map(
+            |(side, aspect, hysteresis, aoi, prox, dwell, tick, direct)| {
+                let width = 10f64.powf(side);
+                let height = (width * 10f64.powf(aspect)).clamp(1.0, 1e9);
+                let aoi_radius = width.max(height) * 10f64.powf(aoi) / hysteresis * 1.01;
+                SpaceConfig {
+                    width,
+                    height,
+                    proximity_radius: aoi_radius * prox / hysteresis,
+                    hysteresis,
+                    min_dwell_ms: dwell,
+                    aoi_radius,
+                    tick_ms: tick,
+                    direct_in_proximity_only: direct,
+                }
+            },
+        )
+        .prop_filter("valid", |c| c.validate().is_ok())
 }
 
 /// Every pair, every evaluation: the rules without an index.
@@ -148,10 +182,13 @@ impl Model {
     }
 }
 
-/// Runs `ops` on a [`Space`] and on the model, checking every event and rule.
-fn space_matches_the_model(ops: Vec<Op>) -> Result<(), TestCaseError> {
+/// Runs `ops` on a [`Space`] and on the model, checking every event and rule,
+/// and that each command's work stays within [`Space::last_work`]'s budget.
+fn space_matches_the_model(config: SpaceConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
     {
-        let config = SpaceConfig::default();
+        let (w, h) = (config.width, config.height);
+        let point = |x: f64, y: f64| Vec2::new(x * w, y * h);
+        let mut peak = 0usize;
         let mut space = Space::new(config.clone());
         let mut model = Model::new(config.clone());
         let mut now: Millis = 1_000_000;
@@ -159,28 +196,31 @@ fn space_matches_the_model(ops: Vec<Op>) -> Result<(), TestCaseError> {
         // The last change of each pair, to check the dwell.
         let mut changed: BTreeMap<(String, String), Millis> = BTreeMap::new();
         for op in ops {
+            let before = space.export();
+            let stated = before.pairs.len() + before.interest.len();
             let (events, left, only) = match op {
                 Op::Join(s, x, y) => {
                     let s = SESSIONS[s];
                     if space.movements().contains_key(s) {
                         continue;
                     }
-                    let joined = space.join(s, Vec2::new(x, y), now);
+                    let p = point(x, y);
+                    let joined = space.join(s, p, now);
                     prop_assert_eq!(
                         joined.clamped,
-                        !(0.0..=2000.0).contains(&x) || !(0.0..=2000.0).contains(&y)
+                        !(0.0..=w).contains(&p.x) || !(0.0..=h).contains(&p.y)
                     );
                     model.movements.insert(s.to_owned(), joined.movement);
                     (joined.events, None, Some(s))
                 }
                 Op::MoveTo(s, x, y, v) => {
                     let s = SESSIONS[s];
-                    match space.move_to(s, Vec2::new(x, y), v, now) {
+                    let v = v * config.max_speed();
+                    match space.move_to(s, point(x, y), v, now) {
                         Ok(moved) => {
                             let m = moved.movement;
                             prop_assert!(
-                                (0.0..=2000.0).contains(&m.to.x)
-                                    && (0.0..=2000.0).contains(&m.to.y)
+                                (0.0..=w).contains(&m.to.x) && (0.0..=h).contains(&m.to.y)
                             );
                             prop_assert_eq!(m.from, model.movements[s].position_at(now));
                             model.movements.insert(s.to_owned(), m);
@@ -194,7 +234,7 @@ fn space_matches_the_model(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 }
                 Op::Jump(s, x, y) => {
                     let s = SESSIONS[s];
-                    match space.jump(s, Vec2::new(x, y), now) {
+                    match space.jump(s, point(x, y), now) {
                         Ok(moved) => {
                             model.movements.insert(s.to_owned(), moved.movement);
                             (moved.events, None, Some(s))
@@ -228,6 +268,34 @@ fn space_matches_the_model(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     continue;
                 }
             };
+            peak = peak.max(space.movements().len());
+            let work = space.last_work();
+            match (&left, only) {
+                (Some(_), _) => {}
+                (None, Some(_)) => prop_assert!(work <= 4 * peak, "a move took {} steps", work),
+                (None, None) => {
+                    let far = 2.0 * 2f64.sqrt() * config.aoi_radius * config.hysteresis;
+                    let at: Vec<Vec2> = space
+                        .movements()
+                        .values()
+                        .map(|m| m.position_at(now))
+                        .collect();
+                    let mut close = 0;
+                    for (i, p) in at.iter().enumerate() {
+                        close += at[i + 1..]
+                            .iter()
+                            .filter(|q| p.distance(**q) <= far)
+                            .count();
+                    }
+                    let budget = 6 * peak + close + stated;
+                    prop_assert!(
+                        work <= budget,
+                        "a tick took {} steps, budget {}",
+                        work,
+                        budget
+                    );
+                }
+            }
             if left.is_none() {
                 let expected = model.evaluate(now, only);
                 prop_assert_eq!(&events, &expected, "at {}", now);
@@ -277,22 +345,34 @@ fn space_matches_the_model(ops: Vec<Op>) -> Result<(), TestCaseError> {
 fn a_member_that_leaves_and_comes_back_starts_its_pairs_afresh() {
     let ops = vec![
         Op::Join(5, 0.0, 0.0),
-        Op::Jump(5, 1292.4591954507714, 1495.1137862883816),
-        Op::Join(2, 1280.30059130961, 1483.3442514860362),
+        Op::Jump(5, 0.6462295977253857, 0.7475568931441908),
+        Op::Join(2, 0.640150295654805, 0.7416721257430181),
         Op::Advance(1000),
-        Op::Jump(5, 1613.9372373781916, 1240.4886717771076),
+        Op::Jump(5, 0.8069686186890958, 0.6202443358885538),
         Op::Leave(2),
-        Op::Join(2, 1577.1018852803659, 1246.3493894898898),
+        Op::Join(2, 0.7885509426401829, 0.6231746947449449),
     ];
-    space_matches_the_model(ops).unwrap();
+    space_matches_the_model(SpaceConfig::default(), ops).unwrap();
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
     #[test]
-    fn the_space_decides_what_every_pair_checked_by_hand_decides(ops in prop::collection::vec(op(), 1..80)) {
-        space_matches_the_model(ops)?;
+    fn the_space_decides_what_every_pair_checked_by_hand_decides(ops in prop::collection::vec(op(SESSIONS.len()), 1..80)) {
+        space_matches_the_model(SpaceConfig::default(), ops)?;
+    }
+
+    /// Any valid settings, from a plane of one unit to one of 1e9 with an
+    /// area of interest of a ten-thousandth of it, speeds up to the fastest
+    /// allowed: the same decisions as the model, and every command within
+    /// its budget.
+    #[test]
+    fn any_valid_settings_decide_alike_within_the_work_budget(
+        config in config(),
+        ops in prop::collection::vec(op(SESSIONS.len()), 1..80),
+    ) {
+        space_matches_the_model(config, ops)?;
     }
 
     #[test]
