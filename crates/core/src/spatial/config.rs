@@ -65,6 +65,9 @@ pub mod bounds {
     pub const TICK_MS: (u64, u64) = (10, 10_000);
     /// Longest dwell (ms).
     pub const MAX_DWELL_MS: u64 = 600_000;
+    /// Most members a spatial room may hold (its `max_members`): all of
+    /// them on one spot make every pair a pair in proximity.
+    pub const MAX_MEMBERS: usize = 2_000;
 }
 
 impl SpaceConfig {

@@ -824,22 +824,21 @@ impl Space {
     }
 
     /// The next time the space must be evaluated: a tick from now while a
-    /// member moves, and when a change held by the dwell falls due.
+    /// member moves, else when the first change held by the dwell falls due.
+    /// While the ticks run, a held change waits for the next one (at most
+    /// `tick_ms` past its due): a crowd's held changes fall due every few
+    /// milliseconds, and a full pass for each would multiply the ticks.
     pub fn next_deadline(&self, now: Millis) -> Option<Millis> {
         // Both kept up to date by every change: the room asks after every
         // command.
-        let moving = now < self.moving_until;
-        let tick = moving.then(|| now.saturating_add(self.config.tick_ms));
-        let held = self
-            .rel
+        if now < self.moving_until {
+            return Some(now.saturating_add(self.config.tick_ms));
+        }
+        self.rel
             .held_due
             .range((now.saturating_add(1), 0)..)
             .next()
-            .map(|(due, _)| *due);
-        match (tick, held) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+            .map(|(due, _)| *due)
     }
 }
 

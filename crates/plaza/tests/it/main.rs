@@ -11,4 +11,5 @@ mod chaos;
 mod cluster;
 mod cluster_quota;
 mod launch;
+mod starvation;
 mod trajectory_lb;

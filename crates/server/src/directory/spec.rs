@@ -1,6 +1,7 @@
 //! What the HTTP API says about rooms: a new room's description and a room's
 //! summary, and the checks a new room passes in both modes.
 
+use plaza_core::spatial::config::bounds as space_bounds;
 use plaza_core::spatial::SpaceConfig;
 use plaza_core::{Access, Millis, RoomConfig, RoomError};
 
@@ -52,27 +53,54 @@ pub struct SpaceOptions {
     pub proximity_radius: Option<f64>,
     /// Leave distances are the enter distances times this.
     pub hysteresis: Option<f64>,
-    /// No pair changes state faster than this.
-    pub min_dwell_ms: Option<u64>,
+    /// No pair changes state faster than this (read as any number, so that
+    /// a negative or fractional one is refused naming the field).
+    pub min_dwell_ms: Option<f64>,
     /// Distance within which members see each other's moves.
     pub aoi_radius: Option<f64>,
-    /// How often positions are checked while someone moves.
-    pub tick_ms: Option<u64>,
+    /// How often positions are checked while someone moves (any number, as
+    /// `min_dwell_ms`).
+    pub tick_ms: Option<f64>,
     /// `direct` only between members in proximity.
     pub direct_in_proximity_only: Option<bool>,
+}
+
+/// A whole number of milliseconds from `lo` to `hi`, or an error naming `name`.
+fn whole_ms(
+    name: &str,
+    v: Option<f64>,
+    default: Millis,
+    (lo, hi): (u64, u64),
+) -> Result<Millis, RoomError> {
+    let Some(v) = v else { return Ok(default) };
+    if v.fract() == 0.0 && v >= lo as f64 && v <= hi as f64 {
+        Ok(v as Millis)
+    } else {
+        Err(RoomError::new(
+            ErrorCode::InvalidRequest,
+            format!("options.space.{name} must be an integer from {lo} to {hi}, not {v}"),
+        ))
+    }
 }
 
 impl SpaceOptions {
     fn config(&self) -> Result<SpaceConfig, RoomError> {
         let d = SpaceConfig::default();
+        let min_dwell_ms = whole_ms(
+            "min_dwell_ms",
+            self.min_dwell_ms,
+            d.min_dwell_ms,
+            (0, space_bounds::MAX_DWELL_MS),
+        )?;
+        let tick_ms = whole_ms("tick_ms", self.tick_ms, d.tick_ms, space_bounds::TICK_MS)?;
         let c = SpaceConfig {
             width: self.width.unwrap_or(d.width),
             height: self.height.unwrap_or(d.height),
             proximity_radius: self.proximity_radius.unwrap_or(d.proximity_radius),
             hysteresis: self.hysteresis.unwrap_or(d.hysteresis),
-            min_dwell_ms: self.min_dwell_ms.unwrap_or(d.min_dwell_ms),
+            min_dwell_ms,
             aoi_radius: self.aoi_radius.unwrap_or(d.aoi_radius),
-            tick_ms: self.tick_ms.unwrap_or(d.tick_ms),
+            tick_ms,
             direct_in_proximity_only: self
                 .direct_in_proximity_only
                 .unwrap_or(d.direct_in_proximity_only),
@@ -150,9 +178,29 @@ impl NewRoom {
                 node.max_history_size
             )));
         }
-        let max_members = spec.options.max_members.unwrap_or(node.max_members);
+        let space = spec
+            .options
+            .space
+            .as_ref()
+            .map(SpaceOptions::config)
+            .transpose()?;
+        // Every pair of a spatial room's members can stand together: what a
+        // crowd holds and a tick looks at grows with its square.
+        let most = match space {
+            Some(_) => space_bounds::MAX_MEMBERS,
+            None => usize::MAX,
+        };
+        let max_members = spec
+            .options
+            .max_members
+            .unwrap_or(node.max_members.min(most));
         if max_members == 0 {
             return Err(invalid("options.max_members must be positive".into()));
+        }
+        if max_members > most {
+            return Err(invalid(format!(
+                "options.max_members must be from 1 to {most} in a room with options.space (every pair of its members can stand together), not {max_members}"
+            )));
         }
         let config = RoomConfig {
             history_size,
@@ -162,12 +210,7 @@ impl NewRoom {
             default_lock_ttl_ms: node.lock_ttl_ms,
             max_lock_ttl_ms: node.max_lock_ttl_ms,
             presence: spec.options.presence.unwrap_or(true),
-            space: spec
-                .options
-                .space
-                .as_ref()
-                .map(SpaceOptions::config)
-                .transpose()?,
+            space,
             ..RoomConfig::default()
         };
         Ok(NewRoom {

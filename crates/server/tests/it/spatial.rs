@@ -299,3 +299,179 @@ async fn direct_messages_can_be_limited_to_pairs_in_proximity() {
     let (offer, _) = bob.recv_until(|v| v["type"] == "direct").await;
     assert_eq!(offer["event"], "rtc.offer");
 }
+
+/// Each bound of `options.space` (docs/protocol.md, "Settings and their
+/// bounds"): one value past it refused with 400 `invalid_request` naming the
+/// field and its limits, the edge itself accepted.
+#[tokio::test]
+async fn every_space_setting_is_bounded_and_its_edges_are_accepted() {
+    let s = TestServer::start().await;
+    let refused: Vec<(Value, &str)> = vec![
+        (
+            json!({"width": 1e308, "height": 1e308, "aoi_radius": 1e308}),
+            "space.width must be a number greater than 0 and at most 1e9",
+        ),
+        (json!({"width": 0}), "space.width"),
+        (
+            json!({"height": 1.000001e9}),
+            "space.height must be a number greater than 0 and at most 1e9",
+        ),
+        (json!({"proximity_radius": 0}), "space.proximity_radius"),
+        (json!({"proximity_radius": -1}), "space.proximity_radius"),
+        (
+            json!({"aoi_radius": 2e9}),
+            "space.aoi_radius must be a number greater than 0 and at most 1e9",
+        ),
+        (
+            json!({"hysteresis": 0.99}),
+            "space.hysteresis must be from 1 to 4",
+        ),
+        (
+            json!({"hysteresis": 4.01, "aoi_radius": 1000}),
+            "space.hysteresis must be from 1 to 4",
+        ),
+        (
+            json!({"aoi_radius": 179}),
+            "must be at least proximity_radius × hysteresis",
+        ),
+        (json!({"width": 1e9, "height": 1e9}), "cells"),
+        (
+            json!({"tick_ms": 9}),
+            "space.tick_ms must be an integer from 10 to 10000",
+        ),
+        (
+            json!({"tick_ms": 10001}),
+            "space.tick_ms must be an integer from 10 to 10000",
+        ),
+        (
+            json!({"tick_ms": 50.5}),
+            "space.tick_ms must be an integer from 10 to 10000, not 50.5",
+        ),
+        (
+            json!({"min_dwell_ms": 600001}),
+            "space.min_dwell_ms must be an integer from 0 to 600000",
+        ),
+        (
+            json!({"min_dwell_ms": -1}),
+            "space.min_dwell_ms must be an integer from 0 to 600000, not -1",
+        ),
+    ];
+    for (space, names) in refused {
+        let (status, v) = s
+            .post(
+                "/v1/rooms",
+                &json!({"id": "bad", "options": {"space": space}}),
+            )
+            .await;
+        assert_eq!(status, 400, "{space}: {v}");
+        assert_eq!(v["error"]["code"], "invalid_request", "{space}: {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(names), "{space}: {message}");
+    }
+    let (status, v) = s
+        .post(
+            "/v1/rooms",
+            &json!({"id": "bad", "options": {"max_members": 2001, "space": {}}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("options.max_members must be from 1 to 2000"),
+        "{v}"
+    );
+    assert_eq!(
+        s.get("/v1/rooms").await.1,
+        json!({"rooms": []}),
+        "nothing was created"
+    );
+
+    let accepted = [
+        json!({"width": 1e9, "height": 1e9, "proximity_radius": 1e5, "aoi_radius": 1e5, "hysteresis": 1}),
+        json!({"width": 1e7, "height": 1e7, "aoi_radius": 1000, "hysteresis": 1}),
+        json!({"hysteresis": 4, "aoi_radius": 600, "tick_ms": 10, "min_dwell_ms": 0}),
+        json!({"tick_ms": 10000, "min_dwell_ms": 600000}),
+    ];
+    for (i, space) in accepted.into_iter().enumerate() {
+        let (status, v) = s
+            .post(
+                "/v1/rooms",
+                &json!({"id": format!("ok{i}"), "options": {"max_members": 2000, "space": space}}),
+            )
+            .await;
+        assert_eq!(status, 201, "{space}: {v}");
+    }
+    // A spatial room's default member bound is 2000, not the node's 10000.
+    let (_, room) = s.get("/v1/rooms/ok3").await;
+    assert_eq!(room["max_members"], 2000, "{room}");
+}
+
+/// `speed` is required, greater than 0 and at most the plane's diagonal per
+/// tick; `joined.space` has exactly the documented fields.
+#[tokio::test]
+async fn a_move_faster_than_the_plane_per_tick_is_refused() {
+    let s = TestServer::start().await;
+    s.create_room(json!({
+        "id": ROOM,
+        "options": {"space": {"width": 300, "height": 400, "tick_ms": 100,
+            "proximity_radius": 10, "aoi_radius": 20}}
+    }))
+    .await;
+    let (mut ann, joined) = s.join(ROOM, "ann").await;
+    let mut fields: Vec<&str> = joined["space"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    fields.sort_unstable();
+    assert_eq!(
+        fields,
+        [
+            "aoi_radius",
+            "direct_in_proximity_only",
+            "height",
+            "hysteresis",
+            "min_dwell_ms",
+            "movements",
+            "pairs",
+            "proximity_radius",
+            "tick_ms",
+            "width"
+        ]
+    );
+    // The diagonal is 500: 5000 units/s at most.
+    for (nonce, speed) in [
+        (1, json!(5000.001)),
+        (2, json!(0)),
+        (3, json!(-3)),
+        (4, Value::Null),
+    ] {
+        let (r, _) = request(
+            &mut ann,
+            nonce,
+            "space.move",
+            json!({"to": [1, 1], "speed": speed}),
+        )
+        .await;
+        assert_eq!(r["error"]["code"], "invalid_args", "{speed}: {r}");
+    }
+    let (r, _) = request(&mut ann, 5, "space.move", json!({"to": [1, 1]})).await;
+    assert_eq!(r["error"]["code"], "invalid_args", "speed is required: {r}");
+    let (r, _) = request(
+        &mut ann,
+        6,
+        "space.move",
+        json!({"to": [1, 1], "speed": 5000}),
+    )
+    .await;
+    assert_eq!(r["ok"], true, "the edge is allowed: {r}");
+    let (r, _) = request(&mut ann, 7, "space.jump", json!({"to": [10, 20]})).await;
+    assert_eq!(
+        r["result"]["movement"],
+        json!({"from": [10.0, 20.0], "to": [10.0, 20.0], "t0": r["result"]["movement"]["t0"], "speed": 0.0}),
+        "a jump's movement starts and ends at its target: {r}"
+    );
+}
