@@ -1,7 +1,8 @@
 //! What a spatial room's steps cost: a tick and a move at the movement
 //! scenario's density (`bench/scenarios/movement.yaml`: 4000 × 4000 units,
 //! areas of interest of 400, 1,000 and 2,000 walkers), and a tick of the
-//! worst crowd, every member on one spot (every pair in proximity).
+//! worst crowd, every member on one spot (every pair in proximity), with one
+//! of them walking and with all.
 
 use std::hint::black_box;
 
@@ -64,22 +65,29 @@ fn ticks(c: &mut Criterion) {
             });
         });
     }
-    for n in [500usize, 1000, 2000] {
-        g.bench_with_input(BenchmarkId::new("one_spot", n), &n, |b, &n| {
-            let mut space = Space::new(movement_config());
-            for i in 0..n {
-                space.join(&format!("s{i:05}"), Vec2::new(2000.0, 2000.0), 0);
-            }
-            // One walker keeps the ticks coming; every pair is looked at.
-            space
-                .move_to("s00000", Vec2::new(2000.0, 2001.0), 0.001, 0)
-                .unwrap();
-            let mut now = 0;
-            b.iter(|| {
-                now += 100;
-                black_box(space.tick(now))
+    for (name, walking) in [
+        ("one_spot_one_walks", 1usize),
+        ("one_spot_all_walk", usize::MAX),
+    ] {
+        for n in [500usize, 1000, 2000] {
+            g.bench_with_input(BenchmarkId::new(name, n), &n, |b, &n| {
+                let mut space = Space::new(movement_config());
+                for i in 0..n {
+                    space.join(&format!("s{i:05}"), Vec2::new(2000.0, 2000.0), 0);
+                }
+                // Walkers creeping on the spot keep the ticks coming: with
+                // one, a tick decides its pairs; with all, every pair.
+                for i in 0..n.min(walking) {
+                    let to = Vec2::new(2000.0 + (i % 7) as f64, 2001.0);
+                    space.move_to(&format!("s{i:05}"), to, 0.001, 0).unwrap();
+                }
+                let mut now = 0;
+                b.iter(|| {
+                    now += 100;
+                    black_box(space.tick(now))
+                });
             });
-        });
+        }
     }
     g.finish();
 }

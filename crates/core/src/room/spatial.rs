@@ -139,6 +139,13 @@ impl<S> Room<S> {
         self.space_events(events, None, now)
     }
 
+    /// The steps the space's last tick took (0 without a space).
+    pub fn space_tick_work(&self) -> usize {
+        self.space
+            .as_ref()
+            .map_or(0, |rs| rs.space.last_tick_work())
+    }
+
     /// When the space must be evaluated next.
     pub(super) fn space_deadline(&self) -> Option<Millis> {
         let rs = self.space.as_ref()?;

@@ -117,8 +117,8 @@ impl<K: Clone + Eq + Hash> SpatialGrid<K> {
 
     /// Calls `f` with every key within `radius` of `p` and its position, and
     /// returns the steps it took (cells looked up and keys looked at).
-    /// Visits at most the occupied cells: a radius that spans the plane costs
-    /// a pass over every key, not over every cell it spans.
+    /// Never costs more than a pass over the occupied cells and every key: a
+    /// radius that spans the plane costs that, not a look-up per cell.
     pub fn for_each_within<'a>(
         &'a self,
         p: Vec2,
@@ -142,7 +142,9 @@ impl<K: Clone + Eq + Hash> SpatialGrid<K> {
         let (x1, y1) = self.cell_of(Vec2::new(p.x + radius, p.y + radius));
         // In floats: the span of a huge radius overflows an i64.
         let spanned = (x1 as f64 - x0 as f64 + 1.0) * (y1 as f64 - y0 as f64 + 1.0);
-        if spanned > self.cells.len() as f64 {
+        // The cells spanned cost a look-up each, a pass over everything one
+        // per occupied cell and key: the cheaper of the two.
+        if spanned > (self.cells.len() + self.at.len()) as f64 {
             self.cells.values().for_each(&mut visit);
             return steps;
         }

@@ -355,6 +355,8 @@ pub struct Space {
     evaluation: u64,
     /// The steps the last command took (see [`Space::last_work`]).
     work: usize,
+    /// The steps the last tick took.
+    tick_work: usize,
 }
 
 impl Space {
@@ -375,6 +377,7 @@ impl Space {
             seen: Vec::new(),
             evaluation: 0,
             work: 0,
+            tick_work: 0,
         }
     }
 
@@ -504,12 +507,12 @@ impl Space {
     /// The steps the last join, move, jump, leave or tick took: members
     /// placed or looked at, grid cells looked up, pairs looked at. The
     /// budget, whatever the settings and the moves (tested):
-    /// - a join, move or jump: at most 4 × members (the most the space has
+    /// - a join, move or jump: at most 5 × members (the most the space has
     ///   held at once, as below);
     /// - a leave: the departing member's pairs with a state;
-    /// - a tick: 6 × members, plus the pairs at most 2√2 × `aoi_radius ×
-    ///   hysteresis` apart, plus the pairs with a state (in proximity, held
-    ///   out by the dwell, or seeing each other).
+    /// - a tick: 10 × members, plus twice the pairs at most 2√2 ×
+    ///   `aoi_radius × hysteresis` apart, plus twice the pairs with a state
+    ///   (in proximity, held out by the dwell, or seeing each other).
     pub fn last_work(&self) -> usize {
         self.work
     }
@@ -685,19 +688,34 @@ impl Space {
             .unwrap_or(0)
     }
 
-    /// Re-evaluates the space at `now` (on the room's tick).
+    /// Re-evaluates the space at `now` (on the room's tick): the pairs of
+    /// every member that moved since the last tick, and the changes the
+    /// dwell held that fell due. A pair of members that both stood still
+    /// was decided when each last moved, at the distance it still has.
     pub fn tick(&mut self, now: Millis) -> Vec<SpaceEvent> {
         let rules = Rules::new(&self.config, now);
+        let since = self.grid_at;
         let mut fastest: f64 = 0.0;
         let mut moving_until = 0;
+        let mut movers: Vec<Slot> = Vec::new();
+        let mut live = 0;
+        self.evaluation += 1;
+        let evaluation = self.evaluation;
         for (i, m) in self.rel.members.iter_mut().enumerate() {
             let Some(m) = m else { continue };
-            m.at = m.movement.position_at(now);
-            self.grid.place_ref(&(i as Slot), m.at);
+            live += 1;
             let arrives = m.movement.arrives_at();
             moving_until = moving_until.max(arrives);
             if arrives > now {
                 fastest = fastest.max(m.movement.speed);
+            }
+            // Under way at some time since the last tick (a standing member's
+            // place in the grid is where it is).
+            if arrives > since {
+                m.at = m.movement.position_at(now);
+                self.grid.place_ref(&(i as Slot), m.at);
+                movers.push(i as Slot);
+                self.seen[i] = evaluation;
             }
         }
         self.grid_at = now;
@@ -706,12 +724,30 @@ impl Space {
         // departure still counts): the full pass sets it right.
         self.moving_until = moving_until;
         let mut changes = Vec::new();
+        let mut work = self.rel.members.len();
+        if movers.len() * 2 > live {
+            work += self.decide_all(rules, &mut changes);
+        } else {
+            work += self.decide_movers(rules, &movers, &mut changes);
+        }
+        self.work = work;
+        self.tick_work = work;
+        self.tell(changes)
+    }
+
+    /// The steps the last tick took: what the next is likely to take.
+    pub fn last_tick_work(&self) -> usize {
+        self.tick_work
+    }
+
+    /// Decides every pair within reach (as the grid yields them, each once)
+    /// and every pair with a state; returns the steps it took.
+    fn decide_all(&mut self, rules: Rules, changes: &mut Vec<(PairKey, Change)>) -> usize {
         let reach = self.config.aoi_radius * self.config.hysteresis;
-        // The pairs within reach, as the grid yields them: each decided once.
         let rel = &mut self.rel;
-        let mut work = rel.members.len() + rel.pairs.len() + rel.seeing;
+        let mut work = rel.pairs.len() + rel.seeing;
         work += self.grid.for_each_pair_within(reach, |a, _, b, _, d2| {
-            rules.decide(rel, pair_key(*a, *b), d2, &mut changes)
+            rules.decide(rel, pair_key(*a, *b), d2, changes)
         });
         // The pairs with a state beyond reach: the grid did not yield them.
         let mut beyond: Vec<(PairKey, f64)> = Vec::new();
@@ -734,10 +770,74 @@ impl Space {
         beyond.sort_unstable_by_key(|(k, _)| *k);
         beyond.dedup_by_key(|(k, _)| *k);
         for (k, d2) in beyond {
-            rules.decide(rel, k, d2, &mut changes);
+            rules.decide(rel, k, d2, changes);
         }
-        self.work = work;
-        self.tell(changes)
+        work
+    }
+
+    /// Decides the pairs of `movers` (marked in `seen` with the current
+    /// evaluation), each once, and the held changes that fell due; returns
+    /// the steps it took.
+    fn decide_movers(
+        &mut self,
+        rules: Rules,
+        movers: &[Slot],
+        changes: &mut Vec<(PairKey, Change)>,
+    ) -> usize {
+        let reach = self.config.aoi_radius * self.config.hysteresis;
+        let evaluation = self.evaluation;
+        let seen = &self.seen;
+        // A pair of two movers is decided with the smaller of them.
+        let other_decides =
+            |me: Slot, other: Slot| seen[other as usize] == evaluation && other < me;
+        let mut work = 0;
+        let mut near: Vec<(Slot, f64)> = Vec::new();
+        let mut related: Vec<Slot> = Vec::new();
+        for &i in movers {
+            let p = self.rel.member(i).at;
+            near.clear();
+            work += self.grid.for_each_within(p, reach, |j, q| {
+                if *j != i && !other_decides(i, *j) {
+                    near.push((*j, p.distance_sq(q)));
+                }
+            });
+            for &(j, d2) in &near {
+                rules.decide(&mut self.rel, pair_key(i, j), d2, changes);
+            }
+            // Its pairs with a state beyond reach (the grid yielded the others).
+            let me = self.rel.member(i);
+            related.clear();
+            related.extend(me.paired.iter().chain(me.sees.iter()).copied());
+            related.sort_unstable();
+            related.dedup();
+            work += related.len();
+            for &j in &related {
+                if other_decides(i, j) {
+                    continue;
+                }
+                let d2 = p.distance_sq(self.rel.member(j).at);
+                if d2 > rules.reach {
+                    rules.decide(&mut self.rel, pair_key(i, j), d2, changes);
+                }
+            }
+        }
+        // The held changes that fell due, between members who stood still.
+        let due: Vec<PairKey> = self
+            .rel
+            .held_due
+            .range(..=(rules.now, PairKey::MAX))
+            .map(|(_, k)| *k)
+            .collect();
+        work += due.len();
+        for k in due {
+            let (a, b) = pair_slots(k);
+            if seen[a as usize] == evaluation || seen[b as usize] == evaluation {
+                continue;
+            }
+            let d2 = self.rel.member(a).at.distance_sq(self.rel.member(b).at);
+            rules.decide(&mut self.rel, k, d2, changes);
+        }
+        work
     }
 
     /// Re-decides the pairs of `session`, whose movement just changed: a

@@ -444,7 +444,11 @@ impl RoomMachine {
                 }
             }
             Intent::Tick => {
-                let events = self.room.tick(now);
+                // A spatial crowd's tick can take milliseconds: the worker's
+                // other tasks (other rooms, connections, /healthz) move to
+                // another thread first, rather than wait behind it.
+                let long = self.room.space_tick_work() > LONG_TICK_STEPS;
+                let events = outside_the_worker(long, || self.room.tick(now));
                 self.deliver(&events, now);
                 FollowUp::None
             }
@@ -708,5 +712,23 @@ impl RoomMachine {
 fn prepare_history(room: &Room<Sink>, compact: &CompactLease) {
     for e in room.log().last(usize::MAX) {
         compact.prepare(e);
+    }
+}
+
+/// The steps of a spatial tick ([`plaza_core::spatial::Space::last_work`])
+/// past which it runs [`outside_the_worker`]: about a millisecond.
+const LONG_TICK_STEPS: usize = 20_000;
+
+/// Runs `f`, a step of a room, when `long`, with `block_in_place` on the
+/// multi-thread runtime: the tasks queued on this worker are handed to
+/// another thread first, so that a room's long step slows only its own room.
+fn outside_the_worker<T>(long: bool, f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let multi =
+        Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if long && multi {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
     }
 }
