@@ -163,9 +163,9 @@ impl Filter {
             ));
         }
         if let Field::Payload(pointer) = &self.field {
-            if !(pointer.is_empty() || pointer.starts_with('/')) || pointer.len() > 256 {
+            if !is_json_pointer(pointer) || pointer.len() > 256 {
                 return Err(format!(
-                    "filter {:?}: field.payload must be a JSON pointer (\"\" or starting with \"/\", at most 256 bytes), not {pointer:?}",
+                    "filter {:?}: field.payload must be a JSON pointer (RFC 6901: \"\" or starting with \"/\", \"~\" only as \"~0\" or \"~1\", at most 256 bytes), not {pointer:?}",
                     self.id
                 ));
             }
@@ -185,6 +185,22 @@ impl Filter {
     pub fn reads_payload(&self) -> bool {
         matches!(self.field, Field::Payload(_))
     }
+}
+
+/// Whether `p` is a JSON pointer (RFC 6901): empty, or `/`-separated
+/// reference tokens in which `~` appears only escaped, as `~0` (`~`) or
+/// `~1` (`/`).
+pub fn is_json_pointer(p: &str) -> bool {
+    if !(p.is_empty() || p.starts_with('/')) {
+        return false;
+    }
+    let mut chars = p.chars();
+    while let Some(c) = chars.next() {
+        if c == '~' && !matches!(chars.next(), Some('0' | '1')) {
+            return false;
+        }
+    }
+    true
 }
 
 impl DeliveryPolicy {
@@ -305,6 +321,18 @@ mod tests {
         let mut f = topic("t", "x");
         f.field = Field::Payload("priority".into());
         assert!(f.validate().unwrap_err().contains("JSON pointer"));
+        // RFC 6901: "~" only as "~0" or "~1".
+        for bad in ["/a~2b", "/a~", "/~", "/a/~x/b", "/~~0"] {
+            f.field = Field::Payload(bad.into());
+            assert!(
+                f.validate().unwrap_err().contains("JSON pointer"),
+                "{bad:?} passed"
+            );
+        }
+        for good in ["", "/", "/a~0b", "/a~1b", "/~01", "/a//b", "/0/x y"] {
+            f.field = Field::Payload(good.into());
+            assert_eq!(f.validate(), Ok(()), "{good:?} refused");
+        }
         let mut f = topic("t", "x");
         f.op = MatchOp::In(vec![]);
         assert!(f.validate().unwrap_err().contains("op.in"));
