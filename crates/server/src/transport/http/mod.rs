@@ -235,16 +235,7 @@ pub(crate) async fn poll(
         {
             let mut out = s.out.lock().unwrap_or_else(|p| p.into_inner());
             if q.ack >= out.next {
-                return ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    ErrorCode::InvalidRequest,
-                    format!(
-                        "ack {} is beyond the last position sent, {}",
-                        q.ack,
-                        out.next - 1
-                    ),
-                )
-                .into_response();
+                return beyond("ack", q.ack, out.next - 1).into_response();
             }
             if q.ack + 1 < out.first() {
                 return gone(q.ack).into_response();
@@ -289,6 +280,18 @@ fn poll_body(frames: &[&[u8]], last: u64, closed: Option<u16>) -> Vec<u8> {
     }
     body.push(b'}');
     body
+}
+
+/// 400 `invalid_request`: a reader asked to start after a position the
+/// session never produced (a poll's `ack`, a stream's `Last-Event-ID`).
+/// A client error, not frames the server let go (`frames_gone`): the
+/// session has no frames there, and never had.
+fn beyond(what: &str, pos: u64, last: u64) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        ErrorCode::InvalidRequest,
+        format!("{what} {pos} is beyond the last position this session produced, {last}"),
+    )
 }
 
 fn gone(pos: u64) -> ApiError {
@@ -342,7 +345,12 @@ pub(crate) async fn events(
     };
     {
         let mut out = s.out.lock().unwrap_or_else(|p| p.into_inner());
-        if from >= out.next || from + 1 < out.first() {
+        if from >= out.next {
+            let last = out.next - 1;
+            drop(out);
+            return beyond("Last-Event-ID", from, last).into_response();
+        }
+        if from + 1 < out.first() {
             drop(out);
             return gone(from).into_response();
         }
