@@ -26,7 +26,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use crate::listener::PeerAddr;
-use plaza_protocol::ErrorCode;
+use plaza_protocol::{ErrorCode, HttpErrorCode};
 use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -55,9 +55,9 @@ impl HttpSessions {
 }
 
 fn not_found() -> ApiError {
-    ApiError::with_code(
+    ApiError::http(
         StatusCode::NOT_FOUND,
-        "transport_not_found",
+        HttpErrorCode::TransportNotFound,
         "no such transport session: it ended or never existed; open a new one and resume",
     )
 }
@@ -171,9 +171,9 @@ struct Reading(Arc<HttpSession>);
 impl Reading {
     fn take(s: &Arc<HttpSession>) -> Result<Reading, ApiError> {
         if s.reading.swap(true, Ordering::AcqRel) {
-            return Err(ApiError::with_code(
+            return Err(ApiError::http(
                 StatusCode::CONFLICT,
-                "already_reading",
+                HttpErrorCode::AlreadyReading,
                 "another poll or event stream is reading this session",
             ));
         }
@@ -295,9 +295,9 @@ fn beyond(what: &str, pos: u64, last: u64) -> ApiError {
 }
 
 fn gone(pos: u64) -> ApiError {
-    ApiError::with_code(
+    ApiError::http(
         StatusCode::GONE,
-        "frames_gone",
+        HttpErrorCode::FramesGone,
         format!(
             "frames after position {pos} are no longer held: open a new session and resume the \
              rooms (nothing is lost: the rooms replay what was missed)"
