@@ -246,6 +246,12 @@ impl Node {
         self.rooms.room_for_join(id).await
     }
 
+    /// The handle of an existing room, never creating one (a join that may
+    /// only resume a session, see `connection::admission`).
+    pub(crate) async fn existing_room(&self, id: &str) -> Result<RoomHandle, RoomError> {
+        self.rooms.existing(id).await
+    }
+
     /// Rooms held here: every room in embedded mode, the hosted ones in cluster mode.
     pub fn hosted_rooms(&self) -> usize {
         self.rooms.held()
