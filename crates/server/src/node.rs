@@ -155,8 +155,15 @@ impl Node {
             self.broker_kind(),
             self.connection_count(),
             self.hosted_rooms(),
+            self.serves_demo_tokens(),
             self.metrics.snapshot(),
         )
+    }
+
+    /// Whether `POST /v1/demo/token` is served: `demo_tokens`, with the
+    /// `jwt_secret` it signs with.
+    pub(crate) fn serves_demo_tokens(&self) -> bool {
+        self.config().demo_tokens && !self.config().jwt_secret.is_empty()
     }
 
     /// Starts shutdown: stop accepting, tell clients to reconnect.
