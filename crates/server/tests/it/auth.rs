@@ -613,6 +613,20 @@ async fn a_ticket_session_is_resumed_by_its_resume_token_alone() {
         .await;
     assert_eq!(c.recv().await["code"], "ticket_required");
     c.assert_alive().await;
+
+    // With auto_create_rooms too, such a join creates no room.
+    let s = server_with(ServerConfig {
+        jwt_secret: SECRET.into(),
+        auto_create_rooms: true,
+        ..ServerConfig::default()
+    })
+    .await;
+    let mut c = s.connect().await;
+    c.send(json!({"type": "join", "room": "ghost",
+        "resume": {"token": "A".repeat(32), "last_seq": 0}}))
+        .await;
+    assert_eq!(c.recv().await["code"], "room_not_found");
+    assert_eq!(s.get("/v1/rooms/ghost").await.0, 404);
 }
 
 #[tokio::test]
