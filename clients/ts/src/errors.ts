@@ -38,6 +38,13 @@ export const SERVER_ERROR_CODES = [
   'unauthorized',
   'broker_unavailable',
   'internal',
+  // Only in HTTP error bodies (the HTTP transports, and connections refused before any route).
+  'transport_not_found',
+  'already_reading',
+  'frames_gone',
+  'origin_not_allowed',
+  'too_many_connections',
+  'server_full',
 ] as const;
 
 /** An error code the server sends. */

@@ -507,7 +507,10 @@ export class RoomHandle extends Emitter<RoomEvents> {
     const generation = ++this.joinGeneration;
     const { ticket } = this.options;
     if (typeof ticket !== 'function') {
-      this.transport.send(this.joinFrame(ticket));
+      // A ticket is single-use: a string serves the first join only. The session it made has
+      // no user, so its resume token alone resumes it (docs/protocol.md, "Identities and
+      // rights"); a ticket-only room wants a fresh ticket every time: pass a function there.
+      this.transport.send(this.joinFrame(this.token === undefined ? ticket : undefined));
       return;
     }
     // A fresh ticket for every join: tickets are single-use. A fetch that outlives its
@@ -547,7 +550,15 @@ export class RoomHandle extends Emitter<RoomEvents> {
   }
 
   private joinFrame(ticket: string | undefined): ClientFrame {
-    const { name, platform, channels } = this.options;
+    const { channels } = this.options;
+    let { name, platform } = this.options;
+    if (ticket === undefined && this.options.ticket !== undefined && this.token !== undefined) {
+      // Resuming a session a ticket made, without one: the session's own name and platform
+      // (a server without keys wants a name, and a resync makes a session of them).
+      const me = this.memberList.find((m) => m.session === this.sessionId);
+      name ??= me?.name;
+      platform ??= me?.platform;
+    }
     const frame: ClientFrame = { type: 'join', room: this.room };
     if (ticket !== undefined) frame.ticket = ticket;
     if (name !== undefined) frame.name = name;

@@ -71,6 +71,27 @@ describe('identity tokens', () => {
     await expect(anonymous.join(uniqueRoom(), { name: 'x' })).rejects.toMatchObject({ code: 'token_required' });
   });
 
+  it('resumes a session joined with a ticket and no token by its resume token alone', async () => {
+    const room = uniqueRoom();
+    const post = async (path: string, body: unknown) => {
+      const res = await fetch(`http://${server.addr}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      return (await res.json()) as Record<string, unknown>;
+    };
+    await post('/v1/rooms', { id: room });
+    const { ticket } = await post(`/v1/rooms/${room}/tickets`, { name: 'guest' });
+    const c = client({});
+    const handle = await c.join(room, { ticket: ticket as string });
+    c._dropConnection();
+    // No token, and the ticket is spent: the resume token alone resumes the session.
+    const resumed = await next(handle, 'joined', (j) => j.resumed);
+    expect(resumed.session).toBe(handle.session);
+    await handle.publish('chat', { text: 'back' });
+  });
+
   it('refreshes the token on the open connection before it lapses', async () => {
     let fetched = 0;
     const firstExpiry = Date.now() + 2000;

@@ -164,6 +164,20 @@ describe('saved publishes', () => {
   });
 });
 
+describe('tickets', () => {
+  it('a ticket string serves the first join; the resume goes by the resume token alone', async () => {
+    const room = await createRoom();
+    const res = await api('POST', `/v1/rooms/${room}/tickets`, { name: 'guest', platform: 'xr' });
+    const client = newClient({ room });
+    const handle = await client.join(room, { ticket: res.body.ticket as string });
+    client._dropConnection();
+    // The spent ticket again would be ticket_used: the session's name goes instead.
+    const resumed = await next(handle, 'joined', (j) => j.resumed);
+    expect(resumed.session).toBe(handle.session);
+    expect(handle.members.find((m) => m.session === handle.session)).toMatchObject({ name: 'guest', platform: 'xr' });
+  });
+});
+
 describe('ticket-only rooms', () => {
   it('fetch a fresh ticket for every join, so a resume works', async () => {
     const room = await createRoom({ options: { access: 'ticket' } });

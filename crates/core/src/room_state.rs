@@ -183,7 +183,7 @@ impl RoomState {
             if let Some((id, _)) = m.recent.iter().find(|(id, _)| !ids.insert(id)) {
                 return bad(format!("client id {id:?} of {:?} appears twice", m.session));
             }
-            if let Some(Err(e)) = m.policy.as_ref().map(|p| p.validate()) {
+            if let Some(Err(e)) = m.policy.as_ref().map(|p| p.validate_stored()) {
                 return bad(format!("the policy of {:?}: {e}", m.session));
             }
         }

@@ -170,6 +170,58 @@ impl std::fmt::Display for ErrorCode {
     }
 }
 
+/// Error codes only the HTTP layer sends, in the HTTP error body
+/// (`{"error": {"code", "message"}}`), never in a frame: the HTTP transports'
+/// own and the refusals of a connection before any route runs. Documented
+/// in `docs/protocol.md` after the [`ErrorCode`]s, in this order. (The
+/// trajectory filters have codes of their own, listed in their section.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HttpErrorCode {
+    /// HTTP transports: no such transport session (it ended, or never
+    /// existed on this node).
+    TransportNotFound,
+    /// HTTP transports: another poll or event stream reads the session.
+    AlreadyReading,
+    /// HTTP transports: frames after the position asked for were let go.
+    FramesGone,
+    /// The request's `Origin` is not in `allowed_origins`.
+    OriginNotAllowed,
+    /// The client's address holds `max_connections_per_ip` connections.
+    TooManyConnections,
+    /// The node holds `max_connections` connections.
+    ServerFull,
+}
+
+impl HttpErrorCode {
+    /// Every HTTP-only code, in documentation order.
+    pub const ALL: &'static [HttpErrorCode] = &[
+        HttpErrorCode::TransportNotFound,
+        HttpErrorCode::AlreadyReading,
+        HttpErrorCode::FramesGone,
+        HttpErrorCode::OriginNotAllowed,
+        HttpErrorCode::TooManyConnections,
+        HttpErrorCode::ServerFull,
+    ];
+
+    /// The code as it appears in the HTTP error body.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            HttpErrorCode::TransportNotFound => "transport_not_found",
+            HttpErrorCode::AlreadyReading => "already_reading",
+            HttpErrorCode::FramesGone => "frames_gone",
+            HttpErrorCode::OriginNotAllowed => "origin_not_allowed",
+            HttpErrorCode::TooManyConnections => "too_many_connections",
+            HttpErrorCode::ServerFull => "server_full",
+        }
+    }
+}
+
+impl std::fmt::Display for HttpErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// WebSocket close codes the server uses. 4000–4999 are Plaza's own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u16)]

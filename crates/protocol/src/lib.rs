@@ -22,7 +22,7 @@ pub mod compact;
 pub mod policy;
 pub mod server;
 
-pub use codes::{CloseCode, ErrorCode};
+pub use codes::{CloseCode, ErrorCode, HttpErrorCode};
 
 /// The protocol version spoken by this crate.
 pub const PROTOCOL_VERSION: u32 = 1;

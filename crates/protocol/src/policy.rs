@@ -156,6 +156,11 @@ mod serde_with_null {
 impl Filter {
     /// Checks it; the error names the field at fault.
     pub fn validate(&self) -> Result<(), String> {
+        self.check(is_json_pointer)
+    }
+
+    /// Checks it, `pointer_ok` judging a payload pointer.
+    fn check(&self, pointer_ok: fn(&str) -> bool) -> Result<(), String> {
         if self.id.is_empty() || self.id.len() > 64 {
             return Err(format!(
                 "filter id must have 1 to 64 bytes, not {:?}",
@@ -163,9 +168,9 @@ impl Filter {
             ));
         }
         if let Field::Payload(pointer) = &self.field {
-            if !(pointer.is_empty() || pointer.starts_with('/')) || pointer.len() > 256 {
+            if !pointer_ok(pointer) || pointer.len() > 256 {
                 return Err(format!(
-                    "filter {:?}: field.payload must be a JSON pointer (\"\" or starting with \"/\", at most 256 bytes), not {pointer:?}",
+                    "filter {:?}: field.payload must be a JSON pointer (RFC 6901: \"\" or starting with \"/\", \"~\" only as \"~0\" or \"~1\", at most 256 bytes), not {pointer:?}",
                     self.id
                 ));
             }
@@ -187,16 +192,45 @@ impl Filter {
     }
 }
 
+/// Whether `p` is a JSON pointer (RFC 6901): empty, or `/`-separated
+/// reference tokens in which `~` appears only escaped, as `~0` (`~`) or
+/// `~1` (`/`).
+pub fn is_json_pointer(p: &str) -> bool {
+    if !(p.is_empty() || p.starts_with('/')) {
+        return false;
+    }
+    let mut chars = p.chars();
+    while let Some(c) = chars.next() {
+        if c == '~' && !matches!(chars.next(), Some('0' | '1')) {
+            return false;
+        }
+    }
+    true
+}
+
 impl DeliveryPolicy {
     /// Checks it: every filter, unique filter ids, and bounds in range. A
     /// policy must bound holding by time, volume or both: held events must
     /// go out at some point.
     pub fn validate(&self) -> Result<(), String> {
+        self.check(is_json_pointer)
+    }
+
+    /// Checks a policy a room held already (a cluster's snapshot): as
+    /// [`validate`](Self::validate), except that a payload pointer need only
+    /// be `""` or start with `/`, as earlier versions accepted it (a stray
+    /// `~` in it matches literally). New policies, in a `join` or a
+    /// `policy.update`, get the strict check.
+    pub fn validate_stored(&self) -> Result<(), String> {
+        self.check(|p| p.is_empty() || p.starts_with('/'))
+    }
+
+    fn check(&self, pointer_ok: fn(&str) -> bool) -> Result<(), String> {
         if self.filters.len() > MAX_FILTERS {
             return Err(format!("a policy has at most {MAX_FILTERS} filters"));
         }
         for (i, f) in self.filters.iter().enumerate() {
-            f.validate()?;
+            f.check(pointer_ok)?;
             if self.filters[..i].iter().any(|g| g.id == f.id) {
                 return Err(format!("filter id {:?} is used twice", f.id));
             }
@@ -305,6 +339,30 @@ mod tests {
         let mut f = topic("t", "x");
         f.field = Field::Payload("priority".into());
         assert!(f.validate().unwrap_err().contains("JSON pointer"));
+        // RFC 6901: "~" only as "~0" or "~1".
+        for bad in ["/a~2b", "/a~", "/~", "/a/~x/b", "/~~0"] {
+            f.field = Field::Payload(bad.into());
+            assert!(
+                f.validate().unwrap_err().contains("JSON pointer"),
+                "{bad:?} passed"
+            );
+        }
+        for good in ["", "/", "/a~0b", "/a~1b", "/~01", "/a//b", "/0/x y"] {
+            f.field = Field::Payload(good.into());
+            assert_eq!(f.validate(), Ok(()), "{good:?} refused");
+        }
+        // A policy an earlier version stored with such a pointer still loads.
+        let mut stored = DeliveryPolicy {
+            filters: vec![f.clone()],
+            max_delay_ms: None,
+            max_held: Some(3),
+            aggregate: true,
+        };
+        stored.filters[0].field = Field::Payload("/a~2b".into());
+        assert!(stored.validate().is_err());
+        assert_eq!(stored.validate_stored(), Ok(()));
+        stored.filters[0].field = Field::Payload("a".into());
+        assert!(stored.validate_stored().is_err());
         let mut f = topic("t", "x");
         f.op = MatchOp::In(vec![]);
         assert!(f.validate().unwrap_err().contains("op.in"));

@@ -8,7 +8,7 @@
 //!    built here for it;
 //! 3. every vector is shown in the doc, and every `<!-- vector: ... -->` block
 //!    of the doc equals its vector; every frame example of the doc is a vector;
-//! 4. the doc's error table lists every [`ErrorCode`] and its close code table
+//! 4. the doc's error table lists every [`ErrorCode`] and [`HttpErrorCode`], and its close code table
 //!    every [`CloseCode`].
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,7 +21,7 @@ use plaza_protocol::server::{
     ClosedReason, EntityInfo, ErrorBody, ErrorRef, Event, EventBody, JoinHistory, Joined,
     LeaveReason, LockInfo, MemberInfo, Outcome, ResyncReason, ServerFrame, Snapshot, UnlockReason,
 };
-use plaza_protocol::{CloseCode, ErrorCode};
+use plaza_protocol::{CloseCode, ErrorCode, HttpErrorCode};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
@@ -972,13 +972,16 @@ fn table_keys(doc: &str, heading: &str) -> Vec<String> {
 fn doc_tables_list_every_error_and_close_code() {
     let doc = doc_text();
     let documented = table_keys(&doc, "Error codes");
+    // Every code the server sends (the trajectory filters' aside, listed in
+    // their section): the frames' and HTTP's, then the HTTP layer's own.
     let all: Vec<String> = ErrorCode::ALL
         .iter()
         .map(|c| c.as_str().to_owned())
+        .chain(HttpErrorCode::ALL.iter().map(|c| c.as_str().to_owned()))
         .collect();
     assert_eq!(
         documented, all,
-        "the error table must list ErrorCode::ALL, in that order"
+        "the error table must list ErrorCode::ALL then HttpErrorCode::ALL, in that order"
     );
 
     let mut documented: Vec<u16> = table_keys(&doc, "Close codes")

@@ -44,6 +44,7 @@ fn room_with(members: usize) -> (Room<Outbox>, Vec<OutboxReceiver>) {
             user: None,
             channels: Vec::new(),
             ticket: false,
+            resume_only: None,
             policy: None,
             history: None,
             sink: outbox,

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use plaza_core::RoomError;
-use plaza_protocol::ErrorCode;
+use plaza_protocol::{ErrorCode, HttpErrorCode};
 use serde_json::json;
 
 /// An HTTP error: status plus `{"error":{"code","message"}}`.
@@ -32,7 +32,20 @@ impl ApiError {
         )
     }
 
-    /// An error with a code that is not an [`ErrorCode`].
+    /// An error with one of the codes only the HTTP layer sends.
+    pub(crate) fn http(
+        status: StatusCode,
+        code: HttpErrorCode,
+        message: impl Into<String>,
+    ) -> Self {
+        ApiError::with_code(status, code.as_str(), message)
+    }
+
+    /// An error with a code of an HTTP-only service (the trajectory
+    /// filters'), documented in that service's section. Codes of the
+    /// protocol's error table go by [`ApiError::new`] or [`ApiError::http`],
+    /// so that the table (checked by `crates/protocol/tests/vectors.rs`)
+    /// lists every one.
     pub(crate) fn with_code(
         status: StatusCode,
         code: &'static str,

@@ -89,7 +89,7 @@ pub(crate) fn router(node: Arc<Node>) -> Router {
             "/trajectory/median",
             crate::trajectory::route(Filter::Median),
         );
-    let api = if node.config().demo_tokens && !node.config().jwt_secret.is_empty() {
+    let api = if node.serves_demo_tokens() {
         api.route("/v1/demo/token", post(crate::auth::demo::token))
     } else {
         api

@@ -24,11 +24,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The error code of a connection refused because the node is full.
-pub const SERVER_FULL: &str = "server_full";
+pub const SERVER_FULL: &str = plaza_protocol::HttpErrorCode::ServerFull.as_str();
 
 /// The error code of a connection refused because its address holds
 /// `max_connections_per_ip` connections.
-pub const TOO_MANY_CONNECTIONS: &str = "too_many_connections";
+pub const TOO_MANY_CONNECTIONS: &str = plaza_protocol::HttpErrorCode::TooManyConnections.as_str();
 
 /// File descriptors kept for everything but client connections (the
 /// runtime, log files, Redis, files of `web_dir`), and for answering the

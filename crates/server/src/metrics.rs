@@ -294,6 +294,72 @@ mod tests {
         }
     }
 
+    /// The first-column names of the "Metrics" table of docs/protocol.md
+    /// (labels cut off: `plaza_errors_total{code="..."}` is
+    /// `plaza_errors_total`).
+    fn documented_metrics() -> Vec<String> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/protocol.md");
+        let doc = std::fs::read_to_string(path).expect("docs/protocol.md");
+        let start = doc
+            .lines()
+            .position(|l| l.trim() == "## Metrics")
+            .expect("a Metrics section");
+        doc.lines()
+            .skip(start + 1)
+            .take_while(|l| !l.starts_with("## "))
+            .filter(|l| l.starts_with('|'))
+            .skip(2) // header and separator
+            .map(|l| {
+                let cell = l.split('|').nth(1).unwrap().trim().trim_matches('`');
+                cell.split('{').next().unwrap().to_owned()
+            })
+            .collect()
+    }
+
+    /// Every metric a node exports is in the doc's table, and the table
+    /// names no metric the node does not have (the allocator's gauges
+    /// appear only where the allocator reports, as the table says).
+    #[test]
+    fn the_doc_lists_every_metric_and_no_other() {
+        let m = NodeMetrics::new();
+        // Every labelled series exists from the start; a histogram sample
+        // makes sure the histograms render whatever their implementation.
+        m.wrote(1, 1, Some(Duration::from_millis(1)));
+        m.room_wait.record(0.001);
+        let text = m.render();
+        let exported: std::collections::BTreeSet<String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| l.split(' ').next().unwrap().to_owned())
+            .collect();
+        assert!(
+            exported.contains("plaza_jwks_reloads_total")
+                && exported.contains("plaza_errors_total"),
+            "{text}"
+        );
+        let documented = documented_metrics();
+        let missing: Vec<&String> = exported
+            .iter()
+            .filter(|n| !documented.contains(n))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "metrics missing from the table of docs/protocol.md: {missing:?}"
+        );
+        let allocator = [
+            "plaza_allocator_allocated_bytes",
+            "plaza_allocator_resident_bytes",
+        ];
+        let unknown: Vec<&String> = documented
+            .iter()
+            .filter(|n| !exported.contains(*n) && !allocator.contains(&n.as_str()))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "docs/protocol.md documents metrics a node does not export: {unknown:?}"
+        );
+    }
+
     /// Samples on a bound, a nanosecond past it, and at half a microsecond:
     /// the bound holds the first, the next bucket the second, and the status
     /// page rounds the third to the nearer microsecond.

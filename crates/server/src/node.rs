@@ -155,8 +155,15 @@ impl Node {
             self.broker_kind(),
             self.connection_count(),
             self.hosted_rooms(),
+            self.serves_demo_tokens(),
             self.metrics.snapshot(),
         )
+    }
+
+    /// Whether `POST /v1/demo/token` is served: `demo_tokens`, with the
+    /// `jwt_secret` it signs with.
+    pub(crate) fn serves_demo_tokens(&self) -> bool {
+        self.config().demo_tokens && !self.config().jwt_secret.is_empty()
     }
 
     /// Starts shutdown: stop accepting, tell clients to reconnect.
@@ -244,6 +251,12 @@ impl Node {
     /// The handle of the room a connection joins (see [`RoomDirectory::room_for_join`]).
     pub(crate) async fn room_for_join(&self, id: &str) -> Result<RoomHandle, RoomError> {
         self.rooms.room_for_join(id).await
+    }
+
+    /// The handle of an existing room, never creating one (a join that may
+    /// only resume a session, see `connection::admission`).
+    pub(crate) async fn existing_room(&self, id: &str) -> Result<RoomHandle, RoomError> {
+        self.rooms.existing(id).await
     }
 
     /// Rooms held here: every room in embedded mode, the hosted ones in cluster mode.

@@ -7,11 +7,12 @@
 //! not concerned.
 
 use axum::http::{HeaderMap, StatusCode};
+use plaza_protocol::HttpErrorCode;
 
 use crate::api_error::ApiError;
 
 /// The error code of a connection refused for its origin.
-pub const ORIGIN_NOT_ALLOWED: &str = "origin_not_allowed";
+pub const ORIGIN_NOT_ALLOWED: &str = HttpErrorCode::OriginNotAllowed.as_str();
 
 /// Whether `entry` is a valid `allowed_origins` entry: `*`, or an origin
 /// (`scheme://host[:port]`, no path), as browsers send it.
@@ -43,9 +44,9 @@ pub(crate) fn check(headers: &HeaderMap, allowed: &[String]) -> Result<(), ApiEr
     if allowed.iter().any(|a| a.eq_ignore_ascii_case(origin)) {
         return Ok(());
     }
-    Err(ApiError::with_code(
+    Err(ApiError::http(
         StatusCode::FORBIDDEN,
-        ORIGIN_NOT_ALLOWED,
+        HttpErrorCode::OriginNotAllowed,
         format!("origin {origin:?} is not in this server's allowed_origins"),
     ))
 }

@@ -54,6 +54,9 @@ pub struct Status {
     pub delivery_latency_ms: LatencySummary,
     /// Errors sent to WebSocket clients since start-up.
     pub errors: ErrorTotals,
+    /// Whether `POST /v1/demo/token` is served (`demo_tokens` with a
+    /// `jwt_secret`): the demo page asks for a token only then.
+    pub demo_tokens: bool,
 }
 
 /// Errors sent to WebSocket clients, as counted by `plaza_errors_total`.
@@ -83,6 +86,7 @@ impl Status {
         broker: &'static str,
         connections: usize,
         rooms: usize,
+        demo_tokens: bool,
         m: Snapshot,
     ) -> Status {
         let round = |x: f64, places: i32| {
@@ -109,6 +113,7 @@ impl Status {
                 total: by_code.values().sum(),
                 by_code,
             },
+            demo_tokens,
         }
     }
 }

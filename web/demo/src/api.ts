@@ -76,19 +76,36 @@ export function createRoom(id: string): Promise<RoomInfo> {
   return call<RoomInfo>('POST', '/v1/rooms', { id, entities: initialObjects(), options: { space: SPACE } });
 }
 
+/** Whether the server serves `POST /v1/demo/token`, as `GET /v1/status` says; asked once per page. */
+let demoTokensServed: Promise<boolean> | undefined;
+
+function servesDemoTokens(): Promise<boolean> {
+  demoTokensServed ??= call<{ demo_tokens?: boolean }>('GET', '/v1/status').then(
+    (status) => status.demo_tokens === true,
+    (err: unknown) => {
+      // Asked again next time (the server may be restarting); the client retries the connect.
+      demoTokensServed = undefined;
+      throw err;
+    },
+  );
+  return demoTokensServed;
+}
+
 /**
  * The page's token source: `POST /v1/demo/token` signs one for `name` when the server runs with
  * `demo_tokens` (the stand-in for an application's backend, docs/protocol.md "Identities and
  * rights"); the same user id is asked for again on every refresh, and kept for the tab, so a
- * reload resumes the sessions it saved (a resume needs the same user). Without the route (a
- * server in development mode) it gives `undefined` and the client connects without a token.
+ * reload resumes the sessions it saved (a resume needs the same user). A server without the
+ * route (development mode, as `scripts/run.sh` runs it) says so in `GET /v1/status`: the route
+ * is not asked (a 404 would be a console error on every page), and the client connects without
+ * a token.
  */
 export function demoTokens(name: string): () => Promise<string | undefined> {
   const USER_KEY = 'plaza-demo-user';
   let user = sessionStorage.getItem(USER_KEY) ?? undefined;
   let available = true;
   return async () => {
-    if (!available) return undefined;
+    if (!available || !(await servesDemoTokens())) return undefined;
     const response = await fetch('/v1/demo/token', {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'application/json' },

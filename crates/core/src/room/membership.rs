@@ -25,6 +25,12 @@ pub struct JoinParams<S> {
     pub channels: Vec<String>,
     /// Whether the member came with a valid ticket.
     pub ticket: bool,
+    /// `Some(refusal)`: the connection vouched for no new member here (a
+    /// node with token keys, and no ticket and no token granting `join`),
+    /// so the join may only resume a session without a user (one joined
+    /// with a ticket and no token): its resume token is its credential.
+    /// Anything else (a session of a user, an unknown token) gets `refusal`.
+    pub resume_only: Option<RoomError>,
     /// Delivery handle for this member's frames.
     pub sink: S,
     /// Its delivery policy; on a resume, replaces the session's (`None`
@@ -138,11 +144,19 @@ impl<S> Room<S> {
                     // `tick` has not run yet: the session is over all the same.
                     self.remove_session(&session);
                 } else {
-                    if self.members[&session].info.user != params.user {
-                        return Err(RoomError::new(
-                            ErrorCode::Forbidden,
-                            "this session belongs to another user",
-                        ));
+                    // A session without a user carried no identity: its
+                    // resume token alone resumes it, on any connection. A
+                    // user's session needs that user's token.
+                    if self.members[&session].info.user.is_some() {
+                        if let Some(refusal) = params.resume_only {
+                            return Err(refusal);
+                        }
+                        if self.members[&session].info.user != params.user {
+                            return Err(RoomError::new(
+                                ErrorCode::Forbidden,
+                                "this session belongs to another user",
+                            ));
+                        }
                     }
                     let joined = self.resume(session, r.last_seq, params.sink, now)?;
                     if let Some(p) = params.policy {
@@ -153,9 +167,15 @@ impl<S> Room<S> {
                     return Ok(joined);
                 }
             }
+            if let Some(refusal) = params.resume_only {
+                return Err(refusal);
+            }
             let mut joined = self.join_new(params, now)?;
             joined.frame.reason = Some(ResyncReason::SessionExpired);
             return Ok(joined);
+        }
+        if let Some(refusal) = params.resume_only {
+            return Err(refusal);
         }
         self.join_new(params, now)
     }

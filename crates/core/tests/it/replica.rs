@@ -53,6 +53,7 @@ fn join_params(n: u32, channels: Vec<String>) -> JoinParams<u32> {
         user: None,
         channels,
         ticket: false,
+        resume_only: None,
         policy: None,
         history: None,
         sink: n,

@@ -24,6 +24,11 @@ pub(crate) struct Admitted {
     pub(crate) user: Option<String>,
     /// What the token grants in the room; `None`: what any member may.
     pub(crate) rights: Option<Arc<Rights>>,
+    /// `Some(refusal)`: nothing vouched for a new member (a node with keys,
+    /// no ticket, no token granting `join`); the join goes on only as a
+    /// resume, which the room allows of a session without a user (joined
+    /// with a ticket and no token) and refuses with `refusal` otherwise.
+    pub(crate) resume_only: Option<RoomError>,
 }
 
 /// Admits a join: with a single-use ticket, redeemed here (spent even if
@@ -51,14 +56,19 @@ pub(crate) async fn admit(
                 ticket: true,
                 user,
                 rights: None,
+                resume_only: None,
             }
         }
         None if node.tokens().is_some() => {
             let Some(identity) = identity else {
-                return Err(RoomError::new(
-                    ErrorCode::TokenRequired,
-                    "this server admits members with a token (auth) or a ticket",
-                ));
+                return resume_only(
+                    j,
+                    RoomError::new(
+                        ErrorCode::TokenRequired,
+                        "this server admits members with a token (auth) or a ticket; a resume \
+                         token alone resumes only a session joined with a ticket and no token",
+                    ),
+                );
             };
             let Some(room) = j.room.clone() else {
                 return Err(invalid("join needs a ticket, or a room"));
@@ -71,10 +81,13 @@ pub(crate) async fn admit(
             }
             let rights = granted(identity, &room);
             if !rights.may(Right::Join) {
-                return Err(RoomError::new(
-                    ErrorCode::Forbidden,
-                    format!("the token grants no join in room {room:?}"),
-                ));
+                return resume_only(
+                    j,
+                    RoomError::new(
+                        ErrorCode::Forbidden,
+                        format!("the token grants no join in room {room:?}"),
+                    ),
+                );
             }
             // The token's name is the backend's word; the join's only
             // stands in when the token has none.
@@ -99,6 +112,26 @@ pub(crate) async fn admit(
     Ok(admitted)
 }
 
+/// A join nothing vouches for as a new member: without `resume` it gets
+/// `refusal` at once; with one it goes to the room, which resumes a session
+/// without a user (its resume token is its credential) and refuses anything
+/// else with `refusal`. Name and platform are the session's own then.
+fn resume_only(j: &client::Join, refusal: RoomError) -> Result<Admitted, RoomError> {
+    let (Some(room), Some(_)) = (&j.room, &j.resume) else {
+        return Err(refusal);
+    };
+    Ok(Admitted {
+        room: room.clone(),
+        // Never shown: a resumed session keeps its own.
+        name: "-".into(),
+        platform: "-".into(),
+        ticket: false,
+        user: None,
+        rights: None,
+        resume_only: Some(refusal),
+    })
+}
+
 /// A join without a ticket: the platform is the join's (a browser unless it says).
 fn unticketed(
     j: &client::Join,
@@ -114,6 +147,7 @@ fn unticketed(
         ticket: false,
         user,
         rights,
+        resume_only: None,
     }
 }
 

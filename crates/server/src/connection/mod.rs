@@ -386,6 +386,7 @@ impl Connection {
             ticket,
             user,
             rights,
+            resume_only,
         } = admitted;
         r.room = Some(room_id.clone());
         if self.rooms.contains(&room_id) {
@@ -395,7 +396,13 @@ impl Connection {
                 Some(r),
             );
         }
-        let room = match self.node.room_for_join(&room_id).await {
+        // A join that may only resume creates no room.
+        let room = if resume_only.is_some() {
+            self.node.existing_room(&room_id).await
+        } else {
+            self.node.room_for_join(&room_id).await
+        };
+        let room = match room {
             Ok(h) => h,
             Err(e) => return self.error(e.code, e.message, Some(r)),
         };
@@ -408,6 +415,7 @@ impl Connection {
             channels: j.channels,
             ticket,
             resume: j.resume.map(|x| (x.token, x.last_seq)),
+            resume_only: resume_only.map(|e| (e.code, e.message)),
             policy: j.policy.map(Box::new),
             history: j.history,
         };
@@ -421,9 +429,12 @@ impl Connection {
             );
         }
         match answer.await {
-            Ok(Ok(session)) => {
+            Ok(Ok(joined)) => {
                 self.deleted.retain(|r| r != room.id());
-                self.rooms.insert(room, session, rights);
+                // A session without a user (joined with a ticket and no
+                // token) has a ticket's rights, on a token connection too.
+                let rights = if joined.user_less { None } else { rights };
+                self.rooms.insert(room, joined.session, rights);
             }
             Ok(Err(e)) => self.error(e.code, e.message, Some(r)),
             Err(_) => self.error(

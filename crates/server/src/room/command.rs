@@ -35,6 +35,11 @@ pub(crate) enum Intent {
         channels: Vec<String>,
         ticket: bool,
         resume: Option<(String, u64)>,
+        /// Set when the connection vouched for no new member (see
+        /// `JoinParams::resume_only`): only a session without a user may be
+        /// resumed, anything else gets this refusal.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resume_only: Option<(plaza_protocol::ErrorCode, String)>,
         /// Its delivery policy (boxed: most joins have none).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         policy: Option<Box<plaza_core::policy::DeliveryPolicy>>,
@@ -94,6 +99,17 @@ pub(crate) struct ClientCommand {
     pub(crate) handed_at: std::time::Instant,
 }
 
+/// The session a join got, for its connection.
+#[derive(Debug)]
+pub(crate) struct JoinedSession {
+    /// Its id.
+    pub(crate) session: String,
+    /// Whether it has no user (joined with a ticket and no token, or on a
+    /// node without keys): it has a ticket's rights, whatever the token of
+    /// the connection that resumed it grants.
+    pub(crate) user_less: bool,
+}
+
 /// Who waits for the outcome of a command on this node: the connection's
 /// outbox, and what its answer needs.
 pub(crate) struct Pending {
@@ -103,8 +119,8 @@ pub(crate) struct Pending {
 
 /// The answer a command is owed.
 pub(crate) enum Waiter {
-    /// `joined` (or `resync`) then the missed events; the session id to the connection.
-    Join(oneshot::Sender<Result<String, RoomError>>),
+    /// `joined` (or `resync`) then the missed events; the session to the connection.
+    Join(oneshot::Sender<Result<JoinedSession, RoomError>>),
     /// `left`, whatever happened.
     Leave,
     /// `ack`, or an error naming the message id.

@@ -24,7 +24,7 @@ use plaza_protocol::server::{ClosedReason, ServerFrame};
 use plaza_protocol::{CloseCode, ErrorCode};
 
 use super::answer::{self, not_joined};
-use super::command::{Intent, Pending, Waiter};
+use super::command::{Intent, JoinedSession, Pending, Waiter};
 use super::compact_key::CompactLease;
 use super::flush;
 use super::sink::Sink;
@@ -213,6 +213,7 @@ impl RoomMachine {
                 channels,
                 ticket,
                 resume,
+                resume_only,
                 policy,
                 history,
             } => {
@@ -236,6 +237,7 @@ impl RoomMachine {
                     user,
                     channels,
                     ticket,
+                    resume_only: resume_only.map(|(code, message)| RoomError::new(code, message)),
                     policy: policy.map(|p| *p),
                     history,
                     sink: Sink {
@@ -282,7 +284,12 @@ impl RoomMachine {
                         outbox.send(frame.encode());
                         outbox.replay(&joined.missed);
                         self.locals.insert(origin.conn, outbox);
-                        let _ = reply.send(Ok(joined.frame.session.clone()));
+                        let session = joined.frame.session.clone();
+                        let user_less = self
+                            .room
+                            .member(&session)
+                            .is_some_and(|m| m.info.user.is_none());
+                        let _ = reply.send(Ok(JoinedSession { session, user_less }));
                     }
                     _ if *origin.node == *self.me => {
                         follow_up = FollowUp::Orphaned {

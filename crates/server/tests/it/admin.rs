@@ -258,6 +258,17 @@ async fn the_demo_token_route_signs_member_tokens_only_when_enabled() {
     .await;
     let (status, _) = off.post("/v1/demo/token", &json!({"name": "Ann"})).await;
     assert_eq!(status, 404);
+    // The status says so, for the demo page to know before asking.
+    assert_eq!(off.get("/v1/status").await.1["demo_tokens"], false);
+    let without_secret = TestServer::with_config(ServerConfig {
+        demo_tokens: true,
+        ..ServerConfig::default()
+    })
+    .await;
+    assert_eq!(
+        without_secret.get("/v1/status").await.1["demo_tokens"],
+        false
+    );
 
     let s = TestServer::with_config(ServerConfig {
         jwt_secret: SECRET.into(),
@@ -265,6 +276,7 @@ async fn the_demo_token_route_signs_member_tokens_only_when_enabled() {
         ..ServerConfig::default()
     })
     .await;
+    assert_eq!(s.get("/v1/status").await.1["demo_tokens"], true);
     s.create_room(json!({"id": "r"})).await;
     let (status, t) = s.post("/v1/demo/token", &json!({"name": "Ann"})).await;
     assert_eq!(status, 200, "{t}");

@@ -510,6 +510,125 @@ async fn an_expired_connection_is_closed_with_4004_and_resumes_with_a_fresh_toke
     assert_eq!(r["session"], j["session"]);
 }
 
+/// A session joined with a ticket and no token has no user: on a node with
+/// keys its resume token alone resumes it, on a connection without a token
+/// or with anyone's token (whatever that grants), and it keeps a ticket's
+/// rights. Nothing else is admitted that way: an unknown resume token or a
+/// user's session gets `token_required` without a token, and a ticket-only
+/// room still wants a ticket.
+#[tokio::test]
+async fn a_ticket_session_is_resumed_by_its_resume_token_alone() {
+    let s = server().await;
+    let ticket = s.ticket("lobby", "guest", "xr").await;
+    let mut c = s.connect().await;
+    c.send(json!({"type": "join", "ticket": ticket})).await;
+    let j = c.recv_type("joined").await;
+    let guest = json!({"session": j["session"], "name": "guest", "platform": "xr"});
+    assert_eq!(me(&j), guest);
+    drop(c);
+    let resume = |seq: &Value| {
+        json!({"type": "join", "room": "lobby",
+            "resume": {"token": j["resume_token"], "last_seq": seq}})
+    };
+
+    // No token, no ticket, no name: resumed, as it was.
+    let mut c = s.connect().await;
+    c.send(resume(&j["seq"])).await;
+    let r = c.recv_type("joined").await;
+    assert_eq!(
+        (&r["resumed"], &r["session"]),
+        (&json!(true), &j["session"]),
+        "{r}"
+    );
+    assert_eq!(me(&r), guest);
+    let (ack, _) = c.publish("lobby", "chat", json!("back")).await;
+    assert_eq!(ack["type"], "ack", "{ack}");
+    let seq = ack["seq"].clone();
+    drop(c);
+
+    // On a token connection, of a token granting no publish here: the
+    // session stays user-less, with a ticket's rights.
+    let mut t = authed(&s, &hs256(&claims("u-t", json!({"lobby": ["join"]})))).await;
+    t.send(resume(&seq)).await;
+    let r = t.recv_type("joined").await;
+    assert_eq!(
+        (&r["resumed"], &r["session"]),
+        (&json!(true), &j["session"]),
+        "{r}"
+    );
+    assert_eq!(me(&r), guest, "no user: the token's is not taken on");
+    let (ack, _) = t.publish("lobby", "chat", json!("still a guest")).await;
+    assert_eq!(ack["type"], "ack", "{ack}");
+    let seq = ack["seq"].clone();
+    drop(t);
+    // And with a token granting nothing in the room.
+    let mut n = authed(&s, &hs256(&claims("u-n", json!({"elsewhere": ["*"]})))).await;
+    n.send(resume(&seq)).await;
+    let r = n.recv_type("joined").await;
+    assert_eq!(r["session"], j["session"], "{r}");
+
+    // Nothing else gets in without a token: an unknown resume token makes
+    // no new session, and a user's session needs its user's token.
+    let mut c = s.connect().await;
+    c.send(json!({"type": "join", "room": "lobby", "name": "eve",
+        "resume": {"token": "A".repeat(32), "last_seq": 0}}))
+        .await;
+    let e = c.recv().await;
+    assert_eq!(
+        (&e["type"], &e["code"]),
+        (&json!("error"), &json!("token_required")),
+        "{e}"
+    );
+    let mut u = authed(&s, &hs256(&claims("u-e", json!({"lobby": ["*"]})))).await;
+    u.send(json!({"type": "join", "room": "lobby", "name": "e"}))
+        .await;
+    let uj = u.recv_type("joined").await;
+    drop(u);
+    c.send(json!({"type": "join", "room": "lobby",
+        "resume": {"token": uj["resume_token"], "last_seq": uj["seq"]}}))
+        .await;
+    assert_eq!(c.recv().await["code"], "token_required");
+    // With a token granting no join in the room, anything but a user-less
+    // session is forbidden, as a new member would be.
+    let mut n2 = authed(&s, &hs256(&claims("u-n", json!({"elsewhere": ["*"]})))).await;
+    n2.send(json!({"type": "join", "room": "lobby",
+        "resume": {"token": "A".repeat(32), "last_seq": 0}}))
+        .await;
+    assert_eq!(n2.recv().await["code"], "forbidden");
+    // A room that does not exist (any more) is not found, and not created.
+    c.send(json!({"type": "join", "room": "gone",
+        "resume": {"token": j["resume_token"], "last_seq": 0}}))
+        .await;
+    assert_eq!(c.recv().await["code"], "room_not_found");
+    // A ticket-only room admits no one without a ticket, resumes included.
+    s.create_room(json!({"id": "vip", "options": {"access": "ticket"}}))
+        .await;
+    let ticket = s.ticket("vip", "guest", "browser").await;
+    let mut v = s.connect().await;
+    v.send(json!({"type": "join", "ticket": ticket})).await;
+    let vj = v.recv_type("joined").await;
+    drop(v);
+    c.send(json!({"type": "join", "room": "vip",
+        "resume": {"token": vj["resume_token"], "last_seq": vj["seq"]}}))
+        .await;
+    assert_eq!(c.recv().await["code"], "ticket_required");
+    c.assert_alive().await;
+
+    // With auto_create_rooms too, such a join creates no room.
+    let s = server_with(ServerConfig {
+        jwt_secret: SECRET.into(),
+        auto_create_rooms: true,
+        ..ServerConfig::default()
+    })
+    .await;
+    let mut c = s.connect().await;
+    c.send(json!({"type": "join", "room": "ghost",
+        "resume": {"token": "A".repeat(32), "last_seq": 0}}))
+        .await;
+    assert_eq!(c.recv().await["code"], "room_not_found");
+    assert_eq!(s.get("/v1/rooms/ghost").await.0, 404);
+}
+
 #[tokio::test]
 async fn a_refreshed_token_keeps_the_connection_past_the_first_expiry() {
     let s = server().await;

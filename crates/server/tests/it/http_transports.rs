@@ -397,6 +397,40 @@ async fn bad_requests_get_clear_errors_and_harm_nothing() {
     assert_eq!((status, code(&body)), (400, json!("invalid_request")));
     let (status, body) = ann.poll_at(99).await;
     assert_eq!((status, code(&body)), (400, json!("invalid_request")));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("beyond the last position"),
+        "{body}"
+    );
+    // The same position as an event stream's Last-Event-ID (header or query):
+    // the same client error, not 410 frames_gone (nothing was let go there).
+    for header in [true, false] {
+        let url = s.url(&format!("/v1/sessions/{}/events", ann.id));
+        let r = if header {
+            s.http.get(url).header("last-event-id", "99")
+        } else {
+            s.http.get(format!("{url}?last_event_id=99"))
+        }
+        .send()
+        .await
+        .unwrap();
+        let status = r.status().as_u16();
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(
+            (status, code(&body)),
+            (400, json!("invalid_request")),
+            "{body}"
+        );
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("Last-Event-ID 99 is beyond the last position"),
+            "{body}"
+        );
+    }
     let r = s
         .http
         .get(s.url(&format!("/v1/sessions/{}/events", ann.id)))

@@ -273,6 +273,54 @@ async fn bad_policies_are_refused_and_change_nothing() {
     ann.assert_alive().await;
 }
 
+/// RFC 6901 allows `~` only as `~0` or `~1`: a payload pointer with another
+/// escape is refused in a join (`invalid_frame`) and in `policy.update`
+/// (`invalid_args`); the escapes it allows are taken.
+#[tokio::test]
+async fn payload_pointers_with_bad_escapes_are_refused() {
+    let s = TestServer::start().await;
+    s.create_room(json!({"id": ROOM})).await;
+    let filter = |pointer: &str| json!({"id": "p", "field": {"payload": pointer}, "op": "exists"});
+    for bad in ["/a~2b", "/a~", "/~x"] {
+        let (_c, e) = s
+            .join_with(json!({"type": "join", "room": ROOM, "name": "x",
+                "policy": {"filters": [filter(bad)], "max_held": 5}}))
+            .await;
+        assert_eq!(e["type"], "error", "{bad}: {e}");
+        assert_eq!(e["code"], "invalid_frame", "{bad}: {e}");
+        assert!(
+            e["message"].as_str().unwrap().contains("JSON pointer"),
+            "{e}"
+        );
+    }
+    let (mut ann, joined) = s
+        .join_with(json!({"type": "join", "room": ROOM, "name": "ann",
+            "policy": {"filters": [filter("/a~0b~1c")], "max_held": 5}}))
+        .await;
+    assert_eq!(joined["type"], "joined", "{joined}");
+    for (nonce, bad) in ["/a~2b", "/a~", "/~x"].into_iter().enumerate() {
+        let (r, _) = ann
+            .request(
+                ROOM,
+                json!(nonce),
+                "policy.update",
+                json!({"add": [filter(bad)]}),
+            )
+            .await;
+        assert_eq!(r["ok"], false, "{bad}: {r}");
+        assert_eq!(r["error"]["code"], "invalid_args", "{bad}: {r}");
+    }
+    // The policy is as it was.
+    let (r, _) = ann
+        .request(ROOM, json!(9), "policy.update", json!({}))
+        .await;
+    assert_eq!(
+        r["result"]["policy"]["filters"][0]["field"]["payload"], "/a~0b~1c",
+        "{r}"
+    );
+    ann.assert_alive().await;
+}
+
 #[tokio::test]
 async fn holding_never_makes_a_resume_fall_back_to_a_resync() {
     let s = TestServer::start().await;

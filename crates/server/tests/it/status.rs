@@ -28,9 +28,11 @@ fn assert_shape(v: &Value) {
         "messages_out_per_s",
         "delivery_latency_ms",
         "errors",
+        "demo_tokens",
     ]
     .into();
     assert_eq!(keys, want, "{v}");
+    assert!(v["demo_tokens"].is_boolean(), "{v}");
     assert!(v["node"].is_string(), "{v}");
     assert!(v["broker"].is_string(), "{v}");
     for k in [

@@ -37,6 +37,7 @@ pub fn params(n: u32) -> JoinParams<u32> {
         user: None,
         channels: Vec::new(),
         ticket: false,
+        resume_only: None,
         policy: None,
         history: None,
         sink: n,

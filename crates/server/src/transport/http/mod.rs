@@ -26,7 +26,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use crate::listener::PeerAddr;
-use plaza_protocol::ErrorCode;
+use plaza_protocol::{ErrorCode, HttpErrorCode};
 use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -55,9 +55,9 @@ impl HttpSessions {
 }
 
 fn not_found() -> ApiError {
-    ApiError::with_code(
+    ApiError::http(
         StatusCode::NOT_FOUND,
-        "transport_not_found",
+        HttpErrorCode::TransportNotFound,
         "no such transport session: it ended or never existed; open a new one and resume",
     )
 }
@@ -171,9 +171,9 @@ struct Reading(Arc<HttpSession>);
 impl Reading {
     fn take(s: &Arc<HttpSession>) -> Result<Reading, ApiError> {
         if s.reading.swap(true, Ordering::AcqRel) {
-            return Err(ApiError::with_code(
+            return Err(ApiError::http(
                 StatusCode::CONFLICT,
-                "already_reading",
+                HttpErrorCode::AlreadyReading,
                 "another poll or event stream is reading this session",
             ));
         }
@@ -235,16 +235,7 @@ pub(crate) async fn poll(
         {
             let mut out = s.out.lock().unwrap_or_else(|p| p.into_inner());
             if q.ack >= out.next {
-                return ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    ErrorCode::InvalidRequest,
-                    format!(
-                        "ack {} is beyond the last position sent, {}",
-                        q.ack,
-                        out.next - 1
-                    ),
-                )
-                .into_response();
+                return beyond("ack", q.ack, out.next - 1).into_response();
             }
             if q.ack + 1 < out.first() {
                 return gone(q.ack).into_response();
@@ -291,10 +282,22 @@ fn poll_body(frames: &[&[u8]], last: u64, closed: Option<u16>) -> Vec<u8> {
     body
 }
 
+/// 400 `invalid_request`: a reader asked to start after a position the
+/// session never produced (a poll's `ack`, a stream's `Last-Event-ID`).
+/// A client error, not frames the server let go (`frames_gone`): the
+/// session has no frames there, and never had.
+fn beyond(what: &str, pos: u64, last: u64) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        ErrorCode::InvalidRequest,
+        format!("{what} {pos} is beyond the last position this session produced, {last}"),
+    )
+}
+
 fn gone(pos: u64) -> ApiError {
-    ApiError::with_code(
+    ApiError::http(
         StatusCode::GONE,
-        "frames_gone",
+        HttpErrorCode::FramesGone,
         format!(
             "frames after position {pos} are no longer held: open a new session and resume the \
              rooms (nothing is lost: the rooms replay what was missed)"
@@ -342,7 +345,12 @@ pub(crate) async fn events(
     };
     {
         let mut out = s.out.lock().unwrap_or_else(|p| p.into_inner());
-        if from >= out.next || from + 1 < out.first() {
+        if from >= out.next {
+            let last = out.next - 1;
+            drop(out);
+            return beyond("Last-Event-ID", from, last).into_response();
+        }
+        if from + 1 < out.first() {
             drop(out);
             return gone(from).into_response();
         }
