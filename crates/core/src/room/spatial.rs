@@ -18,8 +18,13 @@ pub(super) struct RoomSpace {
 impl RoomSpace {
     /// A room's space continuing from a snapshot.
     pub(super) fn import(config: crate::spatial::SpaceConfig, state: RoomSpaceState) -> RoomSpace {
+        let held = !state.space.held.is_empty();
+        let mut space = Space::import(config, state.space);
+        if !held {
+            space.rebuild_held(state.evaluated_at);
+        }
         RoomSpace {
-            space: Space::import(config, state.space),
+            space,
             evaluated_at: state.evaluated_at,
             parked: state.parked,
         }

@@ -466,6 +466,31 @@ impl Space {
         space
     }
 
+    /// Notes again the changes the dwell holds, as they stood at `at`, for a
+    /// snapshot written before they were kept (its `held` is empty): else
+    /// a room where nobody moves would never tick to carry them out.
+    pub fn rebuild_held(&mut self, at: Millis) {
+        let rules = Rules::new(&self.config, at);
+        let pairs: Vec<(PairKey, PairState)> =
+            self.rel.pairs.iter().map(|(k, v)| (*k, *v)).collect();
+        for (k, state) in pairs {
+            let (a, b) = pair_slots(k);
+            let (pa, pb) = (
+                self.rel.member(a).movement.position_at(at),
+                self.rel.member(b).movement.position_at(at),
+            );
+            let d2 = pa.distance_sq(pb);
+            let since = match state {
+                PairState::In { since, .. } if d2 > rules.leave => since,
+                PairState::Out { since } if d2 <= rules.enter => since,
+                _ => continue,
+            };
+            if !rules.dwelled(since) {
+                self.rel.hold(k, since.saturating_add(rules.dwell));
+            }
+        }
+    }
+
     /// Gives `session` a slot with `movement`, placed in the grid at `at`.
     fn add(&mut self, session: &str, movement: Movement, at: Vec2) -> Slot {
         let member = Member {
@@ -1045,6 +1070,24 @@ mod tests {
         );
         assert!(s.leave("b").is_empty());
         assert_eq!(s.pairs_in_proximity().count(), 0);
+    }
+
+    #[test]
+    fn a_snapshot_without_held_changes_gets_them_back() {
+        let mut s = space();
+        s.join("a", Vec2::new(0.0, 0.0), 0);
+        s.join("b", Vec2::new(10.0, 0.0), 0);
+        // Apart before the dwell (1 s) is over: the leave waits until 1 s.
+        s.jump("b", Vec2::new(500.0, 0.0), 300).unwrap();
+        assert_eq!(s.next_deadline(300), Some(1_000));
+        let mut old = s.export();
+        old.held.clear();
+        let mut copy = Space::import(SpaceConfig::default(), old);
+        assert_eq!(copy.next_deadline(300), None, "lost with the snapshot");
+        copy.rebuild_held(300);
+        assert_eq!(copy.next_deadline(300), Some(1_000));
+        assert_eq!(copy.tick(1_000), s.tick(1_000));
+        assert_eq!(copy.tick(1_000), vec![]);
     }
 
     #[test]
