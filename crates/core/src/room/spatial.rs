@@ -19,7 +19,7 @@ impl RoomSpace {
     /// A room's space continuing from a snapshot.
     pub(super) fn import(config: crate::spatial::SpaceConfig, state: RoomSpaceState) -> RoomSpace {
         let held = !state.space.held.is_empty();
-        let mut space = Space::import(config, state.space);
+        let mut space = Space::import(config, state.space, state.evaluated_at);
         if !held {
             space.rebuild_held(state.evaluated_at);
         }

@@ -88,7 +88,13 @@ impl Movement {
                 self.from
             };
         }
-        let travelled = (t - self.t0) as f64 / 1000.0 * self.speed;
+        let elapsed_ms = (t - self.t0) as f64;
+        // From its arrival on, exactly at the target: the travelled distance
+        // computed at the arrival can fall a rounding error short of it.
+        if elapsed_ms >= (length / self.speed * 1000.0).ceil() {
+            return self.to;
+        }
+        let travelled = elapsed_ms / 1000.0 * self.speed;
         if travelled >= length {
             return self.to;
         }

@@ -280,8 +280,7 @@ impl Rules {
             Some(PairState::Out { since }) if d2 <= self.enter && !self.dwelled(since) => {
                 rel.hold(k, since.saturating_add(self.dwell));
             }
-            Some(_) => rel.release(k),
-            None => {}
+            Some(_) | None => rel.release(k),
         }
         let in_call = match state {
             Some(PairState::In { id, since }) => {
@@ -430,15 +429,20 @@ impl Space {
         }
     }
 
-    /// A space continuing from a snapshot.
-    pub fn import(config: SpaceConfig, state: SpaceState) -> Space {
+    /// A space continuing from a snapshot whose last tick was at
+    /// `evaluated_at`: members are placed in the grid where the original
+    /// has them (where they were at that tick, or where their movement
+    /// started since), so that the next tick decides the pairs the
+    /// original's does.
+    pub fn import(config: SpaceConfig, state: SpaceState, evaluated_at: Millis) -> Space {
         let mut space = Space::new(config);
-        // Placed where they started; the first tick places them anew (until
-        // then `grid_at` is 0, and a move considers every member).
         for (s, m) in &state.movements {
-            space.add(s, *m, m.from);
-            space.fastest = space.fastest.max(m.speed);
+            space.add(s, *m, m.position_at(evaluated_at));
+            if m.arrives_at() > evaluated_at {
+                space.fastest = space.fastest.max(m.speed);
+            }
         }
+        space.grid_at = evaluated_at;
         let slot = |s: &String| space.slots.get(s).copied();
         let keys = |(a, b): &(String, String)| Some(pair_key(slot(a)?, slot(b)?));
         let pairs: Vec<(PairKey, PairState)> = state
@@ -458,8 +462,12 @@ impl Space {
         for k in interest {
             space.rel.set_sees(k, true);
         }
+        // Only a pair with a state can wait for the dwell: anything else in
+        // a snapshot is dropped, not kept to outlive its members.
         for (k, due) in held {
-            space.rel.hold(k, due);
+            if space.rel.pairs.contains_key(&k) {
+                space.rel.hold(k, due);
+            }
         }
         space.next_pair = state.next_pair;
         space.moving_until = state.moving_until.unwrap_or_else(|| space.latest_arrival());
@@ -882,7 +890,8 @@ impl Space {
         // Others stand where the grid has them, or have walked at most this
         // far since. Before the first tick (or right after an import) the
         // margin can exceed the plane: the grid then visits every member.
-        let margin = self.fastest * now.saturating_sub(self.grid_at) as f64 / 1000.0;
+        // With a little slack: distances are computed along other paths.
+        let margin = self.fastest * now.saturating_sub(self.grid_at) as f64 / 1000.0 * (1.0 + 1e-9);
         let radius = self.config.aoi_radius * self.config.hysteresis + margin;
         let mut near: Vec<(Slot, f64)> = Vec::new();
         let rel = &self.rel;
@@ -938,7 +947,7 @@ impl Space {
         entered.sort_unstable_by(|x, y| x.0.cmp(&y.0));
         for ((a, b), k) in entered {
             let id = self.next_pair;
-            self.next_pair += 1;
+            self.next_pair = self.next_pair.saturating_add(1);
             if let Some(PairState::In { id: slot, .. }) = self.rel.pairs.get_mut(&k) {
                 *slot = id;
             }
@@ -1082,12 +1091,50 @@ mod tests {
         assert_eq!(s.next_deadline(300), Some(1_000));
         let mut old = s.export();
         old.held.clear();
-        let mut copy = Space::import(SpaceConfig::default(), old);
+        let mut copy = Space::import(SpaceConfig::default(), old, 300);
         assert_eq!(copy.next_deadline(300), None, "lost with the snapshot");
         copy.rebuild_held(300);
         assert_eq!(copy.next_deadline(300), Some(1_000));
         assert_eq!(copy.tick(1_000), s.tick(1_000));
         assert_eq!(copy.tick(1_000), vec![]);
+    }
+
+    /// Found in review: a pair left Out while most members moved, then only
+    /// a third member walks, so nothing decides the pair again. A replica
+    /// imported mid-way must decide the same pairs on its next tick as the
+    /// original, or their exports part (the stale Out stays on one only).
+    #[test]
+    fn a_replica_imported_mid_walk_decides_the_pairs_the_original_does() {
+        let mut s = space();
+        s.join("a", Vec2::new(0.0, 0.0), 1_000);
+        s.join("b", Vec2::new(100.0, 0.0), 1_000);
+        s.join("c", Vec2::new(2000.0, 2000.0), 1_000);
+        s.move_to("c", Vec2::new(1000.0, 2000.0), 100.0, 1_000)
+            .unwrap();
+        let mut now = 1_000;
+        while now < 2_500 {
+            now += 100;
+            s.tick(now);
+        }
+        s.jump("b", Vec2::new(300.0, 0.0), 2_550).unwrap();
+        while now < 5_000 {
+            now += 100;
+            s.tick(now);
+        }
+        let snapshot = s.export();
+        assert!(
+            snapshot
+                .pairs
+                .iter()
+                .any(|(p, st)| p == &("a".to_owned(), "b".to_owned())
+                    && matches!(st, PairState::Out { .. })),
+            "the scenario leaves a stale Out: {snapshot:?}"
+        );
+        let mut copy = Space::import(SpaceConfig::default(), snapshot, 5_000);
+        for t in [5_100, 5_200, 9_000] {
+            assert_eq!(copy.tick(t), s.tick(t), "at {t}");
+            assert_eq!(copy.export(), s.export(), "at {t}");
+        }
     }
 
     #[test]

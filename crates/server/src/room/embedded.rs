@@ -41,6 +41,14 @@ async fn run(
     room_wait: Histogram,
 ) {
     let me = machine.me().clone();
+    // The room's clock never goes back, though the wall clock may be set
+    // back: a space decides what changed since its last tick by the time
+    // (cluster mode gets the same from the log's append).
+    let mut last = 0;
+    let mut clock = move || {
+        last = now_ms().max(last);
+        last
+    };
     loop {
         let tick_at = machine.room().next_deadline();
         // Held events are due by this node's clock too: one timer for both.
@@ -76,14 +84,14 @@ async fn run(
                     // Refuse new commands before telling members: whoever saw
                     // `closed` and acts on the room must hear it is gone.
                     rx.close();
-                    let _ = machine.apply(Origin { node: &me, conn: 0 }, Intent::Close, None, now_ms());
+                    let _ = machine.apply(Origin { node: &me, conn: 0 }, Intent::Close, None, clock());
                     let _ = done.send(());
                     break;
                 }
             },
             _ = sleep_until(deadline) => {
                 machine.release_feed(std::time::Instant::now());
-                let now = now_ms();
+                let now = clock();
                 machine.flush_due(now);
                 if tick_at.is_none_or(|at| at > now) {
                     continue;
@@ -91,7 +99,7 @@ async fn run(
                 (Origin { node: &me, conn: 0 }, Intent::Tick, None)
             }
         };
-        let follow_up = machine.apply(origin, intent, pending, now_ms());
+        let follow_up = machine.apply(origin, intent, pending, clock());
         // Only a join without its waiter is orphaned, and every embedded join
         // has its waiter; only `Close` closes, handled above.
         debug_assert_eq!(follow_up, FollowUp::None);
