@@ -237,11 +237,15 @@ fn has_cpu_controller() -> bool {
 
 #[test]
 fn redis_runs_under_its_cpu_quota_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
     if !has_cpu_controller() {
-        eprintln!("skipped: no cgroup v1 CPU controller at {CPU_CGROUP}");
+        // A host without the controller: the quota is refused, never ignored.
+        let err = RedisProcess::start_with_quota(dir.path(), Some(0.3))
+            .err()
+            .expect("a quota without cgroups");
+        assert_eq!(err.kind(), std::io::ErrorKind::Unsupported, "{err}");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
     let mut redis = RedisProcess::start_with_quota(dir.path(), Some(0.3)).unwrap();
     let group = redis.cpu_quota().expect("a quota").path().to_owned();
     let pid = redis.pid().unwrap();
@@ -268,10 +272,6 @@ fn redis_runs_under_its_cpu_quota_across_a_restart() {
 
 #[test]
 fn nginx_workers_share_the_balancers_cgroup() {
-    if !has_cpu_controller() {
-        eprintln!("skipped: no cgroup v1 CPU controller at {CPU_CGROUP}");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     // nginx does not connect to its upstreams until a request comes: none needs to run.
     let up: SocketAddr = "127.0.0.1:9".parse().unwrap();
@@ -280,6 +280,14 @@ fn nginx_workers_share_the_balancers_cgroup() {
         cpu_quota: Some(0.5),
         ..LbOptions::default()
     };
+    if !has_cpu_controller() {
+        // A host without the controller: the quota is refused, never ignored.
+        let err = LoadBalancer::start_with(LbKind::Nginx, 0, &[up], dir.path(), opts)
+            .err()
+            .expect("a quota without cgroups");
+        assert_eq!(err.kind(), std::io::ErrorKind::Unsupported, "{err}");
+        return;
+    }
     let mut lb = LoadBalancer::start_with(LbKind::Nginx, 0, &[up], dir.path(), opts).unwrap();
     assert!(std::fs::read_to_string(lb.config_path())
         .unwrap()

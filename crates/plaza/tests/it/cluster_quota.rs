@@ -66,11 +66,21 @@ impl Drop for Groups {
 
 #[test]
 fn cluster_up_caps_each_node_and_removes_the_cgroups_after_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
     if !has_cpu_controller() {
-        eprintln!("skipped: no cgroup v1 CPU controller at {CPU_CGROUP}");
+        // A host without the controller: the quota stops `cluster up`, naming the
+        // controller, rather than being ignored.
+        let out = Command::new(PLAZA)
+            .args(["cluster", "up", "--nodes", "1", "--listen", "127.0.0.1:0"])
+            .args(["--node-cpu-quota", "0.5", "--embedded", "--dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains(CPU_CGROUP), "{err}");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
     let first = two_free_ports();
     // Port 0: the launcher picks the balancer's port, and picks again if it was taken meanwhile
     // (a port chosen here could be, by another test of this binary).
