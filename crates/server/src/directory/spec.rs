@@ -8,6 +8,7 @@ pub use crate::room::RoomSummary;
 use plaza_protocol::ErrorCode;
 use serde::Deserialize;
 
+use crate::config::MAX_MEMBERS_LIMIT;
 use crate::ServerConfig;
 
 /// An initial entity of a new room.
@@ -146,13 +147,15 @@ impl NewRoom {
         let history_size = spec.options.history_size.unwrap_or(node.history_size);
         if history_size == 0 || history_size > node.max_history_size {
             return Err(invalid(format!(
-                "options.history_size must be 1..={}",
+                "options.history_size must be from 1 to {} (max_history_size), not {history_size}",
                 node.max_history_size
             )));
         }
         let max_members = spec.options.max_members.unwrap_or(node.max_members);
-        if max_members == 0 {
-            return Err(invalid("options.max_members must be positive".into()));
+        if max_members == 0 || max_members > MAX_MEMBERS_LIMIT {
+            return Err(invalid(format!(
+                "options.max_members must be from 1 to {MAX_MEMBERS_LIMIT}, not {max_members}"
+            )));
         }
         let config = RoomConfig {
             history_size,
