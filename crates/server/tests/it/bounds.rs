@@ -170,3 +170,50 @@ async fn join_history_is_bounded_naming_the_field() {
         .await;
     c.recv_type("joined").await;
 }
+
+#[tokio::test]
+async fn poll_positions_and_waits_are_bounded_naming_the_parameter() {
+    let s = TestServer::start().await;
+    let (status, v) = s.post("/v1/sessions", &json!({})).await;
+    assert_eq!(status, 201, "{v}");
+    let id = v["session"].as_str().unwrap().to_owned();
+    for (query, names) in [
+        ("ack=-1", "ack"),
+        ("ack=1.5", "ack"),
+        ("ack=18446744073709551616", "ack"),
+        ("ack=0&wait_ms=-1", "wait_ms"),
+        ("ack=0&wait_ms=1e400", "wait_ms"),
+        ("ack=0&wait_ms=18446744073709551616", "wait_ms"),
+    ] {
+        let (status, v) = s.get(&format!("/v1/sessions/{id}/poll?{query}")).await;
+        assert_eq!(
+            (status, &v["error"]["code"]),
+            (400, &json!("invalid_request")),
+            "{query}: {v}"
+        );
+        let m = v["error"]["message"].as_str().unwrap();
+        assert!(
+            m.starts_with("ack must be a position and wait_ms a duration in ms, integers from 0 to 18446744073709551615"),
+            "{query}: {m}"
+        );
+        assert!(m.contains(&format!("{names}: ")), "{query}: {m}");
+    }
+    // The edges: no wait at all, and the longest (cut to 25 s) once a
+    // frame is there to answer at once.
+    let (status, v) = s
+        .get(&format!("/v1/sessions/{id}/poll?ack=0&wait_ms=0"))
+        .await;
+    assert_eq!((status, v["last"].clone()), (200, json!(0)), "{v}");
+    let (status, _) = s
+        .post(&format!("/v1/sessions/{id}/send"), &json!({"type": "ping"}))
+        .await;
+    assert_eq!(status, 202);
+    let (status, v) = s
+        .get(&format!(
+            "/v1/sessions/{id}/poll?ack=0&wait_ms={}",
+            u64::MAX
+        ))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["frames"][0]["type"], "pong", "{v}");
+}
