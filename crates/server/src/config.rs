@@ -149,7 +149,7 @@ impl ServerConfig {
     /// names the setting, its limits and its value.
     pub fn check_bounds(&self) -> Result<(), String> {
         let n = |v: usize| v as u64;
-        within("max_frame_bytes", n(self.max_frame_bytes), 256, 16 << 20)?;
+        within("max_frame_bytes", n(self.max_frame_bytes), 64, 16 << 20)?;
         within(
             "max_rooms_per_connection",
             n(self.max_rooms_per_connection),
@@ -309,7 +309,7 @@ mod tests {
         type Edit = fn(&mut ServerConfig, u64);
         // (setting, low edge, high edge, how to set it)
         let cases: [(&str, u64, u64, Edit); 17] = [
-            ("max_frame_bytes", 256, 16 << 20, |c, v| {
+            ("max_frame_bytes", 64, 16 << 20, |c, v| {
                 c.max_frame_bytes = v as usize
             }),
             ("max_rooms_per_connection", 1, 1024, |c, v| {
