@@ -165,10 +165,25 @@ async fn join_history_is_bounded_naming_the_field() {
         let m = e["message"].as_str().unwrap();
         assert!(m.contains("history.last: "), "{bad}: {m}");
     }
-    // The edge is taken.
+    for bad in ["-1", "0.5", "18446744073709551616"] {
+        c.send_raw(&format!(
+            r#"{{"type":"join","room":"r","name":"ann","history":{{"since":{bad}}}}}"#
+        ))
+        .await;
+        let e = c.recv_type("error").await;
+        assert_eq!(e["code"], "invalid_frame", "{bad}: {e}");
+        let m = e["message"].as_str().unwrap();
+        assert!(m.contains("history.since: "), "{bad}: {m}");
+    }
+    // The edges are taken: `since` any position, past the room's too.
     c.send(json!({"type": "join", "room": "r", "name": "ann", "history": {"last": 10_000}}))
         .await;
     c.recv_type("joined").await;
+    let mut d = s.connect().await;
+    d.send(json!({"type": "join", "room": "r", "name": "bob", "history": {"since": u64::MAX}}))
+        .await;
+    let j = d.recv_type("joined").await;
+    assert_eq!(j["history"]["events"], json!([]), "{j}");
 }
 
 #[tokio::test]
