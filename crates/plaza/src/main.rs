@@ -293,6 +293,10 @@ fn main() -> std::process::ExitCode {
                     return std::process::ExitCode::from(2);
                 }
             };
+            if let Err(e) = config.check_bounds() {
+                eprintln!("plaza: invalid configuration: {e}");
+                return std::process::ExitCode::from(2);
+            }
             let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
             match rt.block_on(serve(config)) {
                 Ok(()) => std::process::ExitCode::SUCCESS,

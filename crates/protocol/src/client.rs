@@ -290,9 +290,16 @@ pub fn decode(bytes: &[u8]) -> Result<ClientFrame, DecodeError> {
     };
     fn body<'de, T: Deserialize<'de>>(bytes: &'de [u8], t: &str) -> Result<T, DecodeError> {
         serde_json::from_slice(bytes).map_err(|e| {
+            // Read again, off the hot path, for the path of the field at
+            // fault (`history.last: invalid value: integer `-1`, ...`).
+            let de = &mut serde_json::Deserializer::from_slice(bytes);
+            let message = match serde_path_to_error::deserialize::<_, T>(de) {
+                Err(p) if p.path().iter().next().is_some() => p.to_string(),
+                _ => e.to_string(),
+            };
             DecodeError::new(
                 ErrorCode::InvalidFrame,
-                format!("invalid {t} frame: {e}"),
+                format!("invalid {t} frame: {message}"),
                 Some(t.to_owned()),
             )
             .naming(bytes)
@@ -505,7 +512,9 @@ impl Request {
                     format!("invalid args for {op}: args must be a JSON object"),
                 ));
             }
-            serde_json::from_str(text).map_err(|e| {
+            // The path names the arg at fault (`ttl_ms: invalid value: ...`).
+            let de = &mut serde_json::Deserializer::from_str(text);
+            serde_path_to_error::deserialize(de).map_err(|e| {
                 (
                     ErrorCode::InvalidArgs,
                     format!("invalid args for {op}: {e}"),
@@ -682,5 +691,37 @@ mod tests {
 
         let e = decode(br#"{"type":"request","room":"r","nonce":{},"op":"fly"}"#).unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidFrame);
+    }
+
+    /// `lock.acquire`'s op decoded from `args`.
+    fn lock_op(args: &str) -> Result<Op, (ErrorCode, String)> {
+        let frame = format!(
+            r#"{{"type":"request","room":"r","nonce":1,"op":"lock.acquire","args":{args}}}"#
+        );
+        let ClientFrame::Request(r) = decode(frame.as_bytes()).unwrap() else {
+            panic!()
+        };
+        r.op()
+    }
+
+    #[test]
+    fn a_number_out_of_its_type_is_invalid_args_naming_the_arg() {
+        for ttl in ["-1", "1.5", "1e400", "18446744073709551616", "\"5\""] {
+            let (code, message) =
+                lock_op(&format!(r#"{{"object":"e1","ttl_ms":{ttl}}}"#)).unwrap_err();
+            assert_eq!(code, ErrorCode::InvalidArgs, "{ttl}");
+            assert!(
+                message.starts_with("invalid args for lock.acquire: ttl_ms: "),
+                "{ttl}: {message}"
+            );
+        }
+        // The type's edge decodes (the room cuts it to its longest lease).
+        assert_eq!(
+            lock_op(r#"{"object":"e1","ttl_ms":18446744073709551615}"#).unwrap(),
+            Op::LockAcquire {
+                object: "e1".into(),
+                ttl_ms: Some(u64::MAX)
+            }
+        );
     }
 }

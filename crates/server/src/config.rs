@@ -128,6 +128,102 @@ impl ServerConfig {
 /// The shortest `api_key` accepted: a guessable key is no protection.
 pub const MIN_API_KEY_LEN: usize = 16;
 
+/// The largest member limit a room may have (`max_members`, `options.max_members`).
+pub const MAX_MEMBERS_LIMIT: usize = 1_000_000;
+
+/// A day, the longest duration a setting may name.
+const DAY_MS: u64 = 86_400_000;
+
+/// `name` is `value`, which must be from `lo` to `hi` (both included).
+fn within(name: &str, value: u64, lo: u64, hi: u64) -> Result<(), String> {
+    if (lo..=hi).contains(&value) {
+        Ok(())
+    } else {
+        Err(format!("{name} must be from {lo} to {hi}, not {value}"))
+    }
+}
+
+impl ServerConfig {
+    /// Checks every number against its bounds (docs/protocol.md, "Limits and
+    /// configuration") and against the settings it depends on. The message
+    /// names the setting, its limits and its value.
+    pub fn check_bounds(&self) -> Result<(), String> {
+        let n = |v: usize| v as u64;
+        within("max_frame_bytes", n(self.max_frame_bytes), 64, 16 << 20)?;
+        within(
+            "max_rooms_per_connection",
+            n(self.max_rooms_per_connection),
+            1,
+            1024,
+        )?;
+        within(
+            "rate_limit_per_sec",
+            self.rate_limit_per_sec.into(),
+            1,
+            1_000_000,
+        )?;
+        within(
+            "rate_limit_burst",
+            self.rate_limit_burst.into(),
+            1,
+            1_000_000,
+        )?;
+        within("send_queue_frames", n(self.send_queue_frames), 1, 1 << 20)?;
+        within("write_coalesce_ms", self.write_coalesce_ms, 0, 1000)?;
+        within(
+            "compression_min_bytes",
+            n(self.compression_min_bytes),
+            0,
+            16 << 20,
+        )?;
+        within(
+            "heartbeat_interval_ms",
+            self.heartbeat_interval_ms,
+            10,
+            3_600_000,
+        )?;
+        within("idle_timeout_ms", self.idle_timeout_ms, 100, DAY_MS)?;
+        if self.heartbeat_interval_ms >= self.idle_timeout_ms {
+            return Err(format!(
+                "heartbeat_interval_ms ({}) must be less than idle_timeout_ms ({}): \
+                 a client answering every ping would be closed as idle",
+                self.heartbeat_interval_ms, self.idle_timeout_ms
+            ));
+        }
+        within("ticket_ttl_ms", self.ticket_ttl_ms, 1, DAY_MS)?;
+        within("resume_window_ms", self.resume_window_ms, 0, DAY_MS)?;
+        within("max_history_size", n(self.max_history_size), 1, 10_000_000)?;
+        within(
+            "history_size",
+            n(self.history_size),
+            1,
+            n(self.max_history_size),
+        )
+        .map_err(|e| format!("{e} (max_history_size)"))?;
+        within("max_members", n(self.max_members), 1, n(MAX_MEMBERS_LIMIT))?;
+        within("max_rooms", n(self.max_rooms), 1, 10_000_000)?;
+        within("max_connections", n(self.max_connections), 0, 10_000_000)?;
+        within(
+            "max_connections_per_ip",
+            n(self.max_connections_per_ip),
+            0,
+            10_000_000,
+        )?;
+        within(
+            "max_joins_per_ip_per_sec",
+            self.max_joins_per_ip_per_sec.into(),
+            0,
+            1_000_000,
+        )?;
+        within("max_lock_ttl_ms", self.max_lock_ttl_ms, 1, DAY_MS)?;
+        within("lock_ttl_ms", self.lock_ttl_ms, 1, self.max_lock_ttl_ms)
+            .map_err(|e| format!("{e} (max_lock_ttl_ms)"))?;
+        within("shutdown_grace_ms", self.shutdown_grace_ms, 0, 3_600_000)?;
+        within("room_linger_ms", self.room_linger_ms, 0, DAY_MS)?;
+        Ok(())
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
@@ -190,4 +286,130 @@ pub fn check_web_dir(dir: &Path) -> Result<PathBuf, String> {
         return Err(format!("web_dir {}: no index.html in it", dir.display()));
     }
     Ok(canonical)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `edit` applied to the defaults: its check's message, or `None`.
+    fn refusal(edit: impl FnOnce(&mut ServerConfig)) -> Option<String> {
+        let mut c = ServerConfig::default();
+        edit(&mut c);
+        c.check_bounds().err()
+    }
+
+    #[test]
+    fn the_defaults_are_within_bounds() {
+        assert_eq!(ServerConfig::default().check_bounds(), Ok(()));
+    }
+
+    #[test]
+    fn each_bound_refuses_one_past_its_edge_and_takes_the_edge() {
+        type Edit = fn(&mut ServerConfig, u64);
+        // (setting, low edge, high edge, how to set it)
+        let cases: [(&str, u64, u64, Edit); 17] = [
+            ("max_frame_bytes", 64, 16 << 20, |c, v| {
+                c.max_frame_bytes = v as usize
+            }),
+            ("max_rooms_per_connection", 1, 1024, |c, v| {
+                c.max_rooms_per_connection = v as usize
+            }),
+            ("rate_limit_per_sec", 1, 1_000_000, |c, v| {
+                c.rate_limit_per_sec = v as u32
+            }),
+            ("rate_limit_burst", 1, 1_000_000, |c, v| {
+                c.rate_limit_burst = v as u32
+            }),
+            ("send_queue_frames", 1, 1 << 20, |c, v| {
+                c.send_queue_frames = v as usize
+            }),
+            ("write_coalesce_ms", 0, 1000, |c, v| c.write_coalesce_ms = v),
+            ("compression_min_bytes", 0, 16 << 20, |c, v| {
+                c.compression_min_bytes = v as usize
+            }),
+            ("ticket_ttl_ms", 1, DAY_MS, |c, v| c.ticket_ttl_ms = v),
+            ("resume_window_ms", 0, DAY_MS, |c, v| c.resume_window_ms = v),
+            ("max_history_size", 1, 10_000_000, |c, v| {
+                c.max_history_size = v as usize;
+                c.history_size = 1;
+            }),
+            ("max_members", 1, 1_000_000, |c, v| {
+                c.max_members = v as usize
+            }),
+            ("max_rooms", 1, 10_000_000, |c, v| c.max_rooms = v as usize),
+            ("max_connections", 0, 10_000_000, |c, v| {
+                c.max_connections = v as usize
+            }),
+            ("max_connections_per_ip", 0, 10_000_000, |c, v| {
+                c.max_connections_per_ip = v as usize
+            }),
+            ("max_joins_per_ip_per_sec", 0, 1_000_000, |c, v| {
+                c.max_joins_per_ip_per_sec = v as u32
+            }),
+            ("shutdown_grace_ms", 0, 3_600_000, |c, v| {
+                c.shutdown_grace_ms = v
+            }),
+            ("room_linger_ms", 0, DAY_MS, |c, v| c.room_linger_ms = v),
+        ];
+        for (name, lo, hi, set) in cases {
+            assert_eq!(refusal(|c| set(c, lo)), None, "{name} = {lo}");
+            assert_eq!(refusal(|c| set(c, hi)), None, "{name} = {hi}");
+            let above = refusal(|c| set(c, hi + 1)).expect(name);
+            assert!(above.starts_with(name), "{above}");
+            assert!(above.contains(&format!("{hi}, not {}", hi + 1)), "{above}");
+            if lo > 0 {
+                let below = refusal(|c| set(c, lo - 1)).expect(name);
+                assert!(below.contains(&format!("from {lo} to")), "{below}");
+            }
+        }
+    }
+
+    #[test]
+    fn related_settings_are_consistent() {
+        // The default history size (1000) must fit the largest one.
+        let e = refusal(|c| c.max_history_size = 999).unwrap();
+        assert_eq!(
+            e,
+            "history_size must be from 1 to 999, not 1000 (max_history_size)"
+        );
+        assert_eq!(refusal(|c| c.history_size = 100_000), None);
+        assert!(refusal(|c| c.history_size = 0).is_some());
+        // The default lease must fit the longest.
+        assert_eq!(refusal(|c| c.lock_ttl_ms = 600_000), None);
+        let e = refusal(|c| c.lock_ttl_ms = 600_001).unwrap();
+        assert!(e.starts_with("lock_ttl_ms must be from 1 to 600000"), "{e}");
+        assert!(refusal(|c| c.lock_ttl_ms = 0).is_some());
+        assert!(refusal(|c| c.max_lock_ttl_ms = DAY_MS + 1).is_some());
+        assert_eq!(
+            refusal(|c| {
+                c.max_lock_ttl_ms = DAY_MS;
+                c.lock_ttl_ms = DAY_MS;
+            }),
+            None
+        );
+        // Pings more often than the idle timeout.
+        assert_eq!(refusal(|c| c.heartbeat_interval_ms = 29_999), None);
+        let e = refusal(|c| c.heartbeat_interval_ms = 30_000).unwrap();
+        assert!(e.starts_with(
+            "heartbeat_interval_ms (30000) must be less than idle_timeout_ms (30000)"
+        ));
+        assert!(refusal(|c| c.heartbeat_interval_ms = 9).is_some());
+        assert!(refusal(|c| c.idle_timeout_ms = 99).is_some());
+        assert_eq!(
+            refusal(|c| {
+                c.heartbeat_interval_ms = 10;
+                c.idle_timeout_ms = 100;
+            }),
+            None
+        );
+        assert_eq!(
+            refusal(|c| {
+                c.heartbeat_interval_ms = 3_600_000;
+                c.idle_timeout_ms = DAY_MS;
+            }),
+            None
+        );
+        assert!(refusal(|c| c.idle_timeout_ms = DAY_MS + 1).is_some());
+    }
 }

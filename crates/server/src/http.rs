@@ -38,7 +38,9 @@ pub(crate) fn json_object<T: DeserializeOwned>(
             "the request body must be a JSON object",
         ));
     }
-    serde_json::from_value(v).map_err(|e| {
+    // The path names the field at fault (`options.max_members: invalid
+    // value: integer `-1`, expected usize`).
+    serde_path_to_error::deserialize(v).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
             ErrorCode::InvalidRequest,

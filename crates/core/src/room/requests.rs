@@ -165,9 +165,14 @@ impl<S> Room<S> {
 
     pub(super) fn lock_ttl(&self, ttl_ms: Option<u64>) -> Result<Millis, RoomError> {
         match ttl_ms.unwrap_or(self.config.default_lock_ttl_ms) {
+            // Above the longest lease is no error: the lease is cut to it
+            // (the `expires_at` granted says so).
             0 => Err(RoomError::new(
                 ErrorCode::InvalidArgs,
-                "ttl_ms must be positive",
+                format!(
+                    "ttl_ms must be from 1 to {} (max_lock_ttl_ms; longer is cut to it), not 0",
+                    self.config.max_lock_ttl_ms
+                ),
             )),
             t => Ok(t.min(self.config.max_lock_ttl_ms)),
         }

@@ -68,6 +68,52 @@ fn config_file_env_and_flags_layer_in_that_order() {
 }
 
 #[test]
+fn a_number_out_of_bounds_stops_serve_naming_it_and_its_limits() {
+    let serve = |args: &[&str], env: &[(&str, &str)]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_plaza"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (args, env, says) in [
+        (
+            &["--max-members", "0"][..],
+            &[][..],
+            "plaza: invalid configuration: max_members must be from 1 to 1000000, not 0",
+        ),
+        (
+            &[],
+            &[("PLAZA_MAX_ROOMS_PER_CONNECTION", "1025")][..],
+            "plaza: invalid configuration: max_rooms_per_connection must be from 1 to 1024, not 1025",
+        ),
+        (
+            &["--lock-ttl-ms", "600001"],
+            &[],
+            "plaza: invalid configuration: lock_ttl_ms must be from 1 to 600000, not 600001 (max_lock_ttl_ms)",
+        ),
+        (
+            &["--heartbeat-interval-ms", "30000"],
+            &[],
+            "plaza: invalid configuration: heartbeat_interval_ms (30000) must be less than idle_timeout_ms (30000)",
+        ),
+    ] {
+        let (code, stderr) = serve(args, env);
+        assert_eq!(code, Some(2), "{args:?} {env:?}: {stderr}");
+        assert!(stderr.starts_with(says), "{args:?} {env:?}: {stderr}");
+    }
+    // Not a count: named by the configuration reader (as the variable is).
+    let (code, stderr) = serve(&[], &[("PLAZA_MAX_MEMBERS", "-1")]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("\"MAX_MEMBERS\""), "{stderr}");
+}
+
+#[test]
 fn web_dir_that_cannot_be_served_stops_serve_naming_it() {
     let out = Command::new(env!("CARGO_BIN_EXE_plaza"))
         .args([

@@ -9,6 +9,7 @@ pub use crate::room::RoomSummary;
 use plaza_protocol::ErrorCode;
 use serde::Deserialize;
 
+use crate::config::MAX_MEMBERS_LIMIT;
 use crate::ServerConfig;
 
 /// An initial entity of a new room.
@@ -174,7 +175,7 @@ impl NewRoom {
         let history_size = spec.options.history_size.unwrap_or(node.history_size);
         if history_size == 0 || history_size > node.max_history_size {
             return Err(invalid(format!(
-                "options.history_size must be 1..={}",
+                "options.history_size must be from 1 to {} (max_history_size), not {history_size}",
                 node.max_history_size
             )));
         }
@@ -188,14 +189,16 @@ impl NewRoom {
         // crowd holds and a tick looks at grows with its square.
         let most = match space {
             Some(_) => space_bounds::MAX_MEMBERS,
-            None => usize::MAX,
+            None => MAX_MEMBERS_LIMIT,
         };
         let max_members = spec
             .options
             .max_members
             .unwrap_or(node.max_members.min(most));
-        if max_members == 0 {
-            return Err(invalid("options.max_members must be positive".into()));
+        if max_members == 0 || max_members > MAX_MEMBERS_LIMIT {
+            return Err(invalid(format!(
+                "options.max_members must be from 1 to {MAX_MEMBERS_LIMIT}, not {max_members}"
+            )));
         }
         if max_members > most {
             return Err(invalid(format!(

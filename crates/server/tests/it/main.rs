@@ -5,6 +5,7 @@ mod support;
 mod admin;
 mod auth;
 mod bad_input;
+mod bounds;
 mod broadcast;
 mod chat_history;
 mod cluster;

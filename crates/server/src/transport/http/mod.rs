@@ -209,13 +209,24 @@ pub(crate) async fn poll(
     Path(id): Path<String>,
     query: Result<Query<PollQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let Ok(Query(q)) = query else {
-        return ApiError::new(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::InvalidRequest,
-            "ack must be a position (a non-negative integer)",
-        )
-        .into_response();
+    let q = match query {
+        Ok(Query(q)) => q,
+        // The rejection names the parameter at fault (`ack: invalid digit
+        // found in string`).
+        Err(e) => {
+            return ApiError::new(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidRequest,
+                format!(
+                    "ack must be a position and wait_ms a duration in ms, integers from 0 to \
+                     {} (wait_ms above {} is cut to it): {}",
+                    u64::MAX,
+                    POLL_TIMEOUT.as_millis(),
+                    e.body_text()
+                ),
+            )
+            .into_response();
+        }
     };
     let Some(s) = node.http_sessions.get(&id) else {
         return not_found().into_response();
