@@ -104,7 +104,11 @@ impl<S> Room<S> {
         }
         self.check_channels(&params.channels)?;
         if let Some(p) = &params.policy {
-            p.validate().map_err(|e| {
+            // The lenient check, as every version of the room makes it: this
+            // runs on every replica of a cluster, which must all decide a
+            // join alike. The connection checked the pointers strictly
+            // before the join's record was written.
+            p.validate_stored().map_err(|e| {
                 RoomError::new(ErrorCode::InvalidFrame, format!("invalid join policy: {e}"))
             })?;
         }
