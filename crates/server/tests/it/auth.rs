@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::http_transports::Poller;
 use crate::support::{now_ms, wait_until, Client, Closed, TestServer};
 
-const SECRET: &str = "test-secret-of-at-least-32-bytes-0123456789";
+pub(crate) const SECRET: &str = "test-secret-of-at-least-32-bytes-0123456789";
 
 fn keys_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/it/keys")
@@ -23,11 +23,11 @@ fn in_seconds(s: i64) -> i64 {
 }
 
 /// Claims for `sub` with `rooms`, valid for ten minutes.
-fn claims(sub: &str, rooms: Value) -> Value {
+pub(crate) fn claims(sub: &str, rooms: Value) -> Value {
     json!({"sub": sub, "exp": in_seconds(600), "rooms": rooms})
 }
 
-fn hs256(claims: &Value) -> String {
+pub(crate) fn hs256(claims: &Value) -> String {
     sign_hs(claims, SECRET.as_bytes())
 }
 
