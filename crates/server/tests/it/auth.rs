@@ -629,6 +629,56 @@ async fn a_ticket_session_is_resumed_by_its_resume_token_alone() {
     assert_eq!(s.get("/v1/rooms/ghost").await.0, 404);
 }
 
+/// A join let through only to resume, whose resume token names a session
+/// without a user that has expired (its resume window passed): refused as a
+/// new member would be (`token_required`), and no session is made (no
+/// `presence.join`, the room's member count unchanged).
+#[tokio::test]
+async fn an_expired_ticket_session_is_not_resumed_by_its_resume_token_alone() {
+    let s = server_with(ServerConfig {
+        jwt_secret: SECRET.into(),
+        resume_window_ms: 100,
+        ..ServerConfig::default()
+    })
+    .await;
+    let mut ann = authed(&s, &hs256(&claims("u-ann", json!({"lobby": ["*"]})))).await;
+    ann.send(json!({"type": "join", "room": "lobby", "name": "ann"}))
+        .await;
+    ann.recv_type("joined").await;
+    let ticket = s.ticket("lobby", "guest", "xr").await;
+    let mut c = s.connect().await;
+    c.send(json!({"type": "join", "ticket": ticket})).await;
+    let j = c.recv_type("joined").await;
+    ann.recv_event("presence.join").await;
+    drop(c);
+    let (leave, _) = ann.recv_event("presence.leave").await;
+    assert_eq!(
+        (&leave["session"], &leave["reason"]),
+        (&j["session"], &json!("disconnected")),
+        "{leave}"
+    );
+    // Past the resume window.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let mut c = s.connect().await;
+    c.send(json!({"type": "join", "room": "lobby",
+        "resume": {"token": j["resume_token"], "last_seq": j["seq"]}}))
+        .await;
+    let e = c.recv().await;
+    assert_eq!(
+        (&e["type"], &e["code"]),
+        (&json!("error"), &json!("token_required")),
+        "{e}"
+    );
+    c.assert_alive().await;
+    let seen = ann.drain().await;
+    assert!(
+        seen.iter().all(|v| v["kind"] != "presence.join"),
+        "no new member: {seen:?}"
+    );
+    let (_, room) = s.get("/v1/rooms/lobby").await;
+    assert_eq!(room["members"], 1, "ann only: {room}");
+}
+
 #[tokio::test]
 async fn a_refreshed_token_keeps_the_connection_past_the_first_expiry() {
     let s = server().await;
