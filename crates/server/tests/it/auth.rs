@@ -588,6 +588,12 @@ async fn a_ticket_session_is_resumed_by_its_resume_token_alone() {
         "resume": {"token": uj["resume_token"], "last_seq": uj["seq"]}}))
         .await;
     assert_eq!(c.recv().await["code"], "token_required");
+    // With a ticket and no token, a user's session is forbidden.
+    let ticket = s.ticket("lobby", "eve", "browser").await;
+    c.send(json!({"type": "join", "ticket": ticket,
+        "resume": {"token": uj["resume_token"], "last_seq": uj["seq"]}}))
+        .await;
+    assert_eq!(c.recv().await["code"], "forbidden");
     // With a token granting no join in the room, anything but a user-less
     // session is forbidden, as a new member would be.
     let mut n2 = authed(&s, &hs256(&claims("u-n", json!({"elsewhere": ["*"]})))).await;
