@@ -38,8 +38,9 @@ export interface JoinOptions {
   history?: HistoryRequest;
   /**
    * A ticket from `POST /v1/rooms/{id}/tickets` (fixes room, name and platform). A string
-   * serves the first join only: tickets are single-use, and the session a ticket made (without
-   * a token) is resumed by its resume token alone, with its own name and platform. In a
+   * goes with this handle's first join attempt only (with `restore` too: it resumes the saved
+   * session), and is left out after: tickets are single-use, and the session a ticket made
+   * (without a token) is resumed by its resume token alone, with its own name and platform. In a
    * ticket-only room every (re)join needs a fresh ticket: pass a function that fetches one,
    * and the client calls it before each join, resumes included.
    */

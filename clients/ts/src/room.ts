@@ -83,6 +83,8 @@ export class RoomHandle extends Emitter<RoomEvents> {
   private readonly createdIds = new Map<string, Promise<string>>();
   private tempCounter = 0;
   private joinAttempt = 0;
+  /** Whether a join of this handle went with its ticket string, which is single-use. */
+  private ticketSent = false;
   private joinRetry: ReturnType<typeof setTimeout> | undefined;
   /** Bumped by every join sent and every drop: a ticket fetched for an older one is dropped. */
   private joinGeneration = 0;
@@ -507,10 +509,13 @@ export class RoomHandle extends Emitter<RoomEvents> {
     const generation = ++this.joinGeneration;
     const { ticket } = this.options;
     if (typeof ticket !== 'function') {
-      // A ticket is single-use: a string serves the first join only. The session it made has
+      // A ticket is single-use: a string goes with the handle's first join attempt only (also
+      // one that resumes a `restore`d session), and is left out after. The session it made has
       // no user, so its resume token alone resumes it (docs/protocol.md, "Identities and
       // rights"); a ticket-only room wants a fresh ticket every time: pass a function there.
-      this.transport.send(this.joinFrame(this.token === undefined ? ticket : undefined));
+      const fresh = this.ticketSent ? undefined : ticket;
+      if (ticket !== undefined) this.ticketSent = true;
+      this.transport.send(this.joinFrame(fresh));
       return;
     }
     // A fresh ticket for every join: tickets are single-use. A fetch that outlives its

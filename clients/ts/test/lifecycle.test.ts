@@ -201,6 +201,19 @@ describe('ticket-only rooms', () => {
     expect(fetched).toBe(2);
   });
 
+  it('a fresh ticket string passed with restore goes with that first join', async () => {
+    const room = await createRoom({ options: { access: 'ticket' } });
+    const ticket = async () => (await api('POST', `/v1/rooms/${room}/tickets`, { name: 'ann' })).body.ticket as string;
+    const first = newClient({ room });
+    const roomA = await first.join(room, { ticket: await ticket() });
+    const saved = roomA.saveSession()!;
+    first.close(); // like a page being unloaded
+    // The next page: a saved session and a fresh ticket, which the ticket-only room wants.
+    const second = newClient({ room });
+    const roomA2 = await second.join(room, { ticket: await ticket(), restore: saved });
+    expect(roomA2.session).toBe(saved.session);
+  });
+
   it('a failed ticket fetch rejects the join', async () => {
     const room = await createRoom({ options: { access: 'ticket' } });
     const error = await newClient({ room })

@@ -18,6 +18,15 @@ pub fn new_resume_token() -> String {
     random_token(24)
 }
 
+/// Whether `s` has the form of a resume token [`new_resume_token`] makes:
+/// 32 characters of the URL-safe base64 alphabet. Anything else names no
+/// session, and can be refused without looking.
+pub fn is_resume_token(s: &str) -> bool {
+    s.len() == 32
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 /// A session id: public (others address `direct` messages to it), so 64 bits
 /// suffice to be unique without being a secret.
 pub fn new_session_id() -> String {
@@ -45,6 +54,17 @@ mod tests {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
         }
         assert_eq!(new_session_id().len(), 11);
+        assert!((0..1000).all(|_| is_resume_token(&new_resume_token())));
+        for bad in [
+            "",
+            "short",
+            &"A".repeat(31),
+            &"A".repeat(33),
+            &format!("{}=", "A".repeat(31)),
+            &format!("{}+", "A".repeat(31)),
+        ] {
+            assert!(!is_resume_token(bad), "{bad:?}");
+        }
         assert!((0..1000).all(|_| new_epoch() < 1 << 53));
     }
 }

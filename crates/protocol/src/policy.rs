@@ -159,6 +159,20 @@ impl Filter {
         self.check(is_json_pointer)
     }
 
+    /// Checks only that a payload pointer is an RFC 6901 pointer (`~` only
+    /// as `~0` or `~1`): the part of [`validate`](Self::validate) that
+    /// earlier versions did not check. A node checks it where a client's
+    /// new filter comes in, before the room (replicated, and lenient about
+    /// it, see [`DeliveryPolicy::validate_stored`]) sees it.
+    pub fn validate_pointer(&self) -> Result<(), String> {
+        match &self.field {
+            Field::Payload(pointer) if !is_json_pointer(pointer) => {
+                Err(pointer_error(&self.id, pointer))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Checks it, `pointer_ok` judging a payload pointer.
     fn check(&self, pointer_ok: fn(&str) -> bool) -> Result<(), String> {
         if self.id.is_empty() || self.id.len() > 64 {
@@ -169,10 +183,7 @@ impl Filter {
         }
         if let Field::Payload(pointer) = &self.field {
             if !pointer_ok(pointer) || pointer.len() > 256 {
-                return Err(format!(
-                    "filter {:?}: field.payload must be a JSON pointer (RFC 6901: \"\" or starting with \"/\", \"~\" only as \"~0\" or \"~1\", at most 256 bytes), not {pointer:?}",
-                    self.id
-                ));
+                return Err(pointer_error(&self.id, pointer));
             }
         }
         if let MatchOp::In(values) = &self.op {
@@ -190,6 +201,12 @@ impl Filter {
     pub fn reads_payload(&self) -> bool {
         matches!(self.field, Field::Payload(_))
     }
+}
+
+fn pointer_error(id: &str, pointer: &str) -> String {
+    format!(
+        "filter {id:?}: field.payload must be a JSON pointer (RFC 6901: \"\" or starting with \"/\", \"~\" only as \"~0\" or \"~1\", at most 256 bytes), not {pointer:?}"
+    )
 }
 
 /// Whether `p` is a JSON pointer (RFC 6901): empty, or `/`-separated
@@ -216,13 +233,22 @@ impl DeliveryPolicy {
         self.check(is_json_pointer)
     }
 
-    /// Checks a policy a room held already (a cluster's snapshot): as
-    /// [`validate`](Self::validate), except that a payload pointer need only
-    /// be `""` or start with `/`, as earlier versions accepted it (a stray
-    /// `~` in it matches literally). New policies, in a `join` or a
-    /// `policy.update`, get the strict check.
+    /// Checks a policy as the room does, in the replicated state machine (a
+    /// join's record, a snapshot): as [`validate`](Self::validate), except
+    /// that a payload pointer need only be `""` or start with `/`, as
+    /// earlier versions accepted it (a stray `~` in it matches literally).
+    /// Every replica, of this version or an earlier one, must decide a
+    /// record alike; new filters get the strict check at the connection,
+    /// before their record is written ([`validate_pointers`](Self::validate_pointers),
+    /// [`PolicyUpdate::validate_pointers`]).
     pub fn validate_stored(&self) -> Result<(), String> {
         self.check(|p| p.is_empty() || p.starts_with('/'))
+    }
+
+    /// Checks only that every payload pointer is an RFC 6901 pointer (see
+    /// [`Filter::validate_pointer`]).
+    pub fn validate_pointers(&self) -> Result<(), String> {
+        self.filters.iter().try_for_each(Filter::validate_pointer)
     }
 
     fn check(&self, pointer_ok: fn(&str) -> bool) -> Result<(), String> {
@@ -261,7 +287,11 @@ impl DeliveryPolicy {
         self.filters.iter().any(|f| f.enabled && f.reads_payload())
     }
 
-    /// The policy after `update`, validated; `self` is left as it was when
+    /// The policy after `update`, validated as a room does
+    /// ([`validate_stored`](Self::validate_stored): a filter a member holds
+    /// from an earlier version does not stop it changing its policy; the
+    /// update's own filters are checked strictly before, by
+    /// [`PolicyUpdate::validate_pointers`]); `self` is left as it was when
     /// the update is refused. A policy that does not exist yet starts from
     /// no filters, no bounds and aggregation on.
     pub fn updated(
@@ -315,8 +345,21 @@ impl DeliveryPolicy {
         if let Some(a) = update.aggregate {
             p.aggregate = a;
         }
-        p.validate()?;
+        p.validate_stored()?;
         Ok(p)
+    }
+}
+
+impl PolicyUpdate {
+    /// Checks only that the filters it brings (`filters`, `add`) have RFC
+    /// 6901 payload pointers (see [`Filter::validate_pointer`]); the rest
+    /// is checked by [`DeliveryPolicy::updated`].
+    pub fn validate_pointers(&self) -> Result<(), String> {
+        self.filters
+            .iter()
+            .flatten()
+            .chain(&self.add)
+            .try_for_each(Filter::validate_pointer)
     }
 }
 
@@ -361,6 +404,20 @@ mod tests {
         stored.filters[0].field = Field::Payload("/a~2b".into());
         assert!(stored.validate().is_err());
         assert_eq!(stored.validate_stored(), Ok(()));
+        // Its member may still change it: the room's check is the stored
+        // one; only the filters an update brings are checked strictly.
+        let bound: PolicyUpdate = serde_json::from_value(json!({"max_held": 10})).unwrap();
+        assert_eq!(bound.validate_pointers(), Ok(()));
+        let changed = DeliveryPolicy::updated(Some(&stored), &bound).unwrap();
+        assert_eq!(changed.max_held, Some(10));
+        for update in [
+            json!({"add": [{"id": "q", "field": {"payload": "/x~2"}, "op": "exists"}]}),
+            json!({"filters": [{"id": "q", "field": {"payload": "/~"}, "op": "exists"}]}),
+        ] {
+            let u: PolicyUpdate = serde_json::from_value(update).unwrap();
+            assert!(u.validate_pointers().unwrap_err().contains("JSON pointer"));
+        }
+        assert!(stored.validate_pointers().is_err());
         stored.filters[0].field = Field::Payload("a".into());
         assert!(stored.validate_stored().is_err());
         let mut f = topic("t", "x");

@@ -5,7 +5,8 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { launchChromium } from './browser.mjs';
 import { enterDemo, openTab } from './pages.mjs';
 
-const addr = inject('plazaAddr');
+// A server of its own: the status page test counts its server's connections and rooms exactly.
+const addr = inject('devAddr');
 const missing = inject('demoMissing');
 const base = `http://${addr}`;
 const room = `dev-${Date.now().toString(36)}`;
@@ -22,6 +23,13 @@ describe('demo on a server in development mode', () => {
     if (missing) throw new Error(missing);
     const status = await (await fetch(`${base}/v1/status`)).json();
     expect(status.demo_tokens).toBe(false);
+    // As in the lobby (the server, like `scripts/run.sh`'s, creates no room on a join).
+    const created = await fetch(`${base}/v1/rooms`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ id: room }),
+    });
+    expect(created.status).toBe(201);
     browser = await launchChromium();
   });
 

@@ -97,14 +97,15 @@ impl<S> Room<S> {
         now: Millis,
     ) -> Result<Joined<S>, RoomError> {
         if self.config.access == Access::TicketOnly && !params.ticket {
-            return Err(RoomError::new(
-                ErrorCode::TicketRequired,
-                "this room admits ticket holders only",
-            ));
+            return Err(ticket_required());
         }
         self.check_channels(&params.channels)?;
         if let Some(p) = &params.policy {
-            p.validate().map_err(|e| {
+            // The lenient check, as every version of the room makes it: this
+            // runs on every replica of a cluster, which must all decide a
+            // join alike. The connection checked the pointers strictly
+            // before the join's record was written.
+            p.validate_stored().map_err(|e| {
                 RoomError::new(ErrorCode::InvalidFrame, format!("invalid join policy: {e}"))
             })?;
         }
@@ -130,6 +131,41 @@ impl<S> Room<S> {
             joined.frame.history = history;
         }
         Ok(joined)
+    }
+
+    /// Whether a join that may only resume (see
+    /// [`JoinParams::resume_only`]) with resume token `token` would get past
+    /// its `refusal` at `now`: the room admits joins without a ticket, and
+    /// `token` names a session of it without a user whose resume window is
+    /// open. Otherwise the error the join would get: `ticket_required`, or
+    /// `refusal`.
+    ///
+    /// A cluster node asks its replica this before it writes such a join's
+    /// record, so that no record is written that an older node (which does
+    /// not know `resume_only`) would apply as a new member. The replica may
+    /// lag the log a little: the room's own decision, when the record is
+    /// applied, is the one that counts.
+    pub fn check_resume_only(
+        &self,
+        token: &str,
+        refusal: RoomError,
+        now: Millis,
+    ) -> Result<(), RoomError> {
+        if self.config.access == Access::TicketOnly {
+            return Err(ticket_required());
+        }
+        let resumable = self.tokens.get(token).is_some_and(|session| {
+            !self.resume_window_ended(session, now)
+                && self
+                    .members
+                    .get(&**session)
+                    .is_some_and(|m| m.info.user.is_none())
+        });
+        if resumable {
+            Ok(())
+        } else {
+            Err(refusal)
+        }
     }
 
     fn join_or_resume(
@@ -566,4 +602,11 @@ impl<S> Room<S> {
             None => Ok(()),
         }
     }
+}
+
+fn ticket_required() -> RoomError {
+    RoomError::new(
+        ErrorCode::TicketRequired,
+        "this room admits ticket holders only",
+    )
 }

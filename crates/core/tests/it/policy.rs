@@ -301,3 +301,46 @@ proptest! {
         prop_assert_eq!(got_set, owed, "every event meant for her, once");
     }
 }
+
+/// The room checks a policy's payload pointers as earlier versions did: it
+/// runs on every replica of a cluster, whose versions must decide a join's
+/// record alike. A `~` escape RFC 6901 does not know is taken there (a
+/// node refuses it in a new join or update before the record is written),
+/// and a member holding such a filter can still change its policy.
+#[test]
+fn a_policy_held_with_a_stray_tilde_is_taken_and_can_still_change() {
+    let mut room = room_with(RoomConfig::default());
+    let stray = |id: &str| Filter {
+        id: id.into(),
+        enabled: true,
+        field: Field::Payload("/a~2b".into()),
+        op: MatchOp::Exists,
+    };
+    let mut p = params(ANN);
+    p.policy = Some(DeliveryPolicy {
+        filters: vec![stray("p")],
+        max_delay_ms: None,
+        max_held: Some(5),
+        aggregate: true,
+    });
+    room.join(p, None, 0)
+        .expect("a record an earlier node wrote");
+    let update = |v: serde_json::Value| Op::PolicyUpdate(serde_json::from_value(v).unwrap());
+    let out = room
+        .request(&sid(ANN), update(json!({"max_held": 10})), 1)
+        .expect("a bound changes");
+    assert_eq!(out.result["policy"]["max_held"], 10, "{}", out.result);
+    assert_eq!(
+        out.result["policy"]["filters"][0]["field"]["payload"],
+        "/a~2b"
+    );
+    let out = room
+        .request(&sid(ANN), update(json!({"disable": ["p"]})), 2)
+        .expect("the filter is switched off");
+    assert_eq!(out.result["policy"]["filters"][0]["enabled"], false);
+    // What the room still refuses, it refuses as before.
+    let e = room
+        .request(&sid(ANN), update(json!({"max_held": null})), 3)
+        .unwrap_err();
+    assert_eq!(e.code, plaza_protocol::ErrorCode::InvalidArgs);
+}

@@ -46,6 +46,7 @@ impl LogRecord {
 mod tests {
     use super::*;
     use plaza_core::PublishParams;
+    use plaza_protocol::ErrorCode;
     use serde_json::value::RawValue;
 
     #[test]
@@ -84,5 +85,59 @@ mod tests {
             intent: Intent::Tick,
         };
         assert_eq!(&tick.encode()[..], br#"{"node":"b","intent":"tick"}"#);
+    }
+
+    fn join(resume_only: Option<(ErrorCode, String)>) -> LogRecord {
+        LogRecord {
+            node: "a".into(),
+            conn: 3,
+            req: 4,
+            intent: Intent::Join {
+                session: "s".into(),
+                resume_token: "t".into(),
+                name: "-".into(),
+                platform: "-".into(),
+                user: None,
+                channels: Vec::new(),
+                ticket: false,
+                resume: Some(("r".repeat(32), 12)),
+                resume_only,
+                policy: None,
+                history: None,
+            },
+        }
+    }
+
+    /// `resume_only` survives the log; a join without it is written as
+    /// before it existed, and such a record (an older node's) reads as
+    /// `None`.
+    #[test]
+    fn a_join_record_keeps_resume_only() {
+        let refusal = (ErrorCode::TokenRequired, "no token".to_owned());
+        let bytes = join(Some(refusal.clone())).encode();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            v["intent"]["join"]["resume_only"],
+            serde_json::json!(["token_required", "no token"]),
+            "{v}"
+        );
+        match LogRecord::decode(&bytes).unwrap().intent {
+            Intent::Join {
+                resume_only,
+                resume,
+                ..
+            } => {
+                assert_eq!(resume_only, Some(refusal));
+                assert_eq!(resume, Some(("r".repeat(32), 12)));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let plain = join(None).encode();
+        let v: serde_json::Value = serde_json::from_slice(&plain).unwrap();
+        assert!(v["intent"]["join"].get("resume_only").is_none(), "{v}");
+        match LogRecord::decode(&plain).unwrap().intent {
+            Intent::Join { resume_only, .. } => assert_eq!(resume_only, None),
+            other => panic!("unexpected {other:?}"),
+        }
     }
 }

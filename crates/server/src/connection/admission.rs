@@ -117,9 +117,14 @@ pub(crate) async fn admit(
 /// without a user (its resume token is its credential) and refuses anything
 /// else with `refusal`. Name and platform are the session's own then.
 fn resume_only(j: &client::Join, refusal: RoomError) -> Result<Admitted, RoomError> {
-    let (Some(room), Some(_)) = (&j.room, &j.resume) else {
+    let (Some(room), Some(resume)) = (&j.room, &j.resume) else {
         return Err(refusal);
     };
+    // A token no node made names no session: refused before any room is
+    // looked at (or, in cluster mode, hosted for it).
+    if !plaza_broker::is_resume_token(&resume.token) {
+        return Err(refusal);
+    }
     Ok(Admitted {
         room: room.clone(),
         // Never shown: a resumed session keeps its own.

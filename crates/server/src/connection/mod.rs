@@ -242,6 +242,17 @@ impl Connection {
                         return pending.refuse(&r.room, e, &self.errors());
                     }
                 }
+                // The filters an update brings get RFC 6901's strict check
+                // here, before its record is written: the room (on every
+                // replica, of any version) checks pointers leniently, so
+                // that a filter held from an earlier version does not stop
+                // its member changing the policy.
+                if let Op::PolicyUpdate(update) = &op {
+                    if let Err(e) = update.validate_pointers() {
+                        let e = RoomError::new(ErrorCode::InvalidArgs, e);
+                        return pending.refuse(&r.room, e, &self.errors());
+                    }
+                }
                 let intent = Intent::Request {
                     session: session.clone(),
                     nonce: r.nonce,
@@ -406,6 +417,16 @@ impl Connection {
             Ok(h) => h,
             Err(e) => return self.error(e.code, e.message, Some(r)),
         };
+        // A new policy's pointers get RFC 6901's strict check here, before
+        // the join's record is written: the room (on every replica, of any
+        // version) checks them leniently, as earlier versions did.
+        if let Some(Err(e)) = j.policy.as_ref().map(|p| p.validate_pointers()) {
+            return self.error(
+                ErrorCode::InvalidFrame,
+                format!("invalid join policy: {e}"),
+                Some(r),
+            );
+        }
         let intent = Intent::Join {
             session: plaza_broker::new_session_id(),
             resume_token: plaza_broker::new_resume_token(),

@@ -61,8 +61,9 @@ impl RoomDirectory {
         }
     }
 
-    /// The handle of an existing room (in cluster mode this starts hosting
-    /// it): for admin calls, which never create one.
+    /// The handle of an existing room, never creating one (in cluster mode
+    /// this starts hosting it): for admin calls, and for a join let through
+    /// only to resume a session (see `connection::admission`).
     pub(crate) async fn existing(&self, id: &str) -> Result<RoomHandle, RoomError> {
         match self {
             RoomDirectory::Local(d) => d.room(id, false),

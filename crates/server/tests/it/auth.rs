@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::http_transports::Poller;
 use crate::support::{now_ms, wait_until, Client, Closed, TestServer};
 
-const SECRET: &str = "test-secret-of-at-least-32-bytes-0123456789";
+pub(crate) const SECRET: &str = "test-secret-of-at-least-32-bytes-0123456789";
 
 fn keys_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/it/keys")
@@ -23,11 +23,11 @@ fn in_seconds(s: i64) -> i64 {
 }
 
 /// Claims for `sub` with `rooms`, valid for ten minutes.
-fn claims(sub: &str, rooms: Value) -> Value {
+pub(crate) fn claims(sub: &str, rooms: Value) -> Value {
     json!({"sub": sub, "exp": in_seconds(600), "rooms": rooms})
 }
 
-fn hs256(claims: &Value) -> String {
+pub(crate) fn hs256(claims: &Value) -> String {
     sign_hs(claims, SECRET.as_bytes())
 }
 
@@ -588,6 +588,12 @@ async fn a_ticket_session_is_resumed_by_its_resume_token_alone() {
         "resume": {"token": uj["resume_token"], "last_seq": uj["seq"]}}))
         .await;
     assert_eq!(c.recv().await["code"], "token_required");
+    // With a ticket and no token, a user's session is forbidden.
+    let ticket = s.ticket("lobby", "eve", "browser").await;
+    c.send(json!({"type": "join", "ticket": ticket,
+        "resume": {"token": uj["resume_token"], "last_seq": uj["seq"]}}))
+        .await;
+    assert_eq!(c.recv().await["code"], "forbidden");
     // With a token granting no join in the room, anything but a user-less
     // session is forbidden, as a new member would be.
     let mut n2 = authed(&s, &hs256(&claims("u-n", json!({"elsewhere": ["*"]})))).await;
@@ -627,6 +633,56 @@ async fn a_ticket_session_is_resumed_by_its_resume_token_alone() {
         .await;
     assert_eq!(c.recv().await["code"], "room_not_found");
     assert_eq!(s.get("/v1/rooms/ghost").await.0, 404);
+}
+
+/// A join let through only to resume, whose resume token names a session
+/// without a user that has expired (its resume window passed): refused as a
+/// new member would be (`token_required`), and no session is made (no
+/// `presence.join`, the room's member count unchanged).
+#[tokio::test]
+async fn an_expired_ticket_session_is_not_resumed_by_its_resume_token_alone() {
+    let s = server_with(ServerConfig {
+        jwt_secret: SECRET.into(),
+        resume_window_ms: 100,
+        ..ServerConfig::default()
+    })
+    .await;
+    let mut ann = authed(&s, &hs256(&claims("u-ann", json!({"lobby": ["*"]})))).await;
+    ann.send(json!({"type": "join", "room": "lobby", "name": "ann"}))
+        .await;
+    ann.recv_type("joined").await;
+    let ticket = s.ticket("lobby", "guest", "xr").await;
+    let mut c = s.connect().await;
+    c.send(json!({"type": "join", "ticket": ticket})).await;
+    let j = c.recv_type("joined").await;
+    ann.recv_event("presence.join").await;
+    drop(c);
+    let (leave, _) = ann.recv_event("presence.leave").await;
+    assert_eq!(
+        (&leave["session"], &leave["reason"]),
+        (&j["session"], &json!("disconnected")),
+        "{leave}"
+    );
+    // Past the resume window.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let mut c = s.connect().await;
+    c.send(json!({"type": "join", "room": "lobby",
+        "resume": {"token": j["resume_token"], "last_seq": j["seq"]}}))
+        .await;
+    let e = c.recv().await;
+    assert_eq!(
+        (&e["type"], &e["code"]),
+        (&json!("error"), &json!("token_required")),
+        "{e}"
+    );
+    c.assert_alive().await;
+    let seen = ann.drain().await;
+    assert!(
+        seen.iter().all(|v| v["kind"] != "presence.join"),
+        "no new member: {seen:?}"
+    );
+    let (_, room) = s.get("/v1/rooms/lobby").await;
+    assert_eq!(room["members"], 1, "ann only: {room}");
 }
 
 #[tokio::test]

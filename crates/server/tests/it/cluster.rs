@@ -728,3 +728,84 @@ async fn a_compact_member_resumes_on_a_node_that_loads_the_room_from_a_snapshot_
     let e = plaza_protocol::compact::expand(f.to_string().as_bytes(), &rooms).unwrap();
     assert_eq!((&e["seq"], &e["data"]), (&ack["seq"], &json!("live")));
 }
+
+/// The records of `room`'s log whose join is one let through only to
+/// resume (`resume_only`).
+async fn resume_only_records(c: &Cluster, room: &str) -> usize {
+    let log = c.hub.node("observer").read(room, 0, 10_000).await.unwrap();
+    log.iter()
+        .map(|e| serde_json::from_slice::<Value>(&e.payload).unwrap())
+        .filter(|r| !r["intent"]["join"]["resume_only"].is_null())
+        .count()
+}
+
+/// A join let through only to resume (keys, no token, no ticket) is written
+/// to the log only when the node's replica holds the session it resumes, a
+/// session without a user: a node of an earlier version, which does not
+/// know `resume_only`, would apply any other such record as a new member.
+/// A token of the wrong form is refused before any room is hosted for it.
+#[tokio::test]
+async fn a_join_only_to_resume_is_written_only_for_a_session_it_resumes() {
+    use crate::auth::{claims, hs256, SECRET};
+    let config = ServerConfig {
+        jwt_secret: SECRET.into(),
+        ..ServerConfig::default()
+    };
+    let c = cluster_with(2, config).await;
+    c.nodes[0].create_room(json!({"id": "g"})).await;
+    c.nodes[0]
+        .create_room(json!({"id": "vip", "options": {"access": "ticket"}}))
+        .await;
+    let ticket = c.nodes[0].ticket("g", "guest", "xr").await;
+    let mut guest = c.nodes[0].connect().await;
+    guest.send(json!({"type": "join", "ticket": ticket})).await;
+    let j = guest.recv_type("joined").await;
+    let mut ann = c.nodes[0].connect().await;
+    ann.send(json!({"type": "auth", "token": hs256(&claims("u-ann", json!({"g": ["*"]})))}))
+        .await;
+    assert_eq!(ann.recv().await["type"], "authed");
+    ann.send(json!({"type": "join", "room": "g", "name": "ann"}))
+        .await;
+    let aj = ann.recv_type("joined").await;
+    let resume = |room: &str, token: &Value| json!({"type": "join", "room": room, "resume": {"token": token, "last_seq": 0}});
+
+    // A token of the wrong form: refused, and node-1 hosts no room for it.
+    let mut c1 = c.nodes[1].connect().await;
+    for junk in [
+        json!("junk"),
+        json!("A".repeat(33)),
+        json!(format!("{}!", "A".repeat(31))),
+    ] {
+        c1.send(resume("g", &junk)).await;
+        assert_eq!(c1.recv().await["code"], "token_required", "{junk}");
+    }
+    assert_eq!(c.nodes[1].node.hosted_rooms(), 0);
+    // A token of the right form naming no session, and a user's session:
+    // refused by node-1's replica, no record written.
+    c1.send(resume("g", &json!("A".repeat(32)))).await;
+    assert_eq!(c1.recv().await["code"], "token_required");
+    c1.send(resume("g", &aj["resume_token"])).await;
+    assert_eq!(c1.recv().await["code"], "token_required");
+    // A ticket-only room: the room's own answer.
+    c1.send(resume("vip", &json!("A".repeat(32)))).await;
+    assert_eq!(c1.recv().await["code"], "ticket_required");
+    assert_eq!(resume_only_records(&c, "g").await, 0);
+    assert_eq!(resume_only_records(&c, "vip").await, 0);
+
+    // The guest's session: written, and resumed on node-1, as ann sees.
+    drop(guest);
+    c1.send(resume("g", &j["resume_token"])).await;
+    let r = c1.recv_type("joined").await;
+    assert_eq!(
+        (&r["resumed"], &r["session"]),
+        (&json!(true), &j["session"]),
+        "{r}"
+    );
+    assert_eq!(resume_only_records(&c, "g").await, 1);
+    let members = r["members"].as_array().unwrap();
+    assert_eq!(members.len(), 2, "no one else: {r}");
+    // What it missed since seq 0: ann's join, nothing else.
+    let missed = c1.drain().await;
+    assert_eq!(missed.len(), 1, "{missed:?}");
+    assert_eq!(missed[0]["member"]["user"], "u-ann", "{missed:?}");
+}

@@ -299,16 +299,21 @@ async fn payload_pointers_with_bad_escapes_are_refused() {
         .await;
     assert_eq!(joined["type"], "joined", "{joined}");
     for (nonce, bad) in ["/a~2b", "/a~", "/~x"].into_iter().enumerate() {
-        let (r, _) = ann
-            .request(
-                ROOM,
-                json!(nonce),
-                "policy.update",
-                json!({"add": [filter(bad)]}),
-            )
-            .await;
-        assert_eq!(r["ok"], false, "{bad}: {r}");
-        assert_eq!(r["error"]["code"], "invalid_args", "{bad}: {r}");
+        for args in [
+            json!({"add": [filter(bad)]}),
+            json!({"filters": [filter(bad)], "max_held": 7}),
+        ] {
+            let (r, _) = ann.request(ROOM, json!(nonce), "policy.update", args).await;
+            assert_eq!(r["ok"], false, "{bad}: {r}");
+            assert_eq!(r["error"]["code"], "invalid_args", "{bad}: {r}");
+            assert!(
+                r["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("JSON pointer"),
+                "{r}"
+            );
+        }
     }
     // The policy is as it was.
     let (r, _) = ann
@@ -318,6 +323,7 @@ async fn payload_pointers_with_bad_escapes_are_refused() {
         r["result"]["policy"]["filters"][0]["field"]["payload"], "/a~0b~1c",
         "{r}"
     );
+    assert_eq!(r["result"]["policy"]["max_held"], 5, "{r}");
     ann.assert_alive().await;
 }
 

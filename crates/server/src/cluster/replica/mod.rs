@@ -321,6 +321,24 @@ impl Replica {
                         m.forget_local(conn);
                     }
                 }
+                // A join that may only resume is written only when this
+                // replica holds the session it resumes (a session without
+                // a user, in its resume window): a node of an earlier
+                // version, which does not know `resume_only`, would apply
+                // any other such record as a new member. The room's own
+                // check, when the record comes back, still decides.
+                if let Intent::Join {
+                    resume: Some((token, _)),
+                    resume_only: Some((code, message)),
+                    ..
+                } = &intent
+                {
+                    let refusal = RoomError::new(*code, message.clone());
+                    let room = self.machine().room();
+                    if let Err(e) = room.check_resume_only(token, refusal, now_ms()) {
+                        return pending.refuse(&self.id, e, &self.errors);
+                    }
+                }
                 let pending = match pending.waiter {
                     Waiter::Nothing => None,
                     _ => Some(pending),
