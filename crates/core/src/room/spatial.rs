@@ -18,13 +18,8 @@ pub(super) struct RoomSpace {
 impl RoomSpace {
     /// A room's space continuing from a snapshot.
     pub(super) fn import(config: crate::spatial::SpaceConfig, state: RoomSpaceState) -> RoomSpace {
-        let held = !state.space.held.is_empty();
-        let mut space = Space::import(config, state.space, state.evaluated_at);
-        if !held {
-            space.rebuild_held(state.evaluated_at);
-        }
         RoomSpace {
-            space,
+            space: Space::import(config, state.space, state.evaluated_at),
             evaluated_at: state.evaluated_at,
             parked: state.parked,
         }

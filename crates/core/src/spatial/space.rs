@@ -123,8 +123,10 @@ pub struct SpaceState {
     pub next_pair: u64,
     /// Pairs whose change waits for the dwell, and when it falls due (a
     /// replica that loses them would not tick when the original does).
-    #[serde(default)]
-    pub held: Vec<((String, String), Millis)>,
+    /// Absent from snapshots written before they were kept: an import then
+    /// works them out again ([`Space::import`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<Vec<((String, String), Millis)>>,
     /// When the last movement under way arrives, as the original counts it
     /// (absent from snapshots written before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -424,7 +426,7 @@ impl Space {
             pairs,
             interest,
             next_pair: self.next_pair,
-            held,
+            held: Some(held),
             moving_until: Some(self.moving_until),
         }
     }
@@ -451,11 +453,11 @@ impl Space {
             .filter_map(|(p, v)| Some((keys(p)?, *v)))
             .collect();
         let interest: Vec<PairKey> = state.interest.iter().filter_map(keys).collect();
-        let held: Vec<(PairKey, Millis)> = state
-            .held
-            .iter()
-            .filter_map(|(p, due)| Some((keys(p)?, *due)))
-            .collect();
+        let held: Option<Vec<(PairKey, Millis)>> = state.held.as_ref().map(|held| {
+            held.iter()
+                .filter_map(|(p, due)| Some((keys(p)?, *due)))
+                .collect()
+        });
         for (k, v) in pairs {
             space.rel.set_pair(k, v);
         }
@@ -464,10 +466,15 @@ impl Space {
         }
         // Only a pair with a state can wait for the dwell: anything else in
         // a snapshot is dropped, not kept to outlive its members.
-        for (k, due) in held {
-            if space.rel.pairs.contains_key(&k) {
-                space.rel.hold(k, due);
+        match held {
+            Some(held) => {
+                for (k, due) in held {
+                    if space.rel.pairs.contains_key(&k) {
+                        space.rel.hold(k, due);
+                    }
+                }
             }
+            None => space.rebuild_held(evaluated_at),
         }
         space.next_pair = state.next_pair;
         space.moving_until = state.moving_until.unwrap_or_else(|| space.latest_arrival());
@@ -475,9 +482,9 @@ impl Space {
     }
 
     /// Notes again the changes the dwell holds, as they stood at `at`, for a
-    /// snapshot written before they were kept (its `held` is empty): else
-    /// a room where nobody moves would never tick to carry them out.
-    pub fn rebuild_held(&mut self, at: Millis) {
+    /// snapshot written before they were kept (it has no `held`): else a
+    /// room where nobody moves would never tick to carry them out.
+    fn rebuild_held(&mut self, at: Millis) {
         let rules = Rules::new(&self.config, at);
         let pairs: Vec<(PairKey, PairState)> =
             self.rel.pairs.iter().map(|(k, v)| (*k, *v)).collect();
@@ -1090,11 +1097,14 @@ mod tests {
         s.jump("b", Vec2::new(500.0, 0.0), 300).unwrap();
         assert_eq!(s.next_deadline(300), Some(1_000));
         let mut old = s.export();
-        old.held.clear();
+        old.held = None;
         let mut copy = Space::import(SpaceConfig::default(), old, 300);
-        assert_eq!(copy.next_deadline(300), None, "lost with the snapshot");
-        copy.rebuild_held(300);
         assert_eq!(copy.next_deadline(300), Some(1_000));
+        // A snapshot that says nothing is held is taken at its word.
+        let mut none = s.export();
+        none.held = Some(Vec::new());
+        let quiet = Space::import(SpaceConfig::default(), none, 300);
+        assert_eq!(quiet.next_deadline(300), None);
         assert_eq!(copy.tick(1_000), s.tick(1_000));
         assert_eq!(copy.tick(1_000), vec![]);
     }

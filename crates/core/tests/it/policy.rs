@@ -258,6 +258,13 @@ proptest! {
                         // messages went by): a resync, as without a policy; never
                         // while she was holding something.
                         prop_assert!(!was_holding, "holding made her resume fail");
+                        // What she got before the resync still came in order,
+                        // never twice, and only what was meant for her; what
+                        // she missed the resync tells her of (not exactly once).
+                        let got = ann.seqs();
+                        prop_assert!(got.windows(2).all(|w| w[0] < w[1]), "seqs increase: {got:?}");
+                        let got_set: BTreeSet<u64> = got.iter().copied().collect();
+                        prop_assert!(got_set.is_subset(&owed), "only events meant for her: {got:?}");
                         return Ok(());
                     }
                     for e in &j.missed {
