@@ -73,7 +73,9 @@ if [ "$status" -eq 0 ]; then
   # Every crate's integration binary (`it`) runs, though only the server's reads the variable:
   # `-p plaza-server` alone would resolve features anew and rebuild ~30 crates. (Not a PLAZA_*
   # name: the plaza processes other tests start refuse unknown PLAZA_* settings.)
-  TEST_PLAZA_CLUSTER=memory cargo test --workspace --locked --test it 2>&1 | tee -a "$out"
+  cluster_out=$(mktemp)
+  trap 'rm -f "$out" "$cluster_out"' EXIT
+  TEST_PLAZA_CLUSTER=memory cargo test --workspace --locked --test it 2>&1 | tee "$cluster_out"
   status=${PIPESTATUS[0]}
   set -e
 fi
@@ -87,7 +89,7 @@ if [ "$status" -eq 0 ]; then
     status=1
   else
     ts_out=$(mktemp)
-    trap 'rm -f "$out" "$ts_out"' EXIT
+    trap 'rm -f "$out" "${cluster_out:-}" "$ts_out"' EXIT
     set +e
     (cd clients/ts && npm ci --no-audit --no-fund && npm run typecheck && npm run build && npm test) 2>&1 | tee "$ts_out"
     status=${PIPESTATUS[0]}
@@ -103,7 +105,7 @@ e2e_summary="not run"
 if [ "$status" -eq 0 ]; then
   log "demo and status page in chromium (web/e2e): npm ci, build web/demo, npm test"
   e2e_out=$(mktemp)
-  trap 'rm -f "$out" "${ts_out:-}" "$e2e_out"' EXIT
+  trap 'rm -f "$out" "${cluster_out:-}" "${ts_out:-}" "$e2e_out"' EXIT
   set +e
   (cd web/e2e && npm ci --no-audit --no-fund && npm test) 2>&1 | tee "$e2e_out"
   status=${PIPESTATUS[0]}
@@ -148,7 +150,7 @@ fuzz_summary="not run"
 if [ "$status" -eq 0 ]; then
   log "fuzz targets (scripts/fuzz.sh, 20,000 inputs each)"
   fuzz_out=$(mktemp)
-  trap 'rm -f "$out" "${ts_out:-}" "${e2e_out:-}" "$fuzz_out"' EXIT
+  trap 'rm -f "$out" "${cluster_out:-}" "${ts_out:-}" "${e2e_out:-}" "$fuzz_out"' EXIT
   set +e
   RUNS=20000 scripts/fuzz.sh 2>&1 | tee "$fuzz_out"
   status=${PIPESTATUS[0]}
@@ -182,10 +184,21 @@ if [ "$status" -eq 0 ]; then
     soak_summary="FAILED (see the output above)"
   fi
 fi
-passed=$(grep -E '^test result:' "$out" | awk '{s += $4} END {print s + 0}')
-failed=$(grep -E '^test result:' "$out" | awk '{s += $6} END {print s + 0}')
+# cargo's "test result: ok. P passed; F failed; I ignored; ..." lines, summed field by field:
+# the plain run and the cluster-mode run apart (each test counts once in each), ignored tests
+# (not run: the peer tests that need a server of their own) shown as skipped.
+count() { grep -E '^test result:' "$1" 2>/dev/null | awk -v f="$2" '{s += $f} END {print s + 0}'; }
+passed=$(count "$out" 4)
+failed=$(count "$out" 6)
+ignored=$(count "$out" 8)
+if [ -n "${cluster_out:-}" ]; then
+  cluster_summary="$(count "$cluster_out" 4) passed, $(count "$cluster_out" 6) failed, $(count "$cluster_out" 8) ignored"
+else
+  cluster_summary="not run"
+fi
 echo
-echo "Summary: ${passed} passed, ${failed} failed"
+echo "Summary: ${passed} passed, ${failed} failed, ${ignored} skipped"
+echo "Integration tests again in cluster mode (TEST_PLAZA_CLUSTER=memory): ${cluster_summary}"
 echo "TypeScript client (vitest): ${ts_summary}"
 echo "Demo and status page in chromium (web/e2e, vitest): ${e2e_summary}"
 echo "Tsung capacity test: ${tsung_summary}"

@@ -42,17 +42,28 @@ describe('spatial rooms', () => {
     const room = await createRoom({ options: { space: { width: 100000, height: 100000 } } });
     const a = newClient({ room });
     const b = newClient({ room });
+    const c = newClient({ room });
     const ann = await a.join(room, { name: 'ann' });
     await ann.jumpTo([100, 100]);
     const bob = await b.join(room, { name: 'bob' });
     await bob.jumpTo([90000, 90000]); // far outside ann's area of interest: no interest.leave
+    const carol = await c.join(room, { name: 'carol' });
+    const sees = next(carol, 'space', (e) => e.kind === 'interest.enter');
+    await carol.jumpTo([120, 100]); // within ann's area of interest: she sees ann
+    await sees;
     expect(bob.positionOf(ann.session!)).toEqual([100, 100]);
-    const left = next(bob, 'presence', (e) => e.kind === 'presence.leave');
+    expect(carol.positionOf(ann.session!)).toEqual([100, 100]);
+    const unseenLeft = next(bob, 'presence', (e) => e.kind === 'presence.leave');
+    const seenLeft = next(carol, 'presence', (e) => e.kind === 'presence.leave');
+    const unseen = next(carol, 'space', (e) => e.kind === 'interest.leave');
     await ann.leave();
-    await left;
-    expect(bob.positionOf(ann.session!)).toBeUndefined();
-    expect(bob.movements.has(ann.session!)).toBe(false);
+    await Promise.all([unseenLeft, seenLeft, unseen]);
+    for (const observer of [bob, carol]) {
+      expect(observer.positionOf(ann.session!)).toBeUndefined();
+      expect(observer.movements.has(ann.session!)).toBe(false);
+    }
     a.close();
     b.close();
+    c.close();
   });
 });

@@ -363,7 +363,18 @@ async fn spatial_rooms_decide_proximity_once_across_real_nodes() {
         .await;
     b.pump_until(LIMIT, |m| kind_of(m, "proximity.leave").is_some())
         .await;
-    for (m, nonce) in [(&a, 1u64), (&b, 2), (&a, 3), (&b, 4)] {
+    // A barrier for late duplicates: a stops (a jump ends its walk, so no
+    // later tick decides anything), then says something; the log orders
+    // every tick before that message, and both members wait for it.
+    a.send(json!({"type": "request", "room": room, "nonce": 5, "op": "space.jump", "args": {"to": [3000, 3000]}}))
+        .await;
+    a.pump_until(LIMIT, |m| m.responses.contains_key(&5)).await;
+    a.send(json!({"type": "publish", "room": room, "event": "barrier", "data": 1, "echo": true}))
+        .await;
+    let heard = |m: &Member| m.received.values().any(|(_, d)| *d == json!(1));
+    a.pump_until(LIMIT, heard).await;
+    b.pump_until(LIMIT, heard).await;
+    for (m, nonce) in [(&a, 1u64), (&b, 2), (&a, 3), (&b, 4), (&a, 5)] {
         assert_eq!(m.responses[&nonce]["ok"], true, "{}", m.responses[&nonce]);
     }
     let (la, lb) = (

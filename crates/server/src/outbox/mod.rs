@@ -1191,6 +1191,7 @@ mod tests {
             rx
         });
         tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "ready returned on an empty queue");
         out.send(Bytes::from_static(b"b"));
         let mut rx = waiter.await.unwrap();
         assert_eq!(rx.try_recv().unwrap().frame(), "b", "ready took nothing");
@@ -1222,6 +1223,24 @@ mod tests {
                 None => String::from_utf8(o.frame().to_vec()).unwrap(),
             })
             .collect()
+    }
+
+    /// The room relies on both refusals (room/machine.rs): a connection
+    /// gone before its join or resume lands gets neither a follow nor a
+    /// replay, and is told so.
+    #[test]
+    fn a_gone_connection_gets_no_follow_and_no_replay() {
+        let (out, rx) = Outbox::new(16, ConnectionControl::new());
+        let feed = RoomFeed::new(16);
+        let room = out.with_feed(&feed);
+        drop(rx);
+        assert!(room.follow("me", vec!["main".into()]).is_none());
+        assert!(!room.replay(&[message(1, "other", "main", false)]));
+        assert!(!room.replay(&[]), "closed, even with nothing to replay");
+        assert!(
+            room.queue.items.lock().unwrap().queued.is_empty(),
+            "nothing was queued for nobody"
+        );
     }
 
     #[test]

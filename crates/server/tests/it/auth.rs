@@ -297,7 +297,7 @@ async fn bad_tokens_are_refused_each_with_its_code() {
             "exp of the wrong type",
             hs256(&json!({"sub": "u", "exp": "soon"})),
             "token_invalid",
-            "",
+            "invalid type: string \"soon\", expected f64",
         ),
         (
             "no exp",

@@ -460,7 +460,15 @@ async fn bad_requests_get_clear_errors_and_harm_nothing() {
 
 #[tokio::test]
 async fn a_silent_session_expires_and_its_member_can_resume() {
-    let (s, mut bob, PollingAnn { id: ann, ack, .. }) = bob_and_polling_ann(ServerConfig {
+    let (
+        s,
+        mut bob,
+        PollingAnn {
+            id: ann,
+            ack,
+            joined,
+        },
+    ) = bob_and_polling_ann(ServerConfig {
         idle_timeout_ms: 300,
         // WebSocket pings keep bob there.
         heartbeat_interval_ms: 100,
@@ -473,6 +481,12 @@ async fn a_silent_session_expires_and_its_member_can_resume() {
     assert_eq!(leave["reason"], "disconnected", "{leave}");
     let (status, _) = s.get(&format!("/v1/sessions/{ann}/poll?ack={ack}")).await;
     assert_eq!(status, 404);
+    // Her member resumes on a new transport session: the same session id,
+    // and bob is told she is back.
+    let (_again, resumed) = resume_ann(&s, &joined).await;
+    assert_eq!(resumed["session"], joined["session"], "{resumed}");
+    let (back, _) = bob.recv_event("presence.join").await;
+    assert_eq!(back["member"]["session"], joined["session"], "{back}");
 }
 
 #[tokio::test]

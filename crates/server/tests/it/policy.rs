@@ -99,12 +99,26 @@ async fn own_echo_and_replies_to_own_messages_go_at_once() {
 async fn time_bound_flushes_without_anything_else_happening() {
     let s = TestServer::start().await;
     let (mut ann, _, mut bob) = ann_with(&s, json!({"max_delay_ms": 1000})).await;
+    let before = std::time::Instant::now();
     let s1 = say(&mut bob, "irc", json!({})).await;
     let s2 = say(&mut bob, "irc", json!({})).await;
     assert_eq!(ann.drain().await, Vec::<Value>::new(), "held for up to 1 s");
     // Nothing else happens in the room: the node's timer flushes them.
     let batch = ann.recv_type("batch").await;
+    let held = before.elapsed();
     assert_eq!(seqs(batch["events"].as_array().unwrap()), [s1, s2]);
+    // Held for the bound: not sooner (less a millisecond clock's rounding),
+    // and not much later (a 2-core debug build under a full test run can
+    // be late by a second or two; a timer that never fired would be late
+    // by the 10 s of recv_type).
+    assert!(
+        held >= std::time::Duration::from_millis(995),
+        "flushed after {held:?}, before its 1 s"
+    );
+    assert!(
+        held < std::time::Duration::from_millis(3_000),
+        "flushed after {held:?}, long past its 1 s"
+    );
 }
 
 #[tokio::test]
