@@ -66,6 +66,7 @@ fn params(n: u32, sink: u32) -> JoinParams<u32> {
         ticket: false,
         policy: None,
         history: None,
+        resume_only: None,
         sink,
     }
 }
