@@ -19,7 +19,7 @@
 //! event, whose order and pair ids follow the session ids.
 //!
 //! What a step costs (the bounds [`SpaceConfig::validate`] and
-//! [`Space::max_speed`] keep): a move or a jump, its mover's neighbourhood
+//! [`SpaceConfig::max_speed`] keep): a move or a jump, its mover's neighbourhood
 //! (at most a pass over every member); a tick, a pass over every member, the
 //! pairs within `aoi_radius × hysteresis` of each other and the pairs with a
 //! state.
@@ -537,13 +537,6 @@ impl Space {
         &self.config
     }
 
-    /// The fastest a member may move: a speed that crosses the plane's
-    /// diagonal in one tick (faster, a walk could pass through a whole area
-    /// of interest between two evaluations).
-    pub fn max_speed(&self) -> f64 {
-        self.config.max_speed()
-    }
-
     /// The steps the last join, move, jump, leave or tick took: members
     /// placed or looked at, grid cells looked up, pairs looked at. The
     /// budget, whatever the settings and the moves (tested):
@@ -632,7 +625,7 @@ impl Space {
     }
 
     /// Starts `session` towards `to` at `speed` units per second from where
-    /// it is now; `speed` is in (0, [`Space::max_speed`]].
+    /// it is now; `speed` is in (0, [`SpaceConfig::max_speed`]].
     pub fn move_to(
         &mut self,
         session: &str,
@@ -645,7 +638,7 @@ impl Space {
                 "to must be two finite numbers".into(),
             ));
         }
-        let max = self.max_speed();
+        let max = self.config.max_speed();
         if !(speed.is_finite() && speed > 0.0 && speed <= max) {
             return Err(SpaceError::InvalidArgs(format!(
                 "speed must be a number greater than 0 and at most {max} (the plane's diagonal per tick), not {speed}"

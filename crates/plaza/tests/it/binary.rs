@@ -3,7 +3,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::{http_get, http_post, start};
+use crate::support::{exit_within, http_get, http_post, start};
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -207,16 +207,8 @@ fn sigterm_tells_clients_to_reconnect_and_exits_within_the_grace() {
             }
         };
         assert_eq!(code, 1012);
-        let status = loop {
-            if let Some(s) = p.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "plaza did not exit after SIGTERM"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+        let limit = Duration::from_secs(10).saturating_sub(started.elapsed());
+        let status = exit_within(&mut p.child, limit, "after SIGTERM").await;
         assert!(status.success(), "exit status {status:?}");
     });
 }

@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use crate::support::{http_get, http_post, start};
+use crate::support::{exit_within, http_get, http_post, start};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -192,18 +192,13 @@ fn the_worst_allowed_room_run_flat_out_starves_nothing() {
         );
         // SIGTERM while the room still runs flat out: the node exits within
         // its grace (3 s), with a margin for a loaded machine.
-        let started = Instant::now();
         unsafe { libc::kill(p.child.id() as i32, libc::SIGTERM) };
-        let status = loop {
-            if let Some(s) = p.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(8),
-                "plaza did not exit within its grace after SIGTERM"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+        let status = exit_within(
+            &mut p.child,
+            Duration::from_secs(8),
+            "within its grace after SIGTERM",
+        )
+        .await;
         assert!(status.success(), "exit status {status:?}");
         eprintln!(
             "{} walks in the worst room, {walks_before} before the probes",

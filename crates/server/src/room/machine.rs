@@ -739,3 +739,42 @@ fn outside_the_worker<T>(long: bool, f: impl FnOnce() -> T) -> T {
         f()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::outside_the_worker;
+
+    /// A long step hands the worker's other tasks to another thread: a task
+    /// queued on the same worker finishes while the step still runs. The
+    /// step waits for it, so without the hand-off this test never ends.
+    #[test]
+    fn a_long_step_lets_the_workers_other_tasks_run() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let got = rt.block_on(async {
+            tokio::spawn(async {
+                let (tx, rx) = std::sync::mpsc::channel();
+                // Queued on this (the only) worker, behind the step below.
+                tokio::spawn(async move { tx.send(7).unwrap() });
+                outside_the_worker(true, || {
+                    rx.recv_timeout(std::time::Duration::from_secs(10))
+                        .expect("the other task ran during the step")
+                })
+            })
+            .await
+            .unwrap()
+        });
+        assert_eq!(got, 7);
+    }
+
+    /// On a current-thread runtime (tests, tools) there is no other worker:
+    /// the step runs in place instead of panicking in `block_in_place`.
+    #[tokio::test]
+    async fn on_one_thread_a_long_step_runs_in_place() {
+        assert_eq!(outside_the_worker(true, || 3), 3);
+        assert_eq!(outside_the_worker(false, || 4), 4);
+    }
+}

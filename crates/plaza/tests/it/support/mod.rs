@@ -16,6 +16,24 @@ impl Drop for Plaza {
     }
 }
 
+/// Waits for `child` to exit, at most `limit` (`what` says why it should).
+/// Polled: std offers no awaitable exit, and reaping it behind `Child`'s back
+/// would leave `Child` to kill a pid that may be reused.
+pub async fn exit_within(
+    child: &mut Child,
+    limit: std::time::Duration,
+    what: &str,
+) -> std::process::ExitStatus {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(started.elapsed() < limit, "plaza did not exit {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Starts `plaza serve` on an ephemeral port and reads the address it prints.
 pub fn start(args: &[&str], envs: &[(&str, &str)]) -> Plaza {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_plaza"));
