@@ -155,6 +155,16 @@ pub trait Cluster: Send + Sync + 'static {
     /// Stops delivering the room's entries to this node.
     async fn unsubscribe(&self, room: &str);
 
+    /// Sends `payload` to the control listener of every node (this one's
+    /// too): calls that act on every node, such as the server API's
+    /// messages to a user. At most once: a node not listening at that moment
+    /// misses it.
+    async fn publish_control(&self, payload: Bytes) -> Result<(), ClusterError>;
+
+    /// Starts delivering control messages to `listener` (as
+    /// [`LogNotice::Entry`] with position 0), replacing an earlier one.
+    async fn subscribe_control(&self, listener: LogListener) -> Result<(), ClusterError>;
+
     /// For each node id, whether that node is alive (its heartbeat is fresh).
     async fn nodes_alive(&self, nodes: &[String]) -> Result<Vec<bool>, ClusterError>;
 

@@ -25,6 +25,10 @@ pub struct MemoryCluster {
     hub: Mutex<Hub>,
 }
 
+/// The control listener's key among a node's subscriptions: no room id is
+/// empty, so none can take it.
+const CONTROL: &str = "";
+
 #[derive(Default)]
 struct Hub {
     available: bool,
@@ -327,6 +331,25 @@ impl Cluster for MemoryNode {
         if let Some(node) = hub.nodes.get_mut(&self.id) {
             node.subscriptions.remove(room);
         }
+    }
+
+    async fn publish_control(&self, payload: Bytes) -> Result<(), ClusterError> {
+        let hub = self.hub()?;
+        let entry = LogEntry {
+            n: 0,
+            ts: 0,
+            payload,
+        };
+        for node in hub.nodes.values().filter(|n| n.alive && !n.deaf) {
+            if let Some(listener) = node.subscriptions.get(CONTROL) {
+                listener(LogNotice::Entry(entry.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    async fn subscribe_control(&self, listener: LogListener) -> Result<(), ClusterError> {
+        self.subscribe(CONTROL, listener).await
     }
 
     async fn nodes_alive(&self, nodes: &[String]) -> Result<Vec<bool>, ClusterError> {

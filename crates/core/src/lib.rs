@@ -32,7 +32,8 @@ pub use rate::{RatePerKey, TokenBucket};
 pub use rights::{Right, Rights, RoomGrants};
 pub use room::{
     Delivery, Held, JoinParams, Joined, LiveFilter, Member, PublishParams, Published, Removed,
-    RequestOutcome, Resume, Room,
+    RequestOutcome, Resume, Room, ServerPublish, MAX_SERVER_KEY_BYTES, SERVER_KEYS_KEPT,
+    SERVER_SENDER,
 };
 pub use room_config::{Access, RoomConfig};
 pub use room_state::{InvalidRoomState, MemberState, RoomState};

@@ -53,6 +53,10 @@ pub struct RoomState {
     /// A spatial room's members in its plane (absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub space: Option<crate::spatial::RoomSpaceState>,
+    /// The application backend's idempotency keys, oldest first: (key, seq,
+    /// digest of the message).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server_keys: Vec<(String, u64, u64)>,
 }
 
 /// One session of a [`RoomState`].
@@ -236,6 +240,7 @@ mod tests {
             locks: LockTable::default(),
             members: Vec::new(),
             space: None,
+            server_keys: Vec::new(),
         }
     }
 

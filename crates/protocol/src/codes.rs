@@ -77,6 +77,10 @@ pub enum ErrorCode {
     MethodNotAllowed,
     /// HTTP: a management call without the right `api_key`.
     Unauthorized,
+    /// HTTP: a server API call reused an idempotency key with another body.
+    IdempotencyConflict,
+    /// HTTP: the request body is larger than the server API takes.
+    PayloadTooLarge,
     /// Cluster mode: the shared broker (Redis) cannot be reached; nothing was
     /// done. Retry (with the same message `id`) once it is back.
     BrokerUnavailable,
@@ -119,6 +123,8 @@ impl ErrorCode {
         ErrorCode::NotFound,
         ErrorCode::MethodNotAllowed,
         ErrorCode::Unauthorized,
+        ErrorCode::IdempotencyConflict,
+        ErrorCode::PayloadTooLarge,
         ErrorCode::BrokerUnavailable,
         ErrorCode::Internal,
     ];
@@ -158,6 +164,8 @@ impl ErrorCode {
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::IdempotencyConflict => "idempotency_conflict",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::BrokerUnavailable => "broker_unavailable",
             ErrorCode::Internal => "internal",
         }

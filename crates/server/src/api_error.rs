@@ -62,14 +62,20 @@ impl ApiError {
 impl From<RoomError> for ApiError {
     fn from(e: RoomError) -> Self {
         let status = match e.code {
-            ErrorCode::RoomNotFound | ErrorCode::NotFound | ErrorCode::SessionNotFound => {
-                StatusCode::NOT_FOUND
-            }
+            ErrorCode::RoomNotFound
+            | ErrorCode::NotFound
+            | ErrorCode::SessionNotFound
+            | ErrorCode::EntityNotFound => StatusCode::NOT_FOUND,
             ErrorCode::Forbidden => StatusCode::FORBIDDEN,
             ErrorCode::TokenRequired | ErrorCode::TokenInvalid | ErrorCode::TokenExpired => {
                 StatusCode::UNAUTHORIZED
             }
-            ErrorCode::RoomExists => StatusCode::CONFLICT,
+            ErrorCode::RoomExists | ErrorCode::IdempotencyConflict | ErrorCode::LockHeld => {
+                StatusCode::CONFLICT
+            }
+            // The server API's `If-Match` named another version.
+            ErrorCode::VersionConflict => StatusCode::PRECONDITION_FAILED,
+            ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             ErrorCode::ShuttingDown | ErrorCode::BrokerUnavailable => {
                 StatusCode::SERVICE_UNAVAILABLE

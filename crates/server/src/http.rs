@@ -9,7 +9,7 @@ use axum::handler::HandlerWithoutStateExt;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{delete, get, get_service, post};
+use axum::routing::{delete, get, get_service, post, put};
 use axum::{Json, Router};
 use plaza_core::TicketGrant;
 use plaza_protocol::ErrorCode;
@@ -67,6 +67,30 @@ pub(crate) fn router(node: Arc<Node>) -> Router {
             post(crate::admin::kick),
         )
         .route("/v1/rooms/{id}/tickets", post(create_ticket))
+        .route("/v1/rooms/{id}/publish", post(crate::server_api::publish))
+        .route("/v1/rooms/{id}/state", get(crate::server_api::state))
+        .route("/v1/rooms/{id}/history", get(crate::server_api::history))
+        .route(
+            "/v1/rooms/{id}/entities",
+            post(crate::server_api::create_entity),
+        )
+        .route(
+            "/v1/rooms/{id}/entities/{entity}",
+            put(crate::server_api::set_entity).delete(crate::server_api::delete_entity),
+        )
+        .route(
+            "/v1/rooms/{id}/members/{session}/direct",
+            post(crate::server_api::direct),
+        )
+        .route("/v1/broadcast", post(crate::server_api::broadcast))
+        .route(
+            "/v1/users/{user}/direct",
+            post(crate::server_api::user_direct),
+        )
+        .route(
+            "/v1/users/{user}/disconnect",
+            post(crate::server_api::user_disconnect),
+        )
         .route("/v1/ws", get(crate::transport::websocket::upgrade))
         .route("/v1/sessions", post(crate::transport::http::open))
         .route("/v1/sessions/{id}", delete(crate::transport::http::close))

@@ -24,6 +24,7 @@ mod node;
 pub mod origin;
 pub mod outbox;
 mod room;
+mod server_api;
 mod status;
 mod trajectory;
 mod transport;
@@ -60,6 +61,7 @@ pub async fn serve(node: Arc<Node>, listener: TcpListener) -> std::io::Result<()
     if let Some(dir) = &node.config().web_dir {
         tracing::info!(web_dir = %dir.display(), "serving the web app in web_dir at /");
     }
+    node.listen_for_user_calls();
     let token = node.shutdown_token();
     tokio::spawn({
         let node = node.clone();

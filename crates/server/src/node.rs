@@ -259,6 +259,11 @@ impl Node {
         self.rooms.existing(id).await
     }
 
+    /// The handles of the rooms held here.
+    pub(crate) fn held_rooms(&self) -> Vec<RoomHandle> {
+        self.rooms.held_handles()
+    }
+
     /// Rooms held here: every room in embedded mode, the hosted ones in cluster mode.
     pub fn hosted_rooms(&self) -> usize {
         self.rooms.held()

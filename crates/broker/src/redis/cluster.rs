@@ -191,6 +191,25 @@ impl Cluster for RedisBroker {
         self.subscriber.unsubscribe(self.keys.channel(room)).await;
     }
 
+    async fn publish_control(&self, payload: Bytes) -> Result<(), ClusterError> {
+        self.check_member()?;
+        // The framing of room channels, at position 0 and time 0: one decoder.
+        let mut message = Vec::with_capacity(16 + payload.len());
+        message.extend_from_slice(&[0; 16]);
+        message.extend_from_slice(&payload);
+        let mut publish = ::redis::cmd("PUBLISH");
+        publish.arg(self.keys.control()).arg(message);
+        let _: i64 = self.query(&publish).await?;
+        Ok(())
+    }
+
+    async fn subscribe_control(&self, listener: LogListener) -> Result<(), ClusterError> {
+        self.check_member()?;
+        self.subscriber
+            .subscribe(self.keys.control(), listener)
+            .await
+    }
+
     async fn nodes_alive(&self, nodes: &[String]) -> Result<Vec<bool>, ClusterError> {
         self.check_member()?;
         if nodes.is_empty() {

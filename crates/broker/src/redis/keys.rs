@@ -29,6 +29,11 @@ impl Keys {
         format!("{}room:{{{id}}}:ch", self.prefix)
     }
 
+    /// The channel of control messages to every node.
+    pub(super) fn control(&self) -> String {
+        format!("{}control", self.prefix)
+    }
+
     pub(super) fn rooms(&self) -> String {
         format!("{}rooms", self.prefix)
     }

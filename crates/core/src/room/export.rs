@@ -49,6 +49,7 @@ impl<S> Room<S> {
             locks: self.locks.clone(),
             members,
             space: self.space.as_ref().map(|s| s.export()),
+            server_keys: self.server_keys.export(),
         }
     }
 
@@ -120,6 +121,7 @@ impl<S> Room<S> {
             connected,
             disconnected,
             space,
+            server_keys: ServerKeys::import(state.server_keys),
         }
     }
 }

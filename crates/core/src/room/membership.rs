@@ -399,7 +399,7 @@ impl<S> Room<S> {
     }
 
     /// The messages a join's `history` names, as whole event frames.
-    fn join_history(&self, h: &HistoryRequest) -> JoinHistory {
+    pub(super) fn join_history(&self, h: &HistoryRequest) -> JoinHistory {
         let last = usize::try_from(h.last.unwrap_or(MAX_JOIN_HISTORY)).unwrap_or(usize::MAX);
         let (found, complete) = self.log.messages(&h.channel, h.since.unwrap_or(0), last);
         let events = found

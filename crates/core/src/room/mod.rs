@@ -14,6 +14,7 @@ mod membership;
 mod publish;
 mod requests;
 mod routing;
+mod server_calls;
 mod spatial;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -39,9 +40,11 @@ pub use membership::{JoinParams, Joined, Removed, Resume};
 pub use publish::{PublishParams, Published};
 pub use requests::RequestOutcome;
 pub use routing::{Delivery, Held};
+pub use server_calls::{ServerPublish, MAX_SERVER_KEY_BYTES, SERVER_KEYS_KEPT, SERVER_SENDER};
 
 use delivery::replayed;
 use member::RecentIds;
+use server_calls::ServerKeys;
 
 /// One room: members, state, locks and its ordered, bounded history.
 ///
@@ -86,6 +89,8 @@ pub struct Room<S> {
     disconnected: BTreeSet<(Millis, String)>,
     /// Spatial rooms (`config.space`): the members in the plane.
     space: Option<spatial::RoomSpace>,
+    /// The application backend's idempotency keys seen lately.
+    server_keys: ServerKeys,
 }
 
 impl<S> Room<S> {
@@ -106,6 +111,7 @@ impl<S> Room<S> {
             tokens: BTreeMap::new(),
             connected: 0,
             disconnected: BTreeSet::new(),
+            server_keys: ServerKeys::default(),
         }
     }
 

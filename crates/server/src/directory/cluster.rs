@@ -169,6 +169,12 @@ impl ClusterRooms {
         Ok(self.cluster.delete_room(id).await?)
     }
 
+    /// The handles of the rooms hosted here.
+    pub(crate) fn handles(&self) -> Vec<RoomHandle> {
+        let hosted = self.hosted.read().unwrap_or_else(|p| p.into_inner());
+        hosted.values().cloned().collect()
+    }
+
     pub(crate) fn hosted(&self) -> usize {
         self.hosted.read().unwrap_or_else(|p| p.into_inner()).len()
     }

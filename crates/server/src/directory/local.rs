@@ -117,6 +117,12 @@ impl LocalRooms {
         }
     }
 
+    /// Every room's handle.
+    pub(crate) fn handles(&self) -> Vec<RoomHandle> {
+        let rooms = self.rooms.read().unwrap_or_else(|p| p.into_inner());
+        rooms.values().cloned().collect()
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.rooms.read().unwrap_or_else(|p| p.into_inner()).len()
     }

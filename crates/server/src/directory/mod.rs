@@ -96,6 +96,15 @@ impl RoomDirectory {
         }
     }
 
+    /// The handles of the rooms held here (every room in embedded mode, the
+    /// hosted ones in cluster mode).
+    pub(crate) fn held_handles(&self) -> Vec<RoomHandle> {
+        match self {
+            RoomDirectory::Local(d) => d.handles(),
+            RoomDirectory::Cluster(d) => d.handles(),
+        }
+    }
+
     /// Rooms held here: every room in embedded mode, the hosted ones in cluster mode.
     pub(crate) fn held(&self) -> usize {
         match self {

@@ -4,7 +4,7 @@
 //! applies it when the log hands it back. Either way it reaches
 //! [`RoomMachine::apply`](super::machine::RoomMachine::apply).
 
-use plaza_core::{PublishParams, RoomError};
+use plaza_core::{PublishParams, RoomError, ServerPublish};
 use plaza_protocol::client::Op;
 use plaza_protocol::server::ServerFrame;
 use serde::{Deserialize, Serialize};
@@ -75,6 +75,16 @@ pub(crate) enum Intent {
         event: String,
         data: Option<Box<RawValue>>,
     },
+    /// A message of the application's backend (server API).
+    ServerPublish { params: ServerPublish },
+    /// An entity change of the application's backend (server API).
+    ServerRequest { op: Op },
+    /// A message of the application's backend for one session.
+    ServerDirect {
+        to: String,
+        event: String,
+        data: Option<Box<RawValue>>,
+    },
     /// The clock moved: expire leases and resume windows due by the entry's time.
     Tick,
     /// `node` stopped renewing its heartbeat: its members are disconnected.
@@ -86,7 +96,14 @@ pub(crate) enum Intent {
 impl Intent {
     /// Whether applying it may change who is a member (and where).
     pub(crate) fn may_change_members(&self) -> bool {
-        !matches!(self, Intent::Publish { .. } | Intent::Direct { .. })
+        !matches!(
+            self,
+            Intent::Publish { .. }
+                | Intent::Direct { .. }
+                | Intent::ServerPublish { .. }
+                | Intent::ServerRequest { .. }
+                | Intent::ServerDirect { .. }
+        )
     }
 }
 
@@ -133,6 +150,8 @@ pub(crate) enum Waiter {
     Nothing,
     /// An admin call over HTTP (a kick): whether it was done.
     Admin(oneshot::Sender<Result<(), RoomError>>),
+    /// A server API call over HTTP: its JSON answer.
+    Server(oneshot::Sender<Result<serde_json::Value, RoomError>>),
 }
 
 impl Pending {
@@ -143,6 +162,22 @@ impl Pending {
         Pending {
             outbox,
             waiter: Waiter::Admin(reply),
+        }
+    }
+
+    /// The answer a server API call waits for (see [`Pending::admin`]).
+    pub(crate) fn server(reply: oneshot::Sender<Result<serde_json::Value, RoomError>>) -> Pending {
+        let (outbox, _) = Outbox::new(1, crate::outbox::ConnectionControl::new());
+        Pending {
+            outbox,
+            waiter: Waiter::Server(reply),
+        }
+    }
+
+    /// Answers a server API call, if this is one.
+    pub(crate) fn answer_server(self, answer: serde_json::Value) {
+        if let Waiter::Server(reply) = self.waiter {
+            let _ = reply.send(Ok(answer));
         }
     }
 
@@ -166,6 +201,10 @@ impl Pending {
             }
             Waiter::Nothing => return,
             Waiter::Admin(reply) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+            Waiter::Server(reply) => {
                 let _ = reply.send(Err(e));
                 return;
             }

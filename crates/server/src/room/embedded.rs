@@ -80,6 +80,10 @@ async fn run(
                     let _ = reply.send(machine.room().members_info());
                     continue;
                 }
+                Some(RoomCommand::Read(look)) => {
+                    look(machine.room());
+                    continue;
+                }
                 Some(RoomCommand::Close { done }) => {
                     // Refuse new commands before telling members: whoever saw
                     // `closed` and acts on the room must hear it is gone.

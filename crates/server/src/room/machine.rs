@@ -450,6 +450,52 @@ impl RoomMachine {
                     Err(e) => self.refuse(pending, e),
                 }
             }
+            Intent::ServerPublish { params } => match self.room.server_publish(params, now) {
+                Ok(p) => {
+                    if let Some(e) = &p.entry {
+                        self.deliver(std::slice::from_ref(e), now);
+                    }
+                    if let Some(w) = pending {
+                        let duplicate = p.entry.is_none();
+                        w.answer_server(serde_json::json!({"seq": p.seq, "duplicate": duplicate}));
+                    }
+                    FollowUp::None
+                }
+                Err(e) => self.refuse(pending, e),
+            },
+            Intent::ServerRequest { op } => match self.room.server_request(op, now) {
+                Ok(out) => {
+                    self.deliver(&out.events, now);
+                    if let Some(w) = pending {
+                        w.answer_server(out.result);
+                    }
+                    FollowUp::None
+                }
+                Err(e) => self.refuse(pending, e),
+            },
+            Intent::ServerDirect { to, event, data } => {
+                let Some(sink) = self.room.member(&to).and_then(|m| m.sink.as_ref()) else {
+                    let e = RoomError::new(
+                        ErrorCode::SessionNotFound,
+                        format!("no connected session {to:?} in this room"),
+                    );
+                    return self.refuse(pending, e);
+                };
+                // A member connected to another node gets it from there.
+                if let Some(outbox) = &sink.outbox {
+                    let frame = ServerFrame::Direct {
+                        room: self.room.id().to_owned(),
+                        from: plaza_core::SERVER_SENDER.to_owned(),
+                        event,
+                        data,
+                    };
+                    outbox.send(frame.encode());
+                }
+                if let Some(w) = pending {
+                    w.answer_server(serde_json::json!({"session": to}));
+                }
+                FollowUp::None
+            }
             Intent::Tick => {
                 // A spatial crowd's tick can take milliseconds: the worker's
                 // other tasks (other rooms, connections, /healthz) move to

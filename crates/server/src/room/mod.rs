@@ -36,7 +36,14 @@ pub(crate) enum RoomCommand {
     Members {
         reply: oneshot::Sender<Vec<plaza_protocol::server::MemberInfo>>,
     },
+    /// A look at the room as this node holds it (server API reads: state,
+    /// history, a user's sessions), run on the room's task. Nothing is
+    /// logged: it changes nothing.
+    Read(RoomLook),
 }
+
+/// A look at a room, run on its task (see [`RoomCommand::Read`]).
+pub(crate) type RoomLook = Box<dyn FnOnce(&plaza_core::Room<Sink>) + Send>;
 
 // The client's command is boxed: a room's mailbox allocates its slots in
 // blocks of 32 commands up front, so every byte of `RoomCommand` costs 32
@@ -65,7 +72,7 @@ impl RoomCommand {
                 let _ = done.send(());
             }
             // Dropped unanswered: the caller reads that as a room gone.
-            RoomCommand::Members { .. } => {}
+            RoomCommand::Members { .. } | RoomCommand::Read(_) => {}
         }
     }
 }
@@ -150,6 +157,35 @@ impl RoomHandle {
     ) -> Result<(), plaza_core::RoomError> {
         let (reply, answer) = oneshot::channel();
         let cmd = RoomCommand::client(Intent::Kick { session, message }, Pending::admin(reply));
+        let gone = || answer::room_deleted(&self.0.id);
+        if self.0.tx.send(cmd).await.is_err() {
+            return Err(gone());
+        }
+        answer.await.unwrap_or_else(|_| Err(gone()))
+    }
+
+    /// Runs `look` on the room's task and gives back what it returns;
+    /// `None` if the room is gone.
+    pub(crate) async fn read<T: Send + 'static>(
+        &self,
+        look: impl FnOnce(&plaza_core::Room<Sink>) -> T + Send + 'static,
+    ) -> Option<T> {
+        let (reply, answer) = oneshot::channel();
+        let cmd = RoomCommand::Read(Box::new(move |room| {
+            let _ = reply.send(look(room));
+        }));
+        self.0.tx.send(cmd).await.ok()?;
+        answer.await.ok()
+    }
+
+    /// Hands a server API change to the room (see [`Intent`]) and waits for
+    /// its JSON answer.
+    pub(crate) async fn server_call(
+        &self,
+        intent: Intent,
+    ) -> Result<serde_json::Value, plaza_core::RoomError> {
+        let (reply, answer) = oneshot::channel();
+        let cmd = RoomCommand::client(intent, Pending::server(reply));
         let gone = || answer::room_deleted(&self.0.id);
         if self.0.tx.send(cmd).await.is_err() {
             return Err(gone());

@@ -809,3 +809,109 @@ async fn a_join_only_to_resume_is_written_only_for_a_session_it_resumes() {
     assert_eq!(missed.len(), 1, "{missed:?}");
     assert_eq!(missed[0]["member"]["user"], "u-ann", "{missed:?}");
 }
+
+/// The server API on any node: a publish on a node that hosts nothing
+/// reaches members on the others once; a user is messaged and disconnected
+/// on every node by a call to one.
+#[tokio::test]
+async fn the_server_api_acts_on_every_node() {
+    let secret = "cluster-server-api-secret-of-32-bytes-or-more";
+    let config = ServerConfig {
+        jwt_secret: secret.into(),
+        ..Default::default()
+    };
+    let c = cluster_with(3, config).await;
+    c.nodes[0].create_room(json!({"id": "r"})).await;
+    let token = |sub: &str| {
+        let claims = json!({"sub": sub, "exp": crate::support::now_ms() / 1000 + 600,
+            "rooms": {"*": ["join", "publish"]}});
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+            &claims,
+            &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+        )
+        .unwrap()
+    };
+    let mut members = Vec::new();
+    for (node, sub) in [(0, "u1"), (1, "u1"), (1, "u2")] {
+        let mut m = c.nodes[node].connect().await;
+        m.send(json!({"type": "auth", "token": token(sub)})).await;
+        m.recv_type("authed").await;
+        m.send(json!({"type": "join", "room": "r", "name": sub}))
+            .await;
+        m.recv_type("joined").await;
+        members.push(m);
+    }
+    // Everyone saw everyone join.
+    members[0].recv_event("presence.join").await;
+    members[0].recv_event("presence.join").await;
+    members[1].recv_event("presence.join").await;
+
+    // The room's calls take an admin token on a node with keys and no API key.
+    let admin_claims = json!({"sub": "backend", "exp": crate::support::now_ms() / 1000 + 600,
+        "rooms": {"r": ["admin"]}});
+    let admin = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &admin_claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap();
+    let as_admin = |node: usize, path: &str, body: Value| {
+        let s = &c.nodes[node];
+        let req = s.http.post(s.url(path)).bearer_auth(&admin).json(&body);
+        async move {
+            let r = req.send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let body = json!({"event": "news", "data": 1, "idempotency_key": "k"});
+    let (status, v) = as_admin(2, "/v1/rooms/r/publish", body.clone()).await;
+    assert_eq!(status, 200, "{v}");
+    let (status, again) = as_admin(1, "/v1/rooms/r/publish", body).await;
+    assert_eq!(
+        (status, &again["seq"], &again["duplicate"]),
+        (200, &v["seq"], &json!(true))
+    );
+    for m in members.iter_mut() {
+        let (ev, _) = m.recv_event("message").await;
+        assert_eq!((&ev["seq"], &ev["from"]), (&v["seq"], &json!("@server")));
+    }
+    for m in members.iter_mut() {
+        assert_eq!(m.drain().await, Vec::<Value>::new(), "delivered once");
+    }
+
+    let (status, _) = c.nodes[2]
+        .post("/v1/users/u1/direct", &json!({"event": "ping"}))
+        .await;
+    assert_eq!(status, 202);
+    for m in members[..2].iter_mut() {
+        let d = m.recv_type("direct").await;
+        assert_eq!(
+            (&d["from"], &d["event"]),
+            (&json!("@server"), &json!("ping"))
+        );
+    }
+    let (status, _) = c.nodes[0]
+        .post("/v1/users/u1/disconnect", &json!({"reason": "bye"}))
+        .await;
+    assert_eq!(status, 202);
+    for m in members[..2].iter_mut() {
+        let (closed, _) = m.recv_until(|f| f["type"] == "closed").await;
+        assert_eq!(
+            (&closed["reason"], &closed["message"]),
+            (&json!("kicked"), &json!("bye"))
+        );
+    }
+    // u2 is left, and sees the two leave.
+    for _ in 0..2 {
+        let (leave, _) = members[2].recv_event("presence.leave").await;
+        assert_eq!(leave["reason"], "kicked");
+    }
+    let frames = members[2].drain().await;
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f["type"] == "direct" || f["type"] == "closed"),
+        "{frames:?}"
+    );
+}

@@ -353,6 +353,7 @@ impl Replica {
             RoomCommand::Members { reply } => {
                 let _ = reply.send(self.machine().room().members_info());
             }
+            RoomCommand::Read(look) => look(self.machine().room()),
         }
     }
 

@@ -1,0 +1,338 @@
+//! What the application's backend does to a room through the server API:
+//! messages with idempotency keys, and entity changes. The backend is no
+//! member: its events carry [`SERVER_SENDER`] as `from`, and nobody sees it
+//! in presence.
+
+use std::hash::{Hash, Hasher};
+
+use super::*;
+
+/// The `from` of events the application's backend caused. Session ids are
+/// URL-safe base64, so no session can have it.
+pub const SERVER_SENDER: &str = "@server";
+
+/// Server idempotency keys a room remembers (the oldest is forgotten first).
+pub const SERVER_KEYS_KEPT: usize = 1024;
+
+/// The longest server idempotency key, in bytes.
+pub const MAX_SERVER_KEY_BYTES: usize = 128;
+
+/// A message the application's backend publishes. Serializable: cluster mode
+/// puts it into a room's shared log as it is.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct ServerPublish {
+    /// Channel.
+    pub channel: String,
+    /// Application event name.
+    pub event: String,
+    /// Raw JSON payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Box<serde_json::value::RawValue>>,
+    /// Topic, for delivery policies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+    /// The seq this message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<u64>,
+    /// Idempotency key: a retry with the same key and body gets the first
+    /// seq and is not delivered again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+impl ServerPublish {
+    /// A digest of everything but the key: a key used again with another
+    /// body is a conflict, not a retry. FxHash is deterministic for one
+    /// build, so every replica of a cluster (one version, see
+    /// architecture.md) computes the same.
+    fn digest(&self) -> u64 {
+        let mut h = rustc_hash::FxHasher::default();
+        self.channel.hash(&mut h);
+        self.event.hash(&mut h);
+        self.data.as_ref().map(|d| d.get()).hash(&mut h);
+        self.topic.hash(&mut h);
+        self.reply_to.hash(&mut h);
+        h.finish()
+    }
+}
+
+/// The server idempotency keys a room remembers, with the seq each got and
+/// its body's digest.
+#[derive(Debug, Default, Clone)]
+pub(super) struct ServerKeys {
+    by_key: HashMap<String, (u64, u64)>,
+    order: VecDeque<String>,
+}
+
+impl ServerKeys {
+    /// As a snapshot keeps them: (key, seq, digest), oldest first.
+    pub(super) fn export(&self) -> Vec<(String, u64, u64)> {
+        self.order
+            .iter()
+            .map(|k| {
+                let (seq, digest) = self.by_key[k];
+                (k.clone(), seq, digest)
+            })
+            .collect()
+    }
+
+    pub(super) fn import(kept: Vec<(String, u64, u64)>) -> ServerKeys {
+        let mut keys = ServerKeys::default();
+        for (k, seq, digest) in kept {
+            keys.remember(k, seq, digest);
+        }
+        keys
+    }
+
+    fn remember(&mut self, key: String, seq: u64, digest: u64) {
+        if self.order.len() >= SERVER_KEYS_KEPT {
+            if let Some(old) = self.order.pop_front() {
+                self.by_key.remove(&old);
+            }
+        }
+        self.by_key.insert(key.clone(), (seq, digest));
+        self.order.push_back(key);
+    }
+}
+
+impl<S> Room<S> {
+    /// Orders a message of the application's backend, or answers a retry of
+    /// one (same key, same body) with its first seq. The same key with
+    /// another body is `idempotency_conflict`.
+    pub fn server_publish(
+        &mut self,
+        p: ServerPublish,
+        now: Millis,
+    ) -> Result<Published, RoomError> {
+        if p.channel.is_empty() || p.channel.len() > 64 {
+            return Err(RoomError::new(
+                ErrorCode::InvalidRequest,
+                format!("channel names have 1 to 64 bytes: {:?}", p.channel),
+            ));
+        }
+        if p.key
+            .as_ref()
+            .is_some_and(|k| k.is_empty() || k.len() > MAX_SERVER_KEY_BYTES)
+        {
+            return Err(RoomError::new(
+                ErrorCode::InvalidRequest,
+                format!("idempotency_key has 1 to {MAX_SERVER_KEY_BYTES} bytes"),
+            ));
+        }
+        let digest = p.digest();
+        if let Some(key) = &p.key {
+            if let Some(&(seq, seen)) = self.server_keys.by_key.get(key) {
+                if seen != digest {
+                    return Err(RoomError::new(
+                        ErrorCode::IdempotencyConflict,
+                        format!("idempotency_key {key:?} was used for another message (seq {seq})"),
+                    ));
+                }
+                return Ok(Published { seq, entry: None });
+            }
+        }
+        let seq = self.seq;
+        if p.reply_to.is_some_and(|r| r == 0 || r > seq) {
+            return Err(RoomError::new(
+                ErrorCode::InvalidRequest,
+                format!("reply_to must name an earlier seq (1..={seq})"),
+            ));
+        }
+        if let Some(key) = &p.key {
+            self.server_keys.remember(key.clone(), seq + 1, digest);
+        }
+        let body = EventBody::Message {
+            channel: p.channel.clone(),
+            event: p.event,
+            data: p.data,
+            topic: p.topic.clone(),
+            reply_to: p.reply_to,
+            id: p.key,
+        };
+        let entry = self.push_full(
+            Some(SERVER_SENDER),
+            Some(p.channel),
+            SenderCopy::None,
+            p.topic,
+            p.reply_to,
+            Scope::All,
+            body,
+            now,
+        );
+        Ok(Published {
+            seq: entry.seq,
+            entry: Some(entry),
+        })
+    }
+
+    /// Applies an entity change of the application's backend, with the
+    /// validation and version check a member's request gets: an entity
+    /// locked by a member is `lock_held`. Other operations are
+    /// `invalid_args`.
+    pub fn server_request(&mut self, op: Op, now: Millis) -> Result<RequestOutcome, RoomError> {
+        let from = SERVER_SENDER;
+        let push = |room: &mut Self, body| {
+            room.push_full(
+                Some(from),
+                None,
+                SenderCopy::None,
+                None,
+                None,
+                Scope::All,
+                body,
+                now,
+            )
+        };
+        match op {
+            Op::EntityCreate { kind, data } => {
+                let entity = self.entities.create(kind, data);
+                let e = push(
+                    self,
+                    EventBody::EntityCreated {
+                        entity: entity.clone(),
+                    },
+                );
+                Ok(requests::outcome(
+                    json!({"entity": entity, "seq": e.seq}),
+                    vec![e],
+                ))
+            }
+            Op::EntitySet { id, data, version } => {
+                self.check_lock(&id, from, now)?;
+                let entity = self.entities.set(&id, data, version)?;
+                let e = push(
+                    self,
+                    EventBody::EntityUpdated {
+                        entity: entity.clone(),
+                    },
+                );
+                Ok(requests::outcome(
+                    json!({"entity": entity, "seq": e.seq}),
+                    vec![e],
+                ))
+            }
+            Op::EntityDelete { id, version } => {
+                self.check_lock(&id, from, now)?;
+                let version = self.entities.delete(&id, version)?;
+                let body = EventBody::EntityDeleted {
+                    id: id.clone(),
+                    version,
+                };
+                let e = push(self, body);
+                Ok(requests::outcome(
+                    json!({"id": id, "version": version, "seq": e.seq}),
+                    vec![e],
+                ))
+            }
+            other => Err(RoomError::new(
+                ErrorCode::InvalidArgs,
+                format!("the server API does not take {other:?}"),
+            )),
+        }
+    }
+
+    /// The messages `h` names, newest last, as whole event frames: what a
+    /// join's `history` gets, for the server API.
+    pub fn history(
+        &self,
+        h: &plaza_protocol::client::HistoryRequest,
+    ) -> plaza_protocol::server::JoinHistory {
+        self.join_history(h)
+    }
+
+    /// The connected sessions of user `user` (a token's `sub`), ordered by
+    /// session id.
+    pub fn sessions_of_user(&self, user: &str) -> Vec<&Member<S>> {
+        self.members
+            .values()
+            .filter(|m| m.sink.is_some() && m.info.user.as_deref() == Some(user))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn room() -> Room<()> {
+        Room::new("r".into(), "R".into(), RoomConfig::default(), 1, 0)
+    }
+
+    fn message(key: &str, text: &str) -> ServerPublish {
+        ServerPublish {
+            channel: "main".into(),
+            event: "e".into(),
+            data: Some(serde_json::value::RawValue::from_string(format!("{text:?}")).unwrap()),
+            topic: None,
+            reply_to: None,
+            key: Some(key.into()),
+        }
+    }
+
+    #[test]
+    fn a_key_is_a_retry_with_its_body_and_a_conflict_with_another() {
+        let mut r = room();
+        let first = r.server_publish(message("k", "a"), 10).unwrap();
+        assert_eq!((first.seq, first.entry.is_some()), (1, true));
+        assert_eq!(first.entry.unwrap().from.as_deref(), Some(SERVER_SENDER));
+        let again = r.server_publish(message("k", "a"), 11).unwrap();
+        assert_eq!((again.seq, again.entry.is_none()), (1, true));
+        let e = r.server_publish(message("k", "b"), 12).unwrap_err();
+        assert_eq!(e.code, ErrorCode::IdempotencyConflict);
+        assert_eq!(r.seq(), 1);
+    }
+
+    #[test]
+    fn keys_survive_a_snapshot_and_the_oldest_is_forgotten_first() {
+        let mut r = room();
+        for i in 0..=SERVER_KEYS_KEPT {
+            r.server_publish(message(&format!("k{i}"), "x"), 1).unwrap();
+        }
+        let state = r.export(|_| String::new());
+        assert_eq!(state.server_keys.len(), SERVER_KEYS_KEPT);
+        let json = serde_json::to_string(&state).unwrap();
+        let mut back: Room<()> = Room::import(serde_json::from_str(&json).unwrap(), |_| ());
+        // The last key is still a retry; the first was forgotten.
+        let last = format!("k{SERVER_KEYS_KEPT}");
+        let seq = back.seq();
+        assert_eq!(
+            back.server_publish(message(&last, "x"), 2).unwrap().seq,
+            seq
+        );
+        let fresh = back.server_publish(message("k0", "x"), 2).unwrap();
+        assert_eq!((fresh.seq, fresh.entry.is_some()), (seq + 1, true));
+    }
+
+    #[test]
+    fn the_server_changes_entities_but_takes_no_other_request() {
+        let mut r = room();
+        let created = r
+            .server_request(
+                Op::EntityCreate {
+                    kind: None,
+                    data: json!({"a": 1}),
+                },
+                1,
+            )
+            .unwrap();
+        let id = created.result["entity"]["id"].as_str().unwrap().to_owned();
+        let stale = Op::EntitySet {
+            id: id.clone(),
+            data: json!({}),
+            version: Some(9),
+        };
+        assert_eq!(
+            r.server_request(stale, 2).unwrap_err().code,
+            ErrorCode::VersionConflict
+        );
+        let lock = Op::LockAcquire {
+            object: id,
+            ttl_ms: None,
+        };
+        assert_eq!(
+            r.server_request(lock, 3).unwrap_err().code,
+            ErrorCode::InvalidArgs
+        );
+        assert_eq!(r.seq(), 1);
+    }
+}
