@@ -36,6 +36,8 @@ export const SERVER_ERROR_CODES = [
   'not_found',
   'method_not_allowed',
   'unauthorized',
+  'idempotency_conflict',
+  'payload_too_large',
   'broker_unavailable',
   'internal',
   // Only in HTTP error bodies (the HTTP transports, and connections refused before any route).
