@@ -29,3 +29,4 @@ mod status;
 mod tickets;
 mod trajectory;
 mod web;
+mod webhooks;
