@@ -58,12 +58,14 @@ impl Target {
 
     /// Queues `event` (never waits); at `queue_max` it is dropped and counted.
     pub(crate) fn push(&self, event: &Arc<Prepared>) {
-        let depth = {
+        let queued = {
             let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-            queue.push(&event.room, event.clone()).then(|| queue.len())
+            let queued = queue.push(&event.room, event.clone());
+            // Under the lock, so that the gauge's last value is the queue's.
+            self.metrics.queue_depth.set(queue.len() as f64);
+            queued
         };
-        if let Some(depth) = depth {
-            self.metrics.queue_depth.set(depth as f64);
+        if queued {
             self.wake.notify_one();
             return;
         }
@@ -83,12 +85,11 @@ impl Target {
     }
 
     fn done(&self, room: &str) {
-        let depth = {
+        {
             let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
             queue.done(room);
-            queue.len()
-        };
-        self.metrics.queue_depth.set(depth as f64);
+            self.metrics.queue_depth.set(queue.len() as f64);
+        }
         self.wake.notify_one();
     }
 
