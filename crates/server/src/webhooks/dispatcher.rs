@@ -17,6 +17,9 @@ use super::metrics::TargetMetrics;
 use super::queue::RoomQueues;
 use super::target::Settings;
 
+/// The most of an answer's body read (and thrown away).
+const MAX_ANSWER_READ: usize = 64 * 1024;
+
 /// An event ready to send: its body serialized once, shared by every
 /// target and every attempt.
 #[derive(Debug)]
@@ -100,7 +103,7 @@ impl Target {
             .map(|d| d.as_secs())
             .unwrap_or(0);
         let signature = self.settings.secret.sign(&event.id, timestamp, &event.body);
-        let answer = self
+        let mut answer = self
             .client
             .post(self.settings.url.clone())
             .timeout(self.settings.timeout)
@@ -114,6 +117,15 @@ impl Target {
             .await
             .map_err(|e| e.to_string())?;
         let status = answer.status();
+        // A short answer is read to its end, so that the connection is
+        // kept for the next event (within the attempt's timeout).
+        let mut left = MAX_ANSWER_READ;
+        while let Ok(Some(chunk)) = answer.chunk().await {
+            left = left.saturating_sub(chunk.len());
+            if left == 0 {
+                break;
+            }
+        }
         if status.is_success() {
             Ok(())
         } else {
