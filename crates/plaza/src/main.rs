@@ -47,6 +47,9 @@ enum Command {
     /// Settings come, in rising priority, from built-in defaults, the TOML file
     /// given by --config (keys as below, in snake_case), PLAZA_* environment
     /// variables (e.g. PLAZA_MAX_FRAME_BYTES) and these flags.
+    ///
+    /// Webhook targets are [[webhooks]] tables of the --config file only (no variable, no
+    /// flag): see docs/protocol.md, "Webhooks".
     Serve(Box<ServeArgs>),
     /// Load tests: run a scenario file against Plaza or a peer.
     #[cfg(feature = "bench")]
@@ -249,12 +252,20 @@ fn load_config(args: &ServeArgs) -> Result<ServerConfig, Box<figment::Error>> {
     .map_err(Box::new)
 }
 
+/// Settings given only as tables of the TOML file, never by the environment.
+const TABLE_SETTINGS: [&str; 1] = ["webhooks"];
+
 /// The settings' names (`max_members`, ...), as environment keys are read: lowercase.
 fn setting_names() -> Vec<String> {
     let defaults = serde_json::to_value(ServerConfig::default()).expect("the config serializes");
     defaults
         .as_object()
-        .map(|o| o.keys().map(|k| k.to_ascii_lowercase()).collect())
+        .map(|o| {
+            o.keys()
+                .filter(|k| !TABLE_SETTINGS.contains(&k.as_str()))
+                .map(|k| k.to_ascii_lowercase())
+                .collect()
+        })
         .unwrap_or_default()
 }
 

@@ -111,6 +111,9 @@ pub struct ServerConfig {
     /// the demo page's stand-in for an application's backend. Never on a
     /// public server.
     pub demo_tokens: bool,
+    /// Webhook targets (`[[webhooks]]` tables; not settable from the
+    /// environment): see [`crate::webhooks`] and docs/protocol.md, "Webhooks".
+    pub webhooks: Vec<crate::webhooks::WebhookTarget>,
 }
 
 impl ServerConfig {
@@ -135,7 +138,7 @@ pub const MAX_MEMBERS_LIMIT: usize = 1_000_000;
 const DAY_MS: u64 = 86_400_000;
 
 /// `name` is `value`, which must be from `lo` to `hi` (both included).
-fn within(name: &str, value: u64, lo: u64, hi: u64) -> Result<(), String> {
+pub(crate) fn within(name: &str, value: u64, lo: u64, hi: u64) -> Result<(), String> {
     if (lo..=hi).contains(&value) {
         Ok(())
     } else {
@@ -220,6 +223,7 @@ impl ServerConfig {
             .map_err(|e| format!("{e} (max_lock_ttl_ms)"))?;
         within("shutdown_grace_ms", self.shutdown_grace_ms, 0, 3_600_000)?;
         within("room_linger_ms", self.room_linger_ms, 0, DAY_MS)?;
+        crate::webhooks::check_targets(&self.webhooks)?;
         Ok(())
     }
 }
@@ -269,6 +273,7 @@ impl Default for ServerConfig {
             jwt_audience: String::new(),
             jwt_issuer: String::new(),
             demo_tokens: false,
+            webhooks: Vec::new(),
         }
     }
 }
@@ -411,5 +416,63 @@ mod tests {
             None
         );
         assert!(refusal(|c| c.idle_timeout_ms = DAY_MS + 1).is_some());
+    }
+
+    /// The webhook targets are checked with the rest (their own checks are
+    /// tested in `webhooks::target`), named by their index.
+    #[test]
+    fn webhook_targets_are_checked() {
+        let target = |events: &[&str]| crate::webhooks::WebhookTarget {
+            url: "http://127.0.0.1:9000/plaza".into(),
+            secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+            events: events.iter().map(|&e| e.to_owned()).collect(),
+            ..Default::default()
+        };
+        assert_eq!(refusal(|c| c.webhooks = vec![target(&["*"])]), None);
+        let e = refusal(|c| c.webhooks = vec![target(&["*"]), target(&["room.renamed"])]).unwrap();
+        assert!(
+            e.starts_with("webhooks[1].events (webhook-1): unknown event type \"room.renamed\""),
+            "{e}"
+        );
+        let e = refusal(|c| {
+            let mut t = target(&["*"]);
+            t.timeout_ms = 60_001;
+            c.webhooks = vec![t];
+        })
+        .unwrap();
+        assert_eq!(
+            e,
+            "webhooks[0].timeout_ms must be from 100 to 60000, not 60001"
+        );
+    }
+
+    /// `[[webhooks]]` tables read from TOML, as `plaza serve` reads them.
+    #[test]
+    fn webhook_tables_read_from_toml() {
+        use figment::providers::{Format, Serialized, Toml};
+        let toml = r#"
+            [[webhooks]]
+            name = "backend"
+            url = "http://127.0.0.1:9000/plaza"
+            secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+            events = ["member.joined", "message.published"]
+            channels = ["chat"]
+            timeout_ms = 2000
+
+            [[webhooks]]
+            url = "http://127.0.0.1:9001/"
+            secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+            events = ["*"]
+        "#;
+        let c: ServerConfig = figment::Figment::from(Serialized::defaults(ServerConfig::default()))
+            .merge(Toml::string(toml))
+            .extract()
+            .unwrap();
+        assert_eq!(c.webhooks.len(), 2);
+        assert_eq!(c.webhooks[0].name, "backend");
+        assert_eq!(c.webhooks[0].timeout_ms, 2000);
+        assert_eq!(c.webhooks[1].name, "");
+        assert_eq!(c.webhooks[1].queue_max, 100_000);
+        assert_eq!(c.check_bounds(), Ok(()));
     }
 }

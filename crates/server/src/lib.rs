@@ -28,11 +28,13 @@ mod server_api;
 mod status;
 mod trajectory;
 mod transport;
+pub mod webhooks;
 
 pub use config::ServerConfig;
 pub use directory::{CreateRoom, InitialEntity, RoomOptions, RoomSummary, SpaceOptions};
 pub use node::Node;
 pub use status::{ErrorTotals, LatencySummary, Status};
+pub use webhooks::{WebhookEvent, WebhookKind, WebhookTarget, Webhooks};
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
 use plaza_protocol::ErrorCode;
 
 use crate::bucket_histogram::BucketHistogram;
@@ -57,7 +59,13 @@ const METADATA: Metadata<'static> = Metadata::new("plaza", Level::INFO, Some(mod
 impl NodeMetrics {
     /// Registers every metric on a fresh recorder.
     pub fn new() -> Self {
-        let recorder = PrometheusBuilder::new().build_recorder();
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full("plaza_webhook_delivery_seconds".into()),
+                &crate::webhooks::metrics::DELIVERY_BUCKETS,
+            )
+            .expect("buckets are given")
+            .build_recorder();
         // Sampled per write batch and per command: kept in fixed buckets
         // (see `bucket_histogram`), rendered after the recorder's text.
         let delivery_histogram = BucketHistogram::new(
@@ -124,6 +132,26 @@ impl NodeMetrics {
             sampler: Sampler::new(),
             recorder,
             tees: tees.into_inner(),
+        }
+    }
+
+    /// The `plaza_webhook_*` series of webhook target `name`.
+    pub(crate) fn webhook_target(&self, name: &str) -> crate::webhooks::metrics::TargetMetrics {
+        let key = |metric: &'static str| {
+            Key::from_parts(metric, vec![Label::new("target", name.to_owned())])
+        };
+        let counter = |metric| self.recorder.register_counter(&key(metric), &METADATA);
+        crate::webhooks::metrics::TargetMetrics {
+            delivered: counter("plaza_webhook_delivered_total"),
+            retries: counter("plaza_webhook_retries_total"),
+            failed: counter("plaza_webhook_failed_total"),
+            dropped: counter("plaza_webhook_dropped_total"),
+            queue_depth: self
+                .recorder
+                .register_gauge(&key("plaza_webhook_queue_depth"), &METADATA),
+            delivery_seconds: self
+                .recorder
+                .register_histogram(&key("plaza_webhook_delivery_seconds"), &METADATA),
         }
     }
 
@@ -326,6 +354,10 @@ mod tests {
         // makes sure the histograms render whatever their implementation.
         m.wrote(1, 1, Some(Duration::from_millis(1)));
         m.room_wait.record(0.001);
+        // The webhook series exist per target.
+        let hook = m.webhook_target("t");
+        hook.delivery_seconds.record(0.01);
+        hook.delivered.increment(1);
         let text = m.render();
         let exported: std::collections::BTreeSet<String> = text
             .lines()

@@ -16,6 +16,7 @@ use crate::metrics::NodeMetrics;
 use crate::outbox::ConnectionControl;
 use crate::room::RoomHandle;
 use crate::status::Status;
+use crate::webhooks::{WebhookEvent, WebhookKind, Webhooks};
 use crate::ServerConfig;
 
 /// One Plaza node.
@@ -38,6 +39,8 @@ pub struct Node {
     join_rate: Option<std::sync::Mutex<plaza_core::RatePerKey<std::net::IpAddr>>>,
     /// Token checks; `None` in development mode (no `jwt_*` key).
     tokens: Option<Arc<crate::auth::TokenVerifier>>,
+    /// Webhook targets; `None` without any (emitting is then skipped).
+    webhooks: Option<Arc<Webhooks>>,
 }
 
 impl Node {
@@ -90,8 +93,10 @@ impl Node {
                 metrics.jwks_reload_failures.clone(),
             );
         }
+        let webhooks = Webhooks::new(&config.webhooks, &metrics);
         Arc::new(Node {
             tokens,
+            webhooks,
             config,
             tickets,
             rooms,
@@ -114,6 +119,16 @@ impl Node {
                 .unwrap_or_else(|p| p.into_inner())
                 .try_take(ip, now),
         }
+    }
+
+    /// The webhook targets, if any.
+    pub(crate) fn webhooks(&self) -> Option<&Arc<Webhooks>> {
+        self.webhooks.as_ref()
+    }
+
+    /// The webhook targets that want events of type `kind`, if any.
+    fn webhooks_for(&self, kind: WebhookKind) -> Option<&Arc<Webhooks>> {
+        self.webhooks().filter(|w| w.wants(kind, None))
     }
 
     /// Token checks, unless in development mode.
@@ -244,8 +259,25 @@ impl Node {
 
     /// Creates a room: in embedded mode it starts its task; in cluster mode
     /// it enters the shared registry (nodes host it when members join).
+    /// Emits `room.created` (id `{room}:created:{created_at}`, data the
+    /// summary but its id).
     pub async fn create_room(&self, spec: CreateRoom) -> Result<RoomSummary, RoomError> {
-        self.rooms.create(spec).await
+        let summary = self.rooms.create(spec).await?;
+        if let Some(hooks) = self.webhooks_for(WebhookKind::RoomCreated) {
+            let mut data = serde_json::to_value(&summary).unwrap_or_default();
+            if let Some(o) = data.as_object_mut() {
+                o.remove("id");
+            }
+            hooks.emit(WebhookEvent {
+                id: format!("{}:created:{}", summary.id, summary.created_at),
+                kind: WebhookKind::RoomCreated,
+                room: summary.id.clone(),
+                channel: None,
+                timestamp_ms: summary.created_at,
+                data,
+            });
+        }
+        Ok(summary)
     }
 
     /// The handle of the room a connection joins (see [`RoomDirectory::room_for_join`]).
@@ -309,7 +341,23 @@ impl Node {
 
     /// Deletes a room: its members (on every node) get a `closed` frame.
     /// False if it did not exist.
+    /// Emits `room.deleted` (id `{room}:deleted:{unix ms}`).
     pub async fn delete_room(&self, id: &str) -> Result<bool, RoomError> {
-        self.rooms.delete(id).await
+        let deleted = self.rooms.delete(id).await?;
+        if let Some(hooks) = self
+            .webhooks_for(WebhookKind::RoomDeleted)
+            .filter(|_| deleted)
+        {
+            let now = crate::clock::now_ms();
+            hooks.emit(WebhookEvent {
+                id: format!("{id}:deleted:{now}"),
+                kind: WebhookKind::RoomDeleted,
+                room: id.to_owned(),
+                channel: None,
+                timestamp_ms: now,
+                data: serde_json::Value::Null,
+            });
+        }
+        Ok(deleted)
     }
 }

@@ -15,7 +15,12 @@ fn help_documents_every_option() {
         .unwrap();
     let help = String::from_utf8(out.stdout).unwrap();
     let defaults = serde_json::to_value(plaza_server::ServerConfig::default()).unwrap();
+    // Tables of the file only, named in the text.
+    assert!(help.contains("[[webhooks]]"), "{help}");
     for key in defaults.as_object().unwrap().keys() {
+        if key == "webhooks" {
+            continue;
+        }
         let flag = format!("--{}", key.replace('_', "-"));
         assert!(help.contains(&flag), "plaza serve --help lacks {flag}");
     }
@@ -65,6 +70,53 @@ fn config_file_env_and_flags_layer_in_that_order() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no_such_option"));
+}
+
+#[test]
+fn a_bad_webhook_target_stops_serve_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let target = |fields: &str| {
+        format!(
+            "[[webhooks]]\nname = \"ok\"\nurl = \"http://127.0.0.1:9/\"\nsecret = \"{secret}\"\n\
+             events = [\"*\"]\n\n[[webhooks]]\n{fields}\n"
+        )
+    };
+    let good = format!("name = \"backend\"\nurl = \"http://127.0.0.1:9/\"\nsecret = \"{secret}\"");
+    for (fields, says) in [
+        (
+            format!("{good}\nevents = [\"*\"]\ntimeout_ms = 99"),
+            "plaza: invalid configuration: webhooks[1].timeout_ms must be from 100 to 60000, not 99",
+        ),
+        (
+            format!("{good}\nevents = [\"room.renamed\"]"),
+            "plaza: invalid configuration: webhooks[1].events (backend): unknown event type \"room.renamed\"",
+        ),
+        (
+            format!("name = \"backend\"\nurl = \"ftp://h/\"\nsecret = \"{secret}\"\nevents = [\"*\"]"),
+            "plaza: invalid configuration: webhooks[1].url (backend) \"ftp://h/\": the scheme must be http, not ftp",
+        ),
+        (
+            "name = \"backend\"\nurl = \"http://h/\"\nsecret = \"whsec_c2hvcnQ=\"\nevents = [\"*\"]".to_owned(),
+            "plaza: invalid configuration: webhooks[1].secret (backend) must hold from 24 to 64 bytes, not 5",
+        ),
+        (
+            format!("name = \"ok\"\nurl = \"http://h/\"\nsecret = \"{secret}\"\nevents = [\"*\"]"),
+            "plaza: invalid configuration: webhooks[1].name \"ok\" is also the name of webhooks[0]",
+        ),
+    ] {
+        let file = dir.path().join("hooks.toml");
+        std::fs::write(&file, target(&fields)).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_plaza"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{fields}: {stderr}");
+        assert!(stderr.starts_with(says), "{fields}: {stderr}");
+        assert!(!stderr.contains("MfKQ9r8"), "the secret is never shown: {stderr}");
+    }
 }
 
 #[test]

@@ -30,3 +30,4 @@ mod status;
 mod tickets;
 mod trajectory;
 mod web;
+mod webhooks;
