@@ -425,11 +425,11 @@ export interface VerifyWebhookOptions {
 }
 
 /** The headers of a signed delivery. */
-export interface WebhookSignatureHeaders {
+export type WebhookSignatureHeaders = {
   'webhook-id': string;
   'webhook-timestamp': string;
   'webhook-signature': string;
-}
+};
 
 const SECRET_PREFIX = 'whsec_';
 
