@@ -69,9 +69,10 @@ impl Node {
             config.node_id = format!("n-{}", plaza_broker::new_session_id());
         }
         let metrics = NodeMetrics::new();
+        let webhooks = Webhooks::new(&config.webhooks, &metrics);
         let rooms = match cluster {
-            Some(c) => RoomDirectory::cluster(&config, &metrics, c),
-            None => RoomDirectory::local(&config, &metrics),
+            Some(c) => RoomDirectory::cluster(&config, &metrics, c, webhooks.clone()),
+            None => RoomDirectory::local(&config, &metrics, webhooks.clone()),
         };
         // About 65,536 addresses are kept; idle ones are forgotten first.
         let join_rate = (config.max_joins_per_ip_per_sec > 0).then(|| {
@@ -93,7 +94,6 @@ impl Node {
                 metrics.jwks_reload_failures.clone(),
             );
         }
-        let webhooks = Webhooks::new(&config.webhooks, &metrics);
         Arc::new(Node {
             tokens,
             webhooks,

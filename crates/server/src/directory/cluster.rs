@@ -27,6 +27,7 @@ pub(crate) struct ClusterRooms {
     gauge: Gauge,
     errors: ErrorCounter,
     room_wait: metrics::Histogram,
+    webhooks: Option<Arc<crate::webhooks::Webhooks>>,
     /// Itself, for the replicas it starts.
     this: Weak<ClusterRooms>,
 }
@@ -36,8 +37,10 @@ impl ClusterRooms {
         config: &ServerConfig,
         metrics: &NodeMetrics,
         cluster: Arc<dyn Cluster>,
+        webhooks: Option<Arc<crate::webhooks::Webhooks>>,
     ) -> Arc<ClusterRooms> {
         Arc::new_cyclic(|this| ClusterRooms {
+            webhooks,
             config: config.clone(),
             me: config.node_id.as_str().into(),
             cluster,
@@ -113,6 +116,7 @@ impl ClusterRooms {
             errors: self.errors.clone(),
             room_wait: self.room_wait.clone(),
             feed_config: self.config.feed(),
+            webhooks: self.webhooks.clone(),
         };
         let handle = cluster::spawn_replica(setup, info, id);
         hosted.insert(id.to_owned(), handle.clone());

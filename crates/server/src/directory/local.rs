@@ -21,11 +21,17 @@ pub(crate) struct LocalRooms {
     gauge: Gauge,
     errors: ErrorCounter,
     room_wait: Histogram,
+    webhooks: Option<Arc<crate::webhooks::Webhooks>>,
 }
 
 impl LocalRooms {
-    pub(crate) fn new(config: &ServerConfig, metrics: &NodeMetrics) -> LocalRooms {
+    pub(crate) fn new(
+        config: &ServerConfig,
+        metrics: &NodeMetrics,
+        webhooks: Option<Arc<crate::webhooks::Webhooks>>,
+    ) -> LocalRooms {
         LocalRooms {
+            webhooks,
             me: config.node_id.as_str().into(),
             config: config.clone(),
             rooms: RwLock::new(HashMap::new()),
@@ -56,6 +62,7 @@ impl LocalRooms {
             self.errors.clone(),
             self.room_wait.clone(),
             self.config.feed(),
+            self.webhooks.clone(),
         );
         let summary = handle.summary();
         rooms.insert(id, handle);

@@ -18,6 +18,7 @@ pub use spec::{CreateRoom, InitialEntity, RoomOptions, RoomSummary, SpaceOptions
 
 use crate::metrics::NodeMetrics;
 use crate::room::RoomHandle;
+use crate::webhooks::Webhooks;
 use crate::ServerConfig;
 
 /// The rooms of this node, in embedded or cluster mode.
@@ -30,8 +31,12 @@ pub(crate) enum RoomDirectory {
 
 impl RoomDirectory {
     /// Embedded mode's directory.
-    pub(crate) fn local(config: &ServerConfig, metrics: &NodeMetrics) -> RoomDirectory {
-        RoomDirectory::Local(Arc::new(local::LocalRooms::new(config, metrics)))
+    pub(crate) fn local(
+        config: &ServerConfig,
+        metrics: &NodeMetrics,
+        webhooks: Option<Arc<Webhooks>>,
+    ) -> RoomDirectory {
+        RoomDirectory::Local(Arc::new(local::LocalRooms::new(config, metrics, webhooks)))
     }
 
     /// Cluster mode's directory.
@@ -39,8 +44,11 @@ impl RoomDirectory {
         config: &ServerConfig,
         metrics: &NodeMetrics,
         cluster: Arc<dyn Cluster>,
+        webhooks: Option<Arc<Webhooks>>,
     ) -> RoomDirectory {
-        RoomDirectory::Cluster(cluster::ClusterRooms::new(config, metrics, cluster))
+        RoomDirectory::Cluster(cluster::ClusterRooms::new(
+            config, metrics, cluster, webhooks,
+        ))
     }
 
     /// Creates a room.

@@ -25,11 +25,12 @@ pub(crate) fn spawn(
     errors: ErrorCounter,
     room_wait: Histogram,
     feed: FeedConfig,
+    webhooks: Option<Arc<crate::webhooks::Webhooks>>,
 ) -> RoomHandle {
     let members = Arc::new(AtomicUsize::new(0));
     let info = RoomInfo::new(room.name(), room.config(), room.created_at());
     let (handle, rx) = mailbox(room.id(), info, members.clone());
-    let machine = RoomMachine::new(room, node, errors, feed);
+    let machine = RoomMachine::new(room, node, errors, feed, webhooks);
     tokio::spawn(run(machine, members, rx, room_wait));
     handle
 }

@@ -92,6 +92,12 @@ pub(crate) struct RoomMachine {
     fed_since_scan: usize,
     /// The key its messages' compact form is made under here.
     compact: CompactLease,
+    /// Where the room's events go as webhooks, if anywhere.
+    webhooks: Option<Arc<crate::webhooks::Webhooks>>,
+    /// Whether the command being applied was this node's: in cluster mode
+    /// every replica applies every entry, and only the node that appended
+    /// it sends its webhooks.
+    ours: bool,
 }
 
 impl RoomMachine {
@@ -102,6 +108,7 @@ impl RoomMachine {
         me: Arc<str>,
         errors: ErrorCounter,
         feed: FeedConfig,
+        webhooks: Option<Arc<crate::webhooks::Webhooks>>,
     ) -> RoomMachine {
         let compact = CompactLease::new(crate::clock::now_ms());
         prepare_history(&room, &compact);
@@ -116,6 +123,8 @@ impl RoomMachine {
             followers: HashMap::new(),
             handed: HashSet::new(),
             fed_since_scan: 0,
+            webhooks,
+            ours: false,
         }
     }
 
@@ -190,7 +199,9 @@ impl RoomMachine {
             p.outbox = p.outbox.with_feed(&self.feed);
             p
         });
+        self.ours = *origin.node == *self.me;
         let follow_up = self.apply_intent(origin, intent, pending, now);
+        self.ours = false;
         #[cfg(debug_assertions)]
         self.check_followers();
         follow_up
@@ -538,6 +549,15 @@ impl RoomMachine {
     pub(crate) fn deliver(&mut self, events: &[Arc<HistoryEntry>], now: Millis) {
         if events.is_empty() {
             return;
+        }
+        if let Some(hooks) = self.webhooks.as_ref().filter(|_| self.ours) {
+            let (id, epoch) = (self.room.id(), self.room.epoch());
+            for e in events {
+                let wants = |kind, channel: Option<&str>| hooks.wants(kind, channel);
+                if let Some(event) = super::hooks::webhook_event(id, epoch, e, wants) {
+                    hooks.emit(event);
+                }
+            }
         }
         let ordered_at = Some(Instant::now());
         let (room, held, feed) = (&self.room, &mut self.held, &self.feed);

@@ -9,15 +9,15 @@
 //! per room, rooms in parallel.
 //!
 //! The parts, one idea each:
-//! - [`target`]: the `[[webhooks]]` configuration and its checks;
-//! - [`event`]: the event types, the event, the body;
-//! - [`signature`]: `whsec_` secrets and `v1,` signatures;
-//! - [`queue`]: a target's in-memory queue, in order per room (the seam for
+//! - `target`: the `[[webhooks]]` configuration and its checks;
+//! - `event`: the event types, the event, the body;
+//! - `signature`: `whsec_` secrets and `v1,` signatures;
+//! - `queue`: a target's in-memory queue, in order per room (the seam for
 //!   a durable backend);
-//! - [`retry`]: the backoff schedule;
-//! - [`dispatcher`]: sending, retrying and counting;
-//! - [`drop_log`]: the rate-limited warning about dropped events;
-//! - [`metrics`]: a target's metric handles.
+//! - `retry`: the backoff schedule;
+//! - `dispatcher`: sending, retrying and counting;
+//! - `drop_log`: the rate-limited warning about dropped events;
+//! - `metrics`: a target's metric handles.
 
 mod dispatcher;
 mod drop_log;

@@ -11,7 +11,7 @@ use super::signature::Secret;
 use crate::config::within;
 
 /// One `[[webhooks]]` table of the configuration. Every field has a default
-/// so that a missing one is named by [`check_targets`], as a bad one is.
+/// so that a missing one is named by [`ServerConfig::check_bounds`](crate::ServerConfig::check_bounds), as a bad one is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WebhookTarget {

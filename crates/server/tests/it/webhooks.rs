@@ -409,3 +409,116 @@ async fn targets_get_only_the_types_and_channels_they_want() {
     );
     rx.nothing_within(Duration::from_millis(200)).await;
 }
+
+/// The data of each received event, by type, in arrival order (room events only).
+fn room_events(got: &[Received]) -> Vec<(String, Value)> {
+    got.iter()
+        .filter(|r| r.status < 300)
+        .map(|r| {
+            let v = r.json();
+            (v["type"].as_str().unwrap().to_owned(), v["data"].clone())
+        })
+        .filter(|(t, _)| !t.starts_with("room."))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_rooms_events_are_posted_once_each_in_order() {
+    let mut rx = Receiver::start(Arc::new(|_, _| 200), None).await;
+    let s = node_with(target(&rx.url, |t| t.channels = vec!["*".into()])).await;
+    let room = s.create_room(json!({"id": "r"})).await;
+    let (mut ann, aj) = s.join("r", "ann").await;
+    let ann_session = aj["session"].as_str().unwrap().to_owned();
+    ann.publish("r", "chat", json!({"text": "hi"})).await;
+    let (res, _) = ann
+        .request(
+            "r",
+            json!(1),
+            "entity.create",
+            json!({"kind": "note", "data": {"n": 1}}),
+        )
+        .await;
+    let entity = res["result"]["entity"]["id"].as_str().unwrap().to_owned();
+    ann.request("r", json!(2), "lock.acquire", json!({"object": entity}))
+        .await;
+    ann.request("r", json!(3), "lock.release", json!({"object": entity}))
+        .await;
+    ann.send(json!({"type": "leave", "room": "r"})).await;
+    ann.recv_type("left").await;
+
+    let epoch = aj["epoch"].as_u64().unwrap();
+    let last = format!("r:{epoch}:6");
+    let got = rx.until_delivered(&[&last]).await;
+    let events = room_events(&got);
+    let types: Vec<&str> = events.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            "member.joined",
+            "message.published",
+            "entity.created",
+            "lock.acquired",
+            "lock.released",
+            "member.left"
+        ],
+        "{events:?}"
+    );
+    let ids: Vec<&str> = got
+        .iter()
+        .filter(|r| !r.json()["type"].as_str().unwrap().starts_with("room."))
+        .map(Received::id)
+        .collect();
+    let want: Vec<String> = (1..=6).map(|seq| format!("r:{epoch}:{seq}")).collect();
+    assert_eq!(ids, want, "ids are room:epoch:seq");
+    let (_, joined) = &events[0];
+    assert_eq!(joined["session"], ann_session.as_str());
+    assert_eq!(
+        (&joined["name"], &joined["room"]),
+        (&json!("ann"), &json!("r"))
+    );
+    let (_, message) = &events[1];
+    assert_eq!(message["channel"], "main");
+    assert_eq!(message["data"], json!({"text": "hi"}));
+    assert_eq!(message["from"], ann_session.as_str());
+    let (_, created) = &events[2];
+    assert_eq!(created["entity"]["data"], json!({"n": 1}));
+    let (_, left) = &events[5];
+    assert_eq!(
+        (&left["session"], &left["reason"]),
+        (&json!(ann_session), &json!("left"))
+    );
+    assert_eq!(room["id"], "r");
+    rx.nothing_within(Duration::from_millis(300)).await;
+}
+
+/// In cluster mode every node hosting a room applies its events; only the
+/// node that appended each one posts it.
+#[tokio::test]
+async fn a_cluster_posts_each_event_once() {
+    let mut rx = Receiver::start(Arc::new(|_, _| 200), None).await;
+    let hub = plaza_broker::MemoryCluster::new();
+    let tickets = Arc::new(plaza_broker::MemoryTicketStore::new());
+    let config = ServerConfig {
+        webhooks: vec![target(&rx.url, |t| {
+            t.events = vec!["member.joined".into(), "message.published".into()];
+            t.channels = vec!["*".into()];
+        })],
+        ..ServerConfig::default()
+    };
+    let a = TestServer::clustered(config.clone(), tickets.clone(), hub.node("a")).await;
+    let b = TestServer::clustered(config, tickets, hub.node("b")).await;
+    a.create_room(json!({"id": "r"})).await;
+    let (mut on_a, aj) = a.join("r", "ann").await;
+    let (mut on_b, bj) = b.join("r", "bob").await;
+    on_a.recv_event("presence.join").await;
+    on_b.publish("r", "chat", json!(1)).await;
+    on_a.recv_event("message").await;
+    let epoch = aj["epoch"].as_u64().unwrap();
+    let ids: Vec<String> = (1..=3).map(|seq| format!("r:{epoch}:{seq}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let got = rx.until_delivered(&refs).await;
+    let seen: Vec<&str> = got.iter().map(Received::id).collect();
+    assert_eq!(seen, refs, "each once, in order");
+    assert_eq!(got[1].json()["data"]["session"], bj["session"]);
+    rx.nothing_within(Duration::from_millis(300)).await;
+}

@@ -64,6 +64,8 @@ pub(crate) struct ReplicaSetup {
     pub(crate) room_wait: metrics::Histogram,
     /// How the room's feed serves this node's members.
     pub(crate) feed_config: FeedConfig,
+    /// Where the room's events go as webhooks, if anywhere.
+    pub(crate) webhooks: Option<Arc<crate::webhooks::Webhooks>>,
 }
 
 /// Starts hosting room `id` on this node. The replica loads the room's latest
@@ -97,6 +99,7 @@ pub(crate) fn spawn_replica(setup: ReplicaSetup, info: RoomInfo, id: &str) -> Ro
         errors: setup.errors,
         room_wait: setup.room_wait,
         feed_config: setup.feed_config,
+        webhooks: setup.webhooks,
     };
     tokio::spawn(task.run(rx, notices));
     handle
@@ -146,6 +149,7 @@ struct Replica {
     errors: ErrorCounter,
     room_wait: metrics::Histogram,
     feed_config: FeedConfig,
+    webhooks: Option<Arc<crate::webhooks::Webhooks>>,
 }
 
 impl Replica {

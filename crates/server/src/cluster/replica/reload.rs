@@ -71,6 +71,7 @@ impl Replica {
                     me,
                     self.errors.clone(),
                     self.feed_config,
+                    self.webhooks.clone(),
                 ))
             }
         }
