@@ -352,10 +352,18 @@ export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
 
 /** The data of each webhook event type. */
 export interface WebhookEventData {
-  'room.created': { room: string; name: string; [key: string]: Json | undefined };
+  /** The room's summary as `POST /v1/rooms` answers it, with `id` as `room`. */
+  'room.created': Omit<Room, 'id'> & { room: string };
   'room.deleted': { room: string };
+  /** A member joined or resumed (as `presence.join` shows it). */
   'member.joined': { room: string; seq: number; session: string; name: string; platform: string; user?: string };
-  'member.left': { room: string; seq: number; session: string; user?: string; reason: string };
+  'member.left': {
+    room: string;
+    seq: number;
+    session: string;
+    user?: string;
+    reason: 'left' | 'disconnected' | 'expired' | 'kicked' | 'room_closed' | (string & {});
+  };
   'message.published': {
     room: string;
     seq: number;
@@ -365,12 +373,14 @@ export interface WebhookEventData {
     event: string;
     data?: Json;
     topic?: string;
+    reply_to?: number;
+    /** The idempotency key or message id, when it had one. */
     id?: string;
   };
   'entity.created': { room: string; seq: number; from?: string; entity: Entity };
   'entity.updated': { room: string; seq: number; from?: string; entity: Entity };
   'entity.deleted': { room: string; seq: number; from?: string; id: string; version: number };
-  'lock.acquired': { room: string; seq: number; lock: Lock };
+  'lock.acquired': { room: string; seq: number; from?: string; lock: Lock };
   'lock.released': { room: string; seq: number; object: string; owner: string; token: number; reason: string };
 }
 
