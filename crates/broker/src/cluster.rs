@@ -165,6 +165,12 @@ pub trait Cluster: Send + Sync + 'static {
     /// [`LogNotice::Entry`] with position 0), replacing an earlier one.
     async fn subscribe_control(&self, listener: LogListener) -> Result<(), ClusterError>;
 
+    /// The broker's durable webhook queues, if it keeps them (Redis does;
+    /// the in-process cluster does not: its nodes queue in memory).
+    fn webhook_streams(&self) -> Option<&dyn crate::WebhookStreams> {
+        None
+    }
+
     /// For each node id, whether that node is alive (its heartbeat is fresh).
     async fn nodes_alive(&self, nodes: &[String]) -> Result<Vec<bool>, ClusterError>;
 

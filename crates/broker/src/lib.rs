@@ -16,6 +16,7 @@ mod ids;
 mod memory_cluster;
 mod memory_tickets;
 mod redis;
+mod webhook_streams;
 
 pub use self::redis::{RedisBroker, RedisConfig};
 pub use cluster::{
@@ -25,6 +26,7 @@ pub use cluster::{
 pub use ids::{is_resume_token, new_epoch, new_resume_token, new_session_id, new_ticket_token};
 pub use memory_cluster::{MemoryCluster, DEFAULT_LOG_CAPACITY};
 pub use memory_tickets::MemoryTicketStore;
+pub use webhook_streams::{QueuedWebhook, WebhookRecord, WebhookStreams};
 
 use async_trait::async_trait;
 pub use plaza_core::RoomError;

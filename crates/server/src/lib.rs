@@ -64,6 +64,7 @@ pub async fn serve(node: Arc<Node>, listener: TcpListener) -> std::io::Result<()
         tracing::info!(web_dir = %dir.display(), "serving the web app in web_dir at /");
     }
     node.listen_for_user_calls();
+    node.sweep_webhook_rooms();
     let token = node.shutdown_token();
     tokio::spawn({
         let node = node.clone();

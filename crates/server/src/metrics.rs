@@ -146,6 +146,7 @@ impl NodeMetrics {
             retries: counter("plaza_webhook_retries_total"),
             failed: counter("plaza_webhook_failed_total"),
             dropped: counter("plaza_webhook_dropped_total"),
+            redelivered: counter("plaza_webhook_redelivered_total"),
             queue_depth: self
                 .recorder
                 .register_gauge(&key("plaza_webhook_queue_depth"), &METADATA),

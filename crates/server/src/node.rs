@@ -69,7 +69,10 @@ impl Node {
             config.node_id = format!("n-{}", plaza_broker::new_session_id());
         }
         let metrics = NodeMetrics::new();
-        let webhooks = Webhooks::new(&config.webhooks, &metrics);
+        let webhooks = match &cluster {
+            Some(c) => Webhooks::clustered(&config.webhooks, &metrics, c.clone()),
+            None => Webhooks::new(&config.webhooks, &metrics),
+        };
         let rooms = match cluster {
             Some(c) => RoomDirectory::cluster(&config, &metrics, c, webhooks.clone()),
             None => RoomDirectory::local(&config, &metrics, webhooks.clone()),
@@ -289,6 +292,11 @@ impl Node {
     /// only resume a session, see `connection::admission`).
     pub(crate) async fn existing_room(&self, id: &str) -> Result<RoomHandle, RoomError> {
         self.rooms.existing(id).await
+    }
+
+    /// Whether this node holds room `id` now.
+    pub(crate) fn hosts(&self, id: &str) -> bool {
+        self.rooms.held_handles().iter().any(|h| h.id() == id)
     }
 
     /// The handles of the rooms held here.

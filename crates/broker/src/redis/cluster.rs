@@ -210,6 +210,10 @@ impl Cluster for RedisBroker {
             .await
     }
 
+    fn webhook_streams(&self) -> Option<&dyn crate::WebhookStreams> {
+        Some(self)
+    }
+
     async fn nodes_alive(&self, nodes: &[String]) -> Result<Vec<bool>, ClusterError> {
         self.check_member()?;
         if nodes.is_empty() {

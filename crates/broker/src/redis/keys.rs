@@ -34,6 +34,16 @@ impl Keys {
         format!("{}control", self.prefix)
     }
 
+    /// A webhook target's durable queue.
+    pub(super) fn webhook_stream(&self, target: &str) -> String {
+        format!("{}webhooks:{target}", self.prefix)
+    }
+
+    /// Which node reads a webhook target's queue.
+    pub(super) fn webhook_lease(&self, target: &str) -> String {
+        format!("{}webhooks:{target}:lease", self.prefix)
+    }
+
     pub(super) fn rooms(&self) -> String {
         format!("{}rooms", self.prefix)
     }

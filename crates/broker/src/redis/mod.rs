@@ -7,11 +7,13 @@
 //!
 //! | key | type | holds |
 //! | --- | --- | --- |
-//! | `plaza:room:{lobby}` | hash | `meta` (opaque bytes), `n` (last log position), `ts` (last timestamp) |
+//! | `plaza:room:{lobby}` | hash | `meta` (opaque bytes), `n` (last log position), `ts` (last timestamp), `wh` (the last log position whose webhooks are enqueued) |
 //! | `plaza:room:{lobby}:log` | stream | one entry per log position, id `<n>-0`, fields `ts` and `p` (payload) |
 //! | `plaza:room:{lobby}:snap` | hash | `n` (log position) and `data` (snapshot bytes) |
 //! | `plaza:rooms` | set | every room id |
 //! | `plaza:node:{node id}` | string | a node's heartbeat, expiring after [`NODE_TTL_MS`](crate::NODE_TTL_MS) |
+//! | `plaza:webhooks:{target}` | stream | a webhook target's durable queue: fields `r` (room), `i` (event id), `b` (body), `t` (Unix ms); consumer group `plaza` |
+//! | `plaza:webhooks:{target}:lease` | string | the node that reads that queue, expiring unless renewed |
 //! | `plaza:ticket:{token}` | hash | `grant` (JSON), `exp` (Unix ms), `used` (0/1); expires an hour after `exp` |
 //!
 //! Pub/sub channel `plaza:room:{lobby}:ch` carries every new entry of the room
@@ -40,6 +42,7 @@ mod keys;
 mod scripts;
 mod subscriber;
 mod tickets;
+mod webhooks;
 mod wire;
 
 use std::sync::atomic::{AtomicBool, Ordering};

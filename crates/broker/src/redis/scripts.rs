@@ -14,5 +14,9 @@ pub(super) static SET_ROOM_MEMBERS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("set_room_members.lua")));
 pub(super) static STORE_SNAPSHOT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("store_snapshot.lua")));
+pub(super) static WEBHOOK_ENQUEUE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("webhook_enqueue.lua")));
+pub(super) static WEBHOOK_LEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("webhook_lease.lua")));
 pub(super) static REDEEM_TICKET: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("redeem_ticket.lua")));

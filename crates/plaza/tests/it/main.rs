@@ -13,3 +13,4 @@ mod cluster_quota;
 mod launch;
 mod starvation;
 mod trajectory_lb;
+mod webhooks_cluster;

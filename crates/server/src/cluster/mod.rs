@@ -14,6 +14,7 @@
 pub(crate) mod record;
 mod replica;
 mod snapshot;
+mod webhook_sweep;
 
 pub(crate) use replica::{spawn_replica, ReplicaSetup};
 pub(crate) use snapshot::encode_state;

@@ -94,6 +94,9 @@ pub(crate) struct RoomMachine {
     compact: CompactLease,
     /// Where the room's events go as webhooks, if anywhere.
     webhooks: Option<Arc<crate::webhooks::Webhooks>>,
+    /// Durable webhooks: the webhook events of the command being applied,
+    /// for the replica to queue by log position (every replica does).
+    collected: Vec<crate::webhooks::WebhookEvent>,
     /// Whether the command being applied was this node's: in cluster mode
     /// every replica applies every entry, and only the node that appended
     /// it sends its webhooks.
@@ -125,7 +128,13 @@ impl RoomMachine {
             fed_since_scan: 0,
             webhooks,
             ours: false,
+            collected: Vec::new(),
         }
+    }
+
+    /// The webhook events collected since the last call (durable webhooks).
+    pub(crate) fn take_webhooks(&mut self) -> Vec<crate::webhooks::WebhookEvent> {
+        std::mem::take(&mut self.collected)
     }
 
     /// The room.
@@ -550,12 +559,22 @@ impl RoomMachine {
         if events.is_empty() {
             return;
         }
-        if let Some(hooks) = self.webhooks.as_ref().filter(|_| self.ours) {
+        // Durable webhooks: every replica collects (the broker keeps each
+        // event once); otherwise the node that appended the command sends.
+        if let Some(hooks) = self
+            .webhooks
+            .as_ref()
+            .filter(|h| self.ours || h.is_durable())
+        {
             let (id, epoch) = (self.room.id(), self.room.epoch());
             for e in events {
                 let wants = |kind, channel: Option<&str>| hooks.wants(kind, channel);
                 if let Some(event) = super::hooks::webhook_event(id, epoch, e, wants) {
-                    hooks.emit(event);
+                    if hooks.is_durable() {
+                        self.collected.push(event);
+                    } else {
+                        hooks.emit(event);
+                    }
                 }
             }
         }

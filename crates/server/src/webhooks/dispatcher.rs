@@ -29,6 +29,9 @@ pub(crate) struct Prepared {
     pub(crate) body: Bytes,
     /// When it was emitted (for `plaza_webhook_delivery_seconds`).
     pub(crate) emitted: Instant,
+    /// Its id in the target's durable queue (cluster mode), acknowledged
+    /// once it is delivered or given up.
+    pub(crate) stream_id: Option<String>,
 }
 
 /// One target: its settings, its queue and its metrics.
@@ -40,17 +43,32 @@ pub(crate) struct Target {
     metrics: TargetMetrics,
     drops: DropLog,
     client: reqwest::Client,
+    /// Whether the broker keeps this target's queue (cluster mode): the
+    /// in-memory queue then holds only what was read ahead of delivery, and
+    /// the depth gauge shows the broker's queue.
+    durable: bool,
+    /// Where delivered records of the durable queue are acknowledged.
+    pub(crate) acks: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 impl Target {
-    pub(crate) fn new(settings: Settings, metrics: TargetMetrics) -> Target {
+    pub(crate) fn new(settings: Settings, metrics: TargetMetrics, durable: bool) -> Target {
         let client = reqwest::Client::builder()
             // A redirect is a misconfigured target, not a delivery.
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .expect("an HTTP client without TLS builds");
+        // A durable target's bound is the broker's queue; its reader reads
+        // only a little ahead.
+        let max = if durable {
+            usize::MAX
+        } else {
+            settings.queue_max
+        };
         Target {
-            queue: Mutex::new(RoomQueues::new(settings.queue_max)),
+            durable,
+            acks: std::sync::OnceLock::new(),
+            queue: Mutex::new(RoomQueues::new(max)),
             settings,
             wake: Notify::new(),
             metrics,
@@ -65,7 +83,9 @@ impl Target {
             let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
             let queued = queue.push(&event.room, event.clone());
             // Under the lock, so that the gauge's last value is the queue's.
-            self.metrics.queue_depth.set(queue.len() as f64);
+            if !self.durable {
+                self.metrics.queue_depth.set(queue.len() as f64);
+            }
             queued
         };
         if queued {
@@ -83,6 +103,15 @@ impl Target {
         }
     }
 
+    /// Events in the in-memory queue (read ahead, for a durable target).
+    pub(crate) fn in_memory(&self) -> usize {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub(crate) fn metrics(&self) -> &TargetMetrics {
+        &self.metrics
+    }
+
     fn take(&self) -> Option<(String, Arc<Prepared>)> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
@@ -91,7 +120,9 @@ impl Target {
         {
             let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
             queue.done(room);
-            self.metrics.queue_depth.set(queue.len() as f64);
+            if !self.durable {
+                self.metrics.queue_depth.set(queue.len() as f64);
+            }
         }
         self.wake.notify_one();
     }
@@ -202,6 +233,9 @@ pub(crate) fn spawn(target: Arc<Target>, cancel: CancellationToken) {
             let cancel = cancel.clone();
             tokio::spawn(async move {
                 if target.deliver(&event, &cancel).await {
+                    if let (Some(id), Some(acks)) = (&event.stream_id, target.acks.get()) {
+                        let _ = acks.send(id.clone());
+                    }
                     target.done(&room);
                 }
                 drop(permit);

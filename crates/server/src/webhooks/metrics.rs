@@ -12,6 +12,10 @@ pub(crate) struct TargetMetrics {
     pub(crate) retries: Counter,
     /// Events given up after `retry_for_ms`.
     pub(crate) failed: Counter,
+    /// Records of the durable queue taken over from a reader that read them
+    /// and did not acknowledge them (its node died, say): each may be a
+    /// second delivery.
+    pub(crate) redelivered: Counter,
     /// Events dropped because the queue held `queue_max`.
     pub(crate) dropped: Counter,
     /// Events queued or being delivered.

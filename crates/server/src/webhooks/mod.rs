@@ -16,11 +16,13 @@
 //!   a durable backend);
 //! - `retry`: the backoff schedule;
 //! - `dispatcher`: sending, retrying and counting;
+//! - `durable`: cluster mode's queues in the broker, and their reader;
 //! - `drop_log`: the rate-limited warning about dropped events;
 //! - `metrics`: a target's metric handles.
 
 mod dispatcher;
 mod drop_log;
+mod durable;
 mod event;
 pub(crate) mod metrics;
 mod queue;
@@ -39,6 +41,7 @@ pub use target::WebhookTarget;
 
 use crate::metrics::NodeMetrics;
 use dispatcher::{Prepared, Target};
+use plaza_broker::WebhookRecord;
 
 /// The webhook targets of a node, shared by everything that emits events.
 pub struct Webhooks {
@@ -47,6 +50,9 @@ pub struct Webhooks {
     any_wants: u16,
     /// Stops the dispatchers when the node lets go of this.
     stop: CancellationToken,
+    /// Cluster mode with a broker that keeps queues: events go there, not
+    /// into this node's memory.
+    durable: Option<Arc<dyn plaza_broker::Cluster>>,
 }
 
 impl Webhooks {
@@ -56,6 +62,26 @@ impl Webhooks {
     /// [`ServerConfig::check_bounds`](crate::ServerConfig::check_bounds)
     /// (which `plaza serve` runs first) is left out, with an error logged.
     pub fn new(targets: &[WebhookTarget], metrics: &NodeMetrics) -> Option<Arc<Webhooks>> {
+        Webhooks::build(targets, metrics, None)
+    }
+
+    /// Like [`Webhooks::new`], for a node of `cluster`: when its broker
+    /// keeps webhook queues (Redis), events are queued there and read by one
+    /// node per target, so that no node's death loses one.
+    pub fn clustered(
+        targets: &[WebhookTarget],
+        metrics: &NodeMetrics,
+        cluster: Arc<dyn plaza_broker::Cluster>,
+    ) -> Option<Arc<Webhooks>> {
+        let durable = cluster.webhook_streams().is_some().then_some(cluster);
+        Webhooks::build(targets, metrics, durable)
+    }
+
+    fn build(
+        targets: &[WebhookTarget],
+        metrics: &NodeMetrics,
+        durable: Option<Arc<dyn plaza_broker::Cluster>>,
+    ) -> Option<Arc<Webhooks>> {
         if targets.is_empty() {
             return None;
         }
@@ -71,8 +97,11 @@ impl Webhooks {
             .into_iter()
             .map(|s| {
                 let m = metrics.webhook_target(&s.name);
-                let t = Arc::new(Target::new(s, m));
+                let t = Arc::new(Target::new(s, m, durable.is_some()));
                 dispatcher::spawn(t.clone(), stop.clone());
+                if let Some(cluster) = &durable {
+                    durable::spawn_reader(t.clone(), cluster.clone(), stop.clone());
+                }
                 t
             })
             .collect();
@@ -81,6 +110,7 @@ impl Webhooks {
             targets,
             any_wants,
             stop,
+            durable,
         }))
     }
 
@@ -98,17 +128,84 @@ impl Webhooks {
         if !self.wants(event.kind, event.channel.as_deref()) {
             return;
         }
+        if let Some(cluster) = &self.durable {
+            // Outside any room's log (a room created or deleted): queued at
+            // once, from here, with a few tries.
+            let records = self.records(&event, 0);
+            let (cluster, room) = (cluster.clone(), event.room.clone());
+            let targets = self.targets.clone();
+            tokio::spawn(async move {
+                let Some(streams) = cluster.webhook_streams() else {
+                    return;
+                };
+                for attempt in 0..5u32 {
+                    match streams.enqueue(&room, 0, &records).await {
+                        Ok(dropped) => return count_dropped(&targets, &dropped),
+                        Err(e) => {
+                            tracing::warn!(%room, error = %e, attempt, "webhook not queued yet");
+                            tokio::time::sleep(std::time::Duration::from_millis(200 << attempt))
+                                .await;
+                        }
+                    }
+                }
+            });
+            return;
+        }
         let prepared = Arc::new(Prepared {
             body: event.body(),
             id: event.id,
             room: event.room,
             emitted: Instant::now(),
+            stream_id: None,
         });
         for t in &self.targets {
             if t.settings.wants(event.kind, event.channel.as_deref()) {
                 t.push(&prepared);
             }
         }
+    }
+}
+
+impl Webhooks {
+    /// Whether events go to the broker's queues (cluster mode with Redis):
+    /// a room's replicas then queue its events by log position.
+    pub(crate) fn is_durable(&self) -> bool {
+        self.durable.is_some()
+    }
+
+    /// `event` as a record for each target that wants it, caused by the
+    /// log entry at `position` (0: outside any log).
+    pub(crate) fn records(&self, event: &WebhookEvent, position: u64) -> Vec<WebhookRecord> {
+        let body = event.body();
+        self.targets
+            .iter()
+            .filter(|t| t.settings.wants(event.kind, event.channel.as_deref()))
+            .map(|t| WebhookRecord {
+                position,
+                target: t.settings.name.clone(),
+                max: t.settings.queue_max as u64,
+                id: event.id.clone(),
+                room: event.room.clone(),
+                body: body.clone(),
+                ts: event.timestamp_ms,
+            })
+            .collect()
+    }
+
+    /// Counts records the broker dropped at their target's `queue_max`.
+    pub(crate) fn dropped(&self, targets: &[String]) {
+        count_dropped(&self.targets, targets);
+    }
+}
+
+fn count_dropped(targets: &[Arc<Target>], names: &[String]) {
+    for name in names {
+        if let Some(t) = targets.iter().find(|t| t.settings.name == *name) {
+            t.metrics().dropped.increment(1);
+        }
+    }
+    if !names.is_empty() {
+        tracing::warn!(dropped = names.len(), "webhook queue full: events dropped");
     }
 }
 

@@ -146,6 +146,7 @@ impl Replica {
             node, conn, intent, ..
         } = record;
         self.apply_intent(Origin { node: &node, conn }, intent, pending, e.ts);
+        self.send_webhook_events(e.n);
         if self.machine.is_some() {
             self.maybe_snapshot(e.n, origin);
         }
@@ -196,12 +197,6 @@ impl Replica {
         }
         self.snapshot_at = n;
         let bytes = encode_state(self.machine().room());
-        let cluster = self.cluster.clone();
-        let id = self.id.clone();
-        tokio::spawn(async move {
-            if let Err(e) = cluster.store_snapshot(&id, n, bytes).await {
-                tracing::warn!(room = %id, n, error = %e, "snapshot not stored");
-            }
-        });
+        self.write_snapshot(n, bytes);
     }
 }

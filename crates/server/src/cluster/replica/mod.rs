@@ -9,6 +9,7 @@ mod clock;
 mod log;
 mod members;
 mod reload;
+mod webhooks;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -75,7 +76,13 @@ pub(crate) fn spawn_replica(setup: ReplicaSetup, info: RoomInfo, id: &str) -> Ro
     let members = Arc::new(AtomicUsize::new(0));
     let (handle, rx) = mailbox(id, info, members.clone());
     let (notices_tx, notices) = mpsc::channel(NOTICES);
+    let webhook_writer = setup
+        .webhooks
+        .as_ref()
+        .filter(|w| w.is_durable())
+        .map(|w| webhooks::spawn_writer(id.to_owned(), setup.cluster.clone(), w.clone()));
     let task = Replica {
+        webhook_writer,
         id: id.to_owned(),
         me: setup.me,
         cluster: setup.cluster,
@@ -99,6 +106,7 @@ pub(crate) fn spawn_replica(setup: ReplicaSetup, info: RoomInfo, id: &str) -> Ro
         errors: setup.errors,
         room_wait: setup.room_wait,
         feed_config: setup.feed_config,
+        webhooks_sent: 0,
         webhooks: setup.webhooks,
     };
     tokio::spawn(task.run(rx, notices));
@@ -150,6 +158,11 @@ struct Replica {
     room_wait: metrics::Histogram,
     feed_config: FeedConfig,
     webhooks: Option<Arc<crate::webhooks::Webhooks>>,
+    /// Durable webhooks: where this replica's webhook events and snapshots
+    /// are written, in order.
+    webhook_writer: Option<mpsc::UnboundedSender<webhooks::Write>>,
+    /// The last log position handed to the writer.
+    webhooks_sent: u64,
 }
 
 impl Replica {
@@ -221,7 +234,10 @@ impl Replica {
                     self.catch_up_or_retry().await;
                     self.append_retries();
                 }
-                _ = liveness.tick() => self.check_nodes(),
+                _ = liveness.tick() => {
+                    self.check_nodes();
+                    self.send_webhook_cursor();
+                }
                 _ = sleep_until(unhost_at) => {
                     return self.unhost(&mut rx).await;
                 }
@@ -249,7 +265,12 @@ impl Replica {
         // Unsubscribe before leaving the node's map: a new replica's
         // subscription must not be the one removed.
         self.cluster.unsubscribe(&self.id).await;
-        if self.applied > self.snapshot_at {
+        if self.applied > self.snapshot_at && self.webhook_writer.is_some() {
+            // After the events of every entry applied, by the writer.
+            self.send_webhook_cursor();
+            let bytes = encode_state(self.machine().room());
+            self.write_snapshot(self.applied, bytes);
+        } else if self.applied > self.snapshot_at {
             let bytes = encode_state(self.machine().room());
             if let Err(e) = self
                 .cluster
@@ -359,6 +380,52 @@ impl Replica {
             }
             RoomCommand::Read(look) => look(self.machine().room()),
         }
+    }
+
+    /// Durable webhooks: tells the writer every entry up to `applied` was
+    /// applied, so the room's cursor moves past entries without events.
+    fn send_webhook_cursor(&mut self) {
+        if let Some(w) = &self.webhook_writer {
+            if self.applied > self.webhooks_sent {
+                let _ = w.send(webhooks::Write::Events {
+                    upto: self.applied,
+                    records: Vec::new(),
+                });
+                self.webhooks_sent = self.applied;
+            }
+        }
+    }
+
+    /// Hands the webhook events of the entry at `n` just applied to the writer.
+    fn send_webhook_events(&mut self, n: u64) {
+        let (Some(w), Some(hooks), Some(m)) =
+            (&self.webhook_writer, &self.webhooks, self.machine.as_mut())
+        else {
+            return;
+        };
+        let events = m.take_webhooks();
+        if events.is_empty() {
+            return;
+        }
+        let records = events.iter().flat_map(|e| hooks.records(e, n)).collect();
+        let _ = w.send(webhooks::Write::Events { upto: n, records });
+        self.webhooks_sent = n;
+    }
+
+    /// Stores a snapshot: through the writer with durable webhooks (after
+    /// the events before it), else at once.
+    fn write_snapshot(&self, n: u64, bytes: bytes::Bytes) {
+        if let Some(w) = &self.webhook_writer {
+            let _ = w.send(webhooks::Write::Snapshot { n, bytes });
+            return;
+        }
+        let cluster = self.cluster.clone();
+        let id = self.id.clone();
+        tokio::spawn(async move {
+            if let Err(e) = cluster.store_snapshot(&id, n, bytes).await {
+                tracing::warn!(room = %id, n, error = %e, "snapshot not stored");
+            }
+        });
     }
 
     fn machine(&self) -> &RoomMachine {
