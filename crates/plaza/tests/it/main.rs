@@ -13,4 +13,5 @@ mod cluster_quota;
 mod launch;
 mod starvation;
 mod trajectory_lb;
+mod webhook_faults;
 mod webhooks_cluster;
