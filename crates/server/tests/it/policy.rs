@@ -374,3 +374,30 @@ async fn holding_never_makes_a_resume_fall_back_to_a_resync() {
     assert_eq!(j["type"], "joined", "a resume, not a resync: {j}");
     assert_eq!(j["resumed"], true);
 }
+
+/// The server API's messages are routed under members' policies like any
+/// other: held, and flushed with a match.
+#[tokio::test]
+async fn server_messages_are_held_and_matched_as_any_other() {
+    let s = TestServer::start().await;
+    let policy = json!({"max_held": 100, "filters": [
+        {"id": "urgent", "field": "topic", "op": {"equals": "alert"}}]});
+    let (mut ann, _, mut bob) = ann_with(&s, policy).await;
+    let publish = |topic: &str| json!({"event": "news", "topic": topic});
+    let (status, held) = s
+        .post(&format!("/v1/rooms/{ROOM}/publish"), &publish("digest"))
+        .await;
+    assert_eq!(status, 200, "{held}");
+    bob.recv_event("message").await;
+    assert_eq!(ann.drain().await, Vec::<Value>::new(), "held by the policy");
+    let (_, now) = s
+        .post(&format!("/v1/rooms/{ROOM}/publish"), &publish("alert"))
+        .await;
+    let batch = ann.recv_type("batch").await;
+    let events = batch["events"].as_array().unwrap();
+    assert_eq!(
+        seqs(events),
+        [held["seq"].as_u64().unwrap(), now["seq"].as_u64().unwrap()]
+    );
+    assert!(events.iter().all(|e| e["from"] == "@server"), "{batch}");
+}
