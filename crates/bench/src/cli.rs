@@ -399,6 +399,9 @@ fn run_processes(a: &RunArgs, yaml: &str) -> Result<bool, String> {
     let scenario = crate::Scenario::parse(yaml, &a.overrides).map_err(|e| e.to_string())?;
     single_options(a)?;
     let users = crate::Schedule::new(&scenario.phases).arrivals.len() as u64;
+    // The users whose joins the coordinator waits for (server-API callers
+    // never join).
+    let users = scenario.members(users);
     let mut args: Vec<std::ffi::OsString> = vec![
         "bench".into(),
         "run".into(),

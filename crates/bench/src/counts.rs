@@ -90,6 +90,19 @@ counters! {
     socket_bytes_out,
     /// HTTP requests the users' HTTP transports made while recording.
     transport_requests,
+    /// Server-API publishes answered 2xx over the whole run.
+    api_publishes_total,
+    /// Server-API publishes sent while recording and answered 2xx.
+    api_publishes,
+    /// Webhook events expected at the run's receiver: publishes (answered
+    /// or sent) on the channels it names.
+    webhooks_expected_total,
+    /// Webhook requests the run's receiver got over the whole run.
+    webhooks_received_total,
+    /// Webhook requests it got while recording.
+    webhooks_received,
+    /// Distinct webhook ids it got (a repeat of an id is a redelivery).
+    webhooks_distinct_total,
 }
 
 #[cfg(test)]

@@ -38,6 +38,17 @@ pub struct RawRun {
     /// Chat replies, from send to receipt by the author of what they answer (µs).
     #[serde(with = "histogram_pairs", default = "histogram")]
     pub reply_latency: Histogram<u64>,
+    /// Webhook requests, from the send time their message carries (the
+    /// publish call) to their receipt by the run's receiver (µs).
+    #[serde(with = "histogram_pairs", default = "histogram")]
+    pub webhook_latency: Histogram<u64>,
+    /// Webhook requests received, by event `type`.
+    #[serde(default)]
+    pub webhook_types: BTreeMap<String, u64>,
+    /// The server's `plaza_webhook_*` metrics at the end of the run (after
+    /// the drain), by series (`name{labels}`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub server_webhook_metrics: BTreeMap<String, f64>,
     /// When the run's first HTTP request was sent, unix µs. Unix time is the
     /// clock every load process shares (their schedules start at a common
     /// unix instant), so processes' readings compare.
@@ -132,6 +143,14 @@ impl RawRun {
         let _ = self.request_rt.add(&other.request_rt);
         let _ = self.http_rt.add(&other.http_rt);
         let _ = self.reply_latency.add(&other.reply_latency);
+        let _ = self.webhook_latency.add(&other.webhook_latency);
+        for (k, v) in &other.webhook_types {
+            *self.webhook_types.entry(k.clone()).or_default() += v;
+        }
+        if self.server_webhook_metrics.is_empty() {
+            self.server_webhook_metrics
+                .clone_from(&other.server_webhook_metrics);
+        }
         let max = |a: Option<u64>, b: Option<u64>| match (a, b) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
@@ -233,6 +252,7 @@ mod tests {
                 socket_bytes_in: 300,
                 socket_bytes_out: 30,
                 transport_requests: users,
+                ..Counts::default()
             },
             recorded_us: 1_000_000,
             errors: BTreeMap::from([("x".to_owned(), users)]),
@@ -240,6 +260,9 @@ mod tests {
             request_rt: histogram(),
             http_rt: histogram(),
             reply_latency: histogram(),
+            webhook_latency: histogram(),
+            webhook_types: BTreeMap::new(),
+            server_webhook_metrics: BTreeMap::new(),
             http_first_sent_unix_us: Some(1_000_000 + users),
             http_last_done_unix_us: Some(5_000_000 + users),
             ws_first_sent_unix_us: None,

@@ -191,6 +191,39 @@ pub struct Report {
     /// WebSocket message a joined user received (drain included), over the
     /// whole run and every load process.
     pub ws_duration_s: Option<f64>,
+    /// Server-API publishes answered 2xx over the whole run.
+    #[serde(default)]
+    pub api_publishes_total: u64,
+    /// Server-API publishes sent while recording and answered 2xx, per
+    /// recorded second: the accepted publish rate.
+    #[serde(default)]
+    pub api_publishes_per_s: f64,
+    /// Webhook requests the run's receiver got over the whole run (drain
+    /// included), redeliveries included.
+    #[serde(default)]
+    pub webhooks_received_total: u64,
+    /// Distinct webhook ids among them.
+    #[serde(default)]
+    pub webhooks_distinct_total: u64,
+    /// Webhook events expected: publishes on the receiver's channels.
+    #[serde(default)]
+    pub webhooks_expected_total: u64,
+    /// webhooks_distinct_total / webhooks_expected_total.
+    #[serde(default)]
+    pub webhook_ratio: Option<f64>,
+    /// Webhook requests received per recorded second.
+    #[serde(default)]
+    pub webhooks_per_s: f64,
+    /// Webhook latency: from the publish call (the send time its message
+    /// carries) to the receiver's receipt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_latency: Option<Latency>,
+    /// Webhook requests received, by event type.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub webhook_types: BTreeMap<String, u64>,
+    /// The server's `plaza_webhook_*` metrics at the end of the run.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub server_webhook_metrics: BTreeMap<String, f64>,
     /// Errors by kind.
     pub errors: BTreeMap<String, u64>,
     /// Errors / (users + publishes + requests + HTTP calls).
@@ -310,8 +343,9 @@ impl Report {
             ));
         }
         // Users of HTTP-only flows never join: nothing to warn about.
-        if c.joined < i.users && scenario.joins() {
-            warnings.push(format!("only {} of {} users joined", c.joined, i.users));
+        let members = scenario.members(i.users);
+        if c.joined < members && scenario.joins() {
+            warnings.push(format!("only {} of {} members joined", c.joined, members));
         }
         let e = &scenario.expect;
         let mut checks = Vec::new();
@@ -364,6 +398,36 @@ impl Report {
             http_rt.as_ref().map(|l| l.p95_ms),
             true,
         );
+        check(
+            "http_p99_ms",
+            e.http_p99_ms,
+            http_rt.as_ref().map(|l| l.p99_ms),
+            true,
+        );
+        let api_publishes_per_s = per_s(c.api_publishes);
+        check(
+            "api_publishes_per_s",
+            e.api_publishes_per_s_min,
+            Some(api_publishes_per_s),
+            false,
+        );
+        let webhooks_per_s = per_s(c.webhooks_received);
+        check(
+            "webhooks_per_s",
+            e.webhooks_per_s_min,
+            Some(webhooks_per_s),
+            false,
+        );
+        let webhook_latency = Latency::of(&i.webhook_latency);
+        check(
+            "webhook_p99_ms",
+            e.webhook_p99_ms,
+            webhook_latency.as_ref().map(|l| l.p99_ms),
+            true,
+        );
+        let webhook_ratio = (c.webhooks_expected_total > 0)
+            .then(|| c.webhooks_distinct_total as f64 / c.webhooks_expected_total as f64);
+        check("webhook_ratio", e.webhook_ratio, webhook_ratio, false);
         check(
             "loopback_bytes",
             e.loopback_bytes_max,
@@ -430,6 +494,16 @@ impl Report {
             http_bytes_out_per_s: per_http_s(c.http_bytes_out),
             http_bytes_in_per_s: per_http_s(c.http_bytes_in),
             ws_duration_s: span(i.ws_first_sent_unix_us, i.ws_last_received_unix_us),
+            api_publishes_total: c.api_publishes_total,
+            api_publishes_per_s,
+            webhooks_received_total: c.webhooks_received_total,
+            webhooks_distinct_total: c.webhooks_distinct_total,
+            webhooks_expected_total: c.webhooks_expected_total,
+            webhook_ratio,
+            webhooks_per_s,
+            webhook_latency,
+            webhook_types: i.webhook_types.clone(),
+            server_webhook_metrics: i.server_webhook_metrics.clone(),
             errors: i.errors.clone(),
             error_rate,
             server_cpu_percent: pct(server_cpu),
@@ -567,6 +641,61 @@ impl Report {
                 self.http_bytes_in,
                 fixed(self.http_bytes_out_per_s, 0),
                 fixed(self.http_bytes_in_per_s, 0)
+            );
+        }
+        if self.api_publishes_total > 0 {
+            let _ = writeln!(
+                s,
+                "| server-API publishes accepted/s (recorded); accepted in all | {:.0}; {} |",
+                self.api_publishes_per_s, self.api_publishes_total
+            );
+        }
+        if self.webhooks_received_total + self.webhooks_expected_total > 0 {
+            let _ = writeln!(
+                s,
+                "| webhooks received/s (recorded); received in all, distinct, expected | {:.0}; {}, {}, {} ({}) |",
+                self.webhooks_per_s,
+                self.webhooks_received_total,
+                self.webhooks_distinct_total,
+                self.webhooks_expected_total,
+                opt(self.webhook_ratio.map(|r| r * 100.0), " %")
+            );
+        }
+        if let Some(l) = &self.webhook_latency {
+            let _ = writeln!(
+                s,
+                "| webhook latency ms, publish call → receipt (mean, p50, p95, p99, p99.9, max; {} samples) | {:.2}, {:.2}, {:.2}, {:.2}, {:.2}, {:.2} |",
+                l.count, l.mean_ms, l.p50_ms, l.p95_ms, l.p99_ms, l.p999_ms, l.max_ms
+            );
+        }
+        if !self.webhook_types.is_empty() {
+            let types: Vec<String> = self
+                .webhook_types
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect();
+            let _ = writeln!(s, "| webhook requests by type | {} |", types.join("; "));
+        }
+        if !self.server_webhook_metrics.is_empty() {
+            let m = &self.server_webhook_metrics;
+            let sum = |prefix: &str| -> f64 {
+                m.iter()
+                    .filter(|(k, _)| k.starts_with(prefix) && !k.contains("le=\""))
+                    .map(|(_, v)| v)
+                    .sum()
+            };
+            let count = sum("plaza_webhook_delivery_seconds_count");
+            let mean =
+                (count > 0.0).then(|| sum("plaza_webhook_delivery_seconds_sum") / count * 1000.0);
+            let _ = writeln!(
+                s,
+                "| server plaza_webhook_*: delivered, retries, failed, dropped, queue depth; delivery mean | {}, {}, {}, {}, {}; {} |",
+                sum("plaza_webhook_delivered_total"),
+                sum("plaza_webhook_retries_total"),
+                sum("plaza_webhook_failed_total"),
+                sum("plaza_webhook_dropped_total"),
+                sum("plaza_webhook_queue_depth"),
+                opt(mean, " ms")
             );
         }
         let _ = writeln!(s, "| server CPU | {} |", opt(self.server_cpu_percent, " %"));

@@ -69,6 +69,25 @@ pub struct Scenario {
     /// counts them as complete, and the longest wait for that.
     #[serde(default)]
     pub drain: Drain,
+    /// A webhook receiver the run serves itself (the server under test
+    /// must be configured to POST to it): it answers 204, counts requests
+    /// and times each from the send timestamp its message carries.
+    #[serde(default)]
+    pub webhook_receiver: Option<WebhookReceiver>,
+}
+
+/// The run's own webhook endpoint ([`Scenario::webhook_receiver`]).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookReceiver {
+    /// Address to listen on, e.g. `127.0.0.1:7790` (the server's
+    /// `[[webhooks]]` url names it).
+    pub listen: String,
+    /// The channels whose `message.published` events the server is
+    /// configured to send: each publish on one of them (WebSocket or server
+    /// API) is expected to arrive once.
+    #[serde(default)]
+    pub channels: Vec<String>,
 }
 
 fn one() -> u64 {
@@ -124,6 +143,21 @@ pub struct Flow {
 
 fn one_u32() -> u32 {
     1
+}
+
+impl Flow {
+    /// Whether the flow joins a room somewhere in its steps.
+    pub fn joins(&self) -> bool {
+        fn any_join(steps: &[Step]) -> bool {
+            steps.iter().any(|s| match s {
+                Step::Join { .. } => true,
+                Step::Loop { steps, .. } | Step::Leader(steps) => any_join(steps),
+                Step::Parallel(branches) => branches.iter().any(|b| any_join(b)),
+                _ => false,
+            })
+        }
+        any_join(&self.steps)
+    }
 }
 
 /// One action of a virtual user. Templates in strings: `{vu}` (the user's
@@ -192,6 +226,26 @@ pub enum Step {
         #[serde(default)]
         status: Option<u16>,
     },
+    /// Plaza's server API: `POST /v1/rooms/{room}/publish` as the
+    /// application's backend does it, over the run's pooled, kept-alive HTTP
+    /// connections (no WebSocket). Its `data` carries the send time, so that
+    /// members time it from the call to their receipt; the call's answer is
+    /// timed as an HTTP call. Members of the user's room (`{room}`) on the
+    /// channel are expected to receive it.
+    ApiPublish {
+        /// Room id template, e.g. `"bench-{room}"` (created by the run's
+        /// setup like the rooms members join).
+        room: String,
+        /// Channel (default: the room's main channel).
+        #[serde(default)]
+        channel: Option<String>,
+        /// Event name (default `"b"`).
+        #[serde(default)]
+        event: Option<String>,
+        /// Size of `data` in bytes, about (timestamp and padding included).
+        #[serde(default = "hundred")]
+        bytes: usize,
+    },
     /// Wait.
     Think {
         /// Milliseconds.
@@ -206,6 +260,10 @@ pub enum Step {
         /// pause after each iteration).
         #[serde(default)]
         every_ms: Option<u64>,
+        /// The same cadence given as iterations per second (fractions
+        /// allowed, e.g. `312.5`); not with `every_ms`.
+        #[serde(default)]
+        per_s: Option<f64>,
         /// The steps to repeat.
         steps: Vec<Step>,
     },
@@ -298,6 +356,16 @@ pub struct Expectations {
     pub http_mean_ms: Option<f64>,
     /// 95th percentile HTTP call round trip at most this (ms).
     pub http_p95_ms: Option<f64>,
+    /// 99th percentile HTTP call round trip at most this (ms).
+    pub http_p99_ms: Option<f64>,
+    /// Server-API publishes answered 2xx per recorded second at least this.
+    pub api_publishes_per_s_min: Option<f64>,
+    /// Webhook requests received per recorded second at least this.
+    pub webhooks_per_s_min: Option<f64>,
+    /// 99th percentile webhook latency (publish call to receipt) at most this (ms).
+    pub webhook_p99_ms: Option<f64>,
+    /// Distinct webhook events received / events expected at least this.
+    pub webhook_ratio: Option<f64>,
     /// Errors / operations at most this.
     pub error_rate: Option<f64>,
     /// Deliveries / expected deliveries at least this.
@@ -455,6 +523,32 @@ impl Scenario {
                 }
             }
         }
+        fn cadences(steps: &[Step]) -> Result<(), String> {
+            for s in steps {
+                match s {
+                    Step::Loop {
+                        every_ms, per_s, ..
+                    } if every_ms.is_some() && per_s.is_some() => {
+                        return Err("loop: give every_ms or per_s, not both".into())
+                    }
+                    Step::Loop { per_s: Some(r), .. } if !(r.is_finite() && *r > 0.0) => {
+                        return Err(format!("loop: per_s must be > 0, not {r}"))
+                    }
+                    _ => {}
+                }
+                match s {
+                    Step::Loop { steps, .. } | Step::Leader(steps) => cadences(steps)?,
+                    Step::Parallel(branches) => branches.iter().try_for_each(|b| cadences(b))?,
+                    _ => {}
+                }
+            }
+            Ok(())
+        }
+        for f in &self.flows {
+            if let Err(e) = cadences(&f.steps) {
+                return bad(format!("flow {}: {e}", f.name));
+            }
+        }
         let mut named = Vec::new();
         self.flows.iter().for_each(|f| waits(&f.steps, &mut named));
         if let Some(p) = named
@@ -468,15 +562,16 @@ impl Scenario {
 
     /// Whether any flow joins a room (HTTP-only scenarios do not).
     pub fn joins(&self) -> bool {
-        fn any_join(steps: &[Step]) -> bool {
-            steps.iter().any(|s| match s {
-                Step::Join { .. } => true,
-                Step::Loop { steps, .. } | Step::Leader(steps) => any_join(steps),
-                Step::Parallel(branches) => branches.iter().any(|b| any_join(b)),
-                _ => false,
-            })
-        }
-        self.flows.iter().any(|f| any_join(&f.steps))
+        self.flows.iter().any(Flow::joins)
+    }
+
+    /// How many of the users `0..users` run a flow that joins a room (a
+    /// server-API caller, for one, does not): those `wait_all_joined` waits
+    /// for.
+    pub fn members(&self, users: u64) -> u64 {
+        (0..users)
+            .filter(|&vu| self.flow_of(vu / self.rooms).joins())
+            .count() as u64
     }
 
     /// The flow of virtual user `vu`: a deterministic weighted round robin,
@@ -616,6 +711,7 @@ expect: { latency_mean_ms: 100, error_rate: 0.01 }
             count,
             every_ms,
             steps: inner,
+            ..
         } = &steps[3]
         else {
             panic!("{:?}", steps[3]);

@@ -2,6 +2,7 @@
 
 use super::user::{expand, expand_json, UserState};
 use super::*;
+use std::fmt::Write as _;
 
 /// One HTTP call: timed while recording; a transport error or an
 /// unexpected status counts as a failed call and an error, and the user goes
@@ -45,6 +46,14 @@ pub(super) async fn http_call(
             .header(CONTENT_LENGTH, bytes.len())
             .body(bytes);
     }
+    timed(shared, req, status).await;
+    true
+}
+
+/// Sends `req` (every header set by the caller), timed while recording
+/// and counted like every HTTP call; whether it succeeded (`status`, or any
+/// 2xx without one).
+async fn timed(shared: &Arc<Shared>, req: reqwest::RequestBuilder, status: Option<u16>) -> bool {
     let sent = Instant::now();
     shared
         .http_first_sent
@@ -91,6 +100,7 @@ pub(super) async fn http_call(
     if recording {
         shared.counts.http_calls_rec.fetch_add(1, Ordering::Relaxed);
     }
+    let ok = outcome.is_ok();
     match outcome {
         Ok(()) => {
             shared.counts.http_ok.fetch_add(1, Ordering::Relaxed);
@@ -107,7 +117,87 @@ pub(super) async fn http_call(
             shared.error(kind);
         }
     }
+    ok
+}
+
+/// A server-API publish (`POST /v1/rooms/{room}/publish`): `data` is
+/// `{"bt":<unix µs>,"vu":…,"p":"xx…"}`, timed from just before the call.
+/// Answered 2xx, it is counted as a publish that the members of the user's
+/// room on `channel` receive, and (on a channel of the run's webhook
+/// receiver) as a webhook event to come.
+pub(super) async fn api_publish(
+    shared: &Arc<Shared>,
+    st: &mut UserState,
+    room: &str,
+    channel: Option<&str>,
+    event: &str,
+    bytes: usize,
+) -> bool {
+    use reqwest::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HOST};
+    let room_id = expand(room, st.vu, st.room_index, &st.flow);
+    let url = format!(
+        "http://{}/v1/rooms/{}/publish",
+        shared.opts.addr,
+        path_escape(&room_id)
+    );
+    let recording = shared.recording();
+    let sent = unix_micros();
+    st.out.clear();
+    st.out.push_str(r#"{"event":"#);
+    st.out
+        .push_str(&serde_json::to_string(event).unwrap_or_default());
+    if let Some(c) = channel {
+        st.out.push_str(r#","channel":"#);
+        st.out
+            .push_str(&serde_json::to_string(c).unwrap_or_default());
+    }
+    st.out.push_str(r#","data":"#);
+    let data_start = st.out.len();
+    let _ = write!(st.out, r#"{{"bt":{sent},"vu":{},"p":""#, st.vu);
+    let pad = bytes.saturating_sub(st.out.len() - data_start + 2);
+    st.out.extend(std::iter::repeat_n('x', pad));
+    st.out.push_str("\"}}");
+    let body = st.out.clone().into_bytes();
+    let req = shared
+        .http
+        .post(url)
+        .timeout(shared.opts.timeout)
+        .header(HOST, shared.opts.addr.to_string())
+        .header(ACCEPT, "*/*")
+        .header(CONTENT_TYPE, "application/json")
+        .header(CONTENT_LENGTH, body.len())
+        .body(body);
+    if !timed(shared, req, None).await {
+        return true;
+    }
+    let room = st.room_index as usize;
+    let recipients = match channel {
+        None | Some("main") => shared.room_members[room],
+        Some(ch) => shared.channel_sizes[room].get(ch).copied().unwrap_or(0),
+    };
+    let c = &shared.counts;
+    c.api_publishes_total.fetch_add(1, Ordering::Relaxed);
+    c.expected_total.fetch_add(recipients, Ordering::Relaxed);
+    if recording {
+        c.api_publishes.fetch_add(1, Ordering::Relaxed);
+        c.expected.fetch_add(recipients, Ordering::Relaxed);
+    }
+    shared.webhook_expect(channel);
     true
+}
+
+/// Percent-encodes all but RFC 3986's unreserved characters, for a path
+/// segment.
+fn path_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
 }
 
 /// The bytes of `req` as HTTP/1.1 writes them: request line, headers, the

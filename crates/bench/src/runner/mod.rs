@@ -7,6 +7,7 @@ mod chat;
 mod http;
 mod receive;
 mod user;
+mod webhook;
 mod ws_ops;
 
 use std::collections::{BTreeMap, HashMap};
@@ -125,6 +126,14 @@ struct Shared {
     opts: RunOptions,
     rooms: u64,
     room_sizes: Vec<u64>,
+    /// Per room: its users whose flow joins it (server-API publishes reach
+    /// these; `room_sizes` counts every user of the room).
+    room_members: Vec<u64>,
+    /// Users of the run whose flow joins (all of them but server-API
+    /// callers and HTTP-only users): `wait_all_joined` waits for these.
+    members: u64,
+    /// The run's webhook receiver, if the scenario has one.
+    webhooks: Option<webhook::WebhookTally>,
     /// The phases by name, and how many have started (set after the
     /// recording flag, so a user woken by a phase start acts inside it).
     phase_index: HashMap<String, usize>,
@@ -203,6 +212,16 @@ impl Shared {
         }
     }
 
+    /// Counts a webhook event to come for a message on `channel` (`None`:
+    /// main), if the run's receiver wants that channel.
+    fn webhook_expect(&self, channel: Option<&str>) {
+        if self.webhooks.as_ref().is_some_and(|w| w.wants(channel)) {
+            self.counts
+                .webhooks_expected_total
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Waits until `at` unless the flows must end first (then false).
     async fn pause_until(&self, at: Instant) -> bool {
         tokio::select! {
@@ -233,9 +252,13 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
     let rooms = scenario.rooms;
     let mut room_sizes = vec![0u64; rooms as usize];
     let mut channel_sizes = vec![HashMap::new(); rooms as usize];
+    let mut room_members = vec![0u64; rooms as usize];
     for vu in 0..users {
         let room = (vu % rooms) as usize;
         room_sizes[room] += 1;
+        if scenario.flow_of(vu / rooms).joins() {
+            room_members[room] += 1;
+        }
         for ch in joined_channels(&scenario.flow_of(vu / rooms).steps) {
             *channel_sizes[room].entry(ch.clone()).or_insert(0) += 1;
         }
@@ -247,6 +270,15 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
             scenario.transport.name()
         )));
     }
+    // The receiver listens before anything could be sent to it (in a run
+    // over several load processes, the first one's; the others count
+    // what they expect).
+    let receiver = match &scenario.webhook_receiver {
+        Some(r) if opts.shard.as_ref().is_none_or(|s| s.index == 0) => {
+            Some(webhook::bind(&r.listen).await?)
+        }
+        _ => None,
+    };
     setup(&opts, scenario).await?;
     // The target is addressed directly: a proxy from the environment would
     // add a hop to what is measured and change the request line counted.
@@ -272,6 +304,12 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         opts,
         rooms,
         room_sizes,
+        room_members,
+        members: scenario.members(users),
+        webhooks: scenario
+            .webhook_receiver
+            .as_ref()
+            .map(|r| webhook::WebhookTally::new(r.channels.clone())),
         phase_index: schedule
             .phases
             .iter()
@@ -309,6 +347,13 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
     });
 
     let start = shared.start;
+    if shared.members == 0 && shared.opts.shard.is_none() {
+        // Nobody joins: nobody to wait for.
+        shared.everyone_joined.store(true, Ordering::Release);
+    }
+    if let Some(listener) = receiver {
+        tokio::spawn(webhook::serve(shared.clone(), listener));
+    }
     if let Some(s) = &shared.opts.shard {
         let (shared, mut everyone) = (shared.clone(), s.everyone_joined.clone());
         tokio::spawn(async move {
@@ -439,7 +484,12 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
     // Flows end; let in-flight messages arrive before counting.
     shared.ending.cancel();
     let drain_start = Instant::now();
-    let mut last = shared.counts.deliveries_total.load(Ordering::Relaxed);
+    // Deliveries to members and webhook requests alike.
+    let arrived = |s: &Shared| {
+        s.counts.deliveries_total.load(Ordering::Relaxed)
+            + s.counts.webhooks_received_total.load(Ordering::Relaxed)
+    };
+    let mut last = arrived(&shared);
     let mut last_change = Instant::now();
     let mut told = Instant::now();
     while drain_start.elapsed() < Duration::from_millis(scenario.drain.max_ms) {
@@ -448,7 +498,7 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
             told = Instant::now();
             tell_progress(&shared, "drain", (start, schedule.end()));
         }
-        let now = shared.counts.deliveries_total.load(Ordering::Relaxed);
+        let now = arrived(&shared);
         if now != last {
             last = now;
             last_change = Instant::now();
@@ -456,6 +506,14 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
             break;
         }
     }
+    // The server's own account of its webhook deliveries, after the drain.
+    let server_webhook_metrics = match &shared.webhooks {
+        Some(_) => crate::plaza_metrics::page(&shared.http, shared.opts.addr, &shared.opts.host)
+            .await
+            .map(|p| webhook::server_metrics(&p))
+            .unwrap_or_default(),
+        None => BTreeMap::new(),
+    };
     shared.stop.cancel();
     if let Ok(tasks) = arrivals.await {
         for t in tasks {
@@ -492,6 +550,15 @@ pub async fn run_raw(scenario: &Scenario, opts: RunOptions) -> Result<RawRun, Ru
         request_rt,
         http_rt,
         reply_latency,
+        webhook_latency: s
+            .webhooks
+            .as_ref()
+            .and_then(|w| w.latency.lock().unwrap_or_else(|p| p.into_inner()).take())
+            .unwrap_or_else(histogram),
+        webhook_types: s.webhooks.as_ref().map_or_else(BTreeMap::new, |w| {
+            w.types.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        }),
+        server_webhook_metrics,
         http_first_sent_unix_us: first(&s.http_first_sent),
         http_last_done_unix_us: last(&s.http_last_done),
         ws_first_sent_unix_us: first(&s.ws_first_sent),

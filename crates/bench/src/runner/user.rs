@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use super::http::http_call;
+use super::http::{api_publish, http_call};
 use super::receive::receive;
 use super::ws_ops::{publish, request, Body};
 use rand::rngs::StdRng;
@@ -16,16 +16,27 @@ use crate::scenario::Step;
 use crate::session;
 use crate::transport::{Endpoint, Reader, Writer};
 
-/// Room ids the flows join (the first `join` step of each flow), for room `r`.
+/// Room ids the flows join (the first `join` step of each flow) or publish
+/// into over the server API (the first `api_publish`), for room `r`.
 pub(super) fn rooms_joined(scenario: &Scenario, r: u64) -> Vec<String> {
+    fn first_api_room(steps: &[Step]) -> Option<&str> {
+        steps.iter().find_map(|s| match s {
+            Step::ApiPublish { room, .. } => Some(room.as_str()),
+            Step::Loop { steps, .. } | Step::Leader(steps) => first_api_room(steps),
+            Step::Parallel(branches) => branches.iter().find_map(|b| first_api_room(b)),
+            _ => None,
+        })
+    }
     let mut out: Vec<String> = scenario
         .flows
         .iter()
-        .filter_map(|f| {
-            f.steps.iter().find_map(|s| match s {
+        .flat_map(|f| {
+            let joined = f.steps.iter().find_map(|s| match s {
                 Step::Join { room, .. } => Some(expand(room, 0, r, &f.name)),
                 _ => None,
-            })
+            });
+            let api = first_api_room(&f.steps).map(|room| expand(room, 0, r, &f.name));
+            joined.into_iter().chain(api)
         })
         .collect();
     out.sort();
@@ -238,6 +249,22 @@ pub(super) async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &St
             body,
             status,
         } => http_call(shared, st, method, path, body.as_ref(), *status).await,
+        Step::ApiPublish {
+            room,
+            channel,
+            event,
+            bytes,
+        } => {
+            api_publish(
+                shared,
+                st,
+                room,
+                channel.as_deref(),
+                event.as_deref().unwrap_or("b"),
+                *bytes,
+            )
+            .await
+        }
         Step::Think { ms } => {
             shared
                 .pause_until(Instant::now() + Duration::from_millis(*ms))
@@ -246,23 +273,27 @@ pub(super) async fn run_step(shared: &Arc<Shared>, st: &mut UserState, step: &St
         Step::Loop {
             count,
             every_ms,
+            per_s,
             steps,
         } => {
+            let every = every_ms
+                .map(Duration::from_millis)
+                .or_else(|| per_s.map(|r| Duration::from_secs_f64(1.0 / r)));
             let mut i = 0u64;
             // Users keep the cadence but not in step: each starts at its own
             // offset within the period (golden-ratio spread), as real
             // clients would, instead of all publishing in the same instant.
-            let offset = every_ms.map_or(Duration::ZERO, |every| {
+            let offset = every.map_or(Duration::ZERO, |every| {
                 let frac = (st.vu as f64 * 0.618_033_988_749_895).fract();
-                Duration::from_secs_f64(every as f64 / 1000.0 * frac)
+                every.mul_f64(frac)
             });
             let mut next = Instant::now() + offset;
             while count.is_none_or(|c| i < c) {
-                if let Some(every) = every_ms {
+                if let Some(every) = every {
                     if !shared.pause_until(next).await {
                         return false;
                     }
-                    next += Duration::from_millis(*every);
+                    next += every;
                 }
                 if !run_steps(shared, st, steps).await {
                     return false;
@@ -421,7 +452,7 @@ pub(super) async fn join(
         Some(s) => {
             s.joined.send_replace(joined);
         }
-        None if joined >= shared.users => {
+        None if joined >= shared.members => {
             shared.everyone_joined.store(true, Ordering::Release);
             shared.all_joined.notify_waiters();
         }

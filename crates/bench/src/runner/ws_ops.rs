@@ -75,6 +75,7 @@ pub(super) async fn publish(
             .fetch_add(recipients, Ordering::Relaxed);
         shared.counts.bytes_out.fetch_add(len, Ordering::Relaxed);
     }
+    shared.webhook_expect(channel);
     true
 }
 
