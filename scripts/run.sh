@@ -2,6 +2,8 @@
 # Runs Plaza in embedded mode (one process, no other service) with the demo app at
 # http://127.0.0.1:7700/. Builds the demo (web/demo, needs Node.js >= 20 and npm) first.
 # Arguments are passed to `plaza serve`, e.g. `scripts/run.sh --listen 0.0.0.0:7700`.
+# Rooms are kept in data/ (ignored by git): they are there again after a restart; remove the
+# directory to start afresh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,4 +25,4 @@ fi
 (cd web/demo && npm run build)
 
 echo "== starting plaza (release build)"
-exec cargo run --release --locked -p plaza -- serve --web-dir web/demo/dist "$@"
+exec cargo run --release --locked -p plaza -- serve --web-dir web/demo/dist --data-dir data "$@"

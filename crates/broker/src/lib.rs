@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 mod cluster;
+mod disk;
 mod ids;
 mod memory_cluster;
 mod memory_tickets;
@@ -23,6 +24,7 @@ pub use cluster::{
     AppendFuture, Cluster, ClusterError, LogEntry, LogListener, LogNotice, LogPosition,
     NODE_HEARTBEAT_MS, NODE_TTL_MS,
 };
+pub use disk::{store_counts, DiskBroker, Fsync, LOCK_FILE, STORE_FILE};
 pub use ids::{is_resume_token, new_epoch, new_resume_token, new_session_id, new_ticket_token};
 pub use memory_cluster::{MemoryCluster, DEFAULT_LOG_CAPACITY};
 pub use memory_tickets::MemoryTicketStore;

@@ -186,6 +186,16 @@ struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     #[serde(skip_serializing_if = "Option::is_none")]
     web_dir: Option<PathBuf>,
+    /// Embedded mode: keep rooms, their logs and snapshots in this directory, so that a
+    /// restarted node has them back [default: none, in memory only].
+    #[arg(long, value_name = "DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data_dir: Option<PathBuf>,
+    /// With --data-dir: always (an acknowledged command is synced to disk), interval
+    /// (written before the acknowledgement, synced every second) or off [default: always].
+    #[arg(long, value_name = "MODE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fsync: Option<String>,
     /// Web pages that may connect, comma-separated origins (e.g.
     /// https://app.example.org); others get 403 origin_not_allowed. Clients
     /// that send no Origin are not concerned [default: any].
@@ -368,7 +378,22 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
     }
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;
     let addr = listener.local_addr()?;
-    let (node, cluster) = if config.redis.is_empty() {
+    let (node, cluster) = if let Some(dir) = config.data_dir.clone() {
+        if !config.redis.is_empty() {
+            return Err(std::io::Error::other(
+                "data_dir is for embedded mode: a cluster keeps its rooms in Redis",
+            ));
+        }
+        // Each run is a node of its own: the members of an earlier run are
+        // on a dead node (disconnected, resumable), not on this one.
+        let incarnation = format!("{}.{}", config.node_id, plaza_broker::new_session_id());
+        let disk = plaza_broker::DiskBroker::open(&dir, config.fsync, &incarnation)
+            .map_err(std::io::Error::other)?;
+        tracing::info!(data_dir = %dir.display(), fsync = ?config.fsync, "rooms kept in the data directory");
+        let cluster: Arc<dyn Cluster> = disk;
+        let node = Node::clustered(config, Arc::new(MemoryTicketStore::new()), cluster);
+        (node, None)
+    } else if config.redis.is_empty() {
         (Node::new(config, Arc::new(MemoryTicketStore::new())), None)
     } else {
         let redis = RedisBroker::connect(&config.redis, &config.node_id)

@@ -87,6 +87,12 @@ pub struct ServerConfig {
     /// is looked up as a file under it. `None` serves the built-in demo page
     /// at `/`. See [`check_web_dir`] for what it must contain.
     pub web_dir: Option<PathBuf>,
+    /// Embedded mode: a directory where rooms, their logs and snapshots are
+    /// kept, so that a restarted node has them back (docs/protocol.md,
+    /// "Data directory"). `None`: rooms live in memory only.
+    pub data_dir: Option<PathBuf>,
+    /// With `data_dir`: when a write is on disk before its acknowledgement.
+    pub fsync: plaza_broker::Fsync,
     /// The secret that management calls (creating and deleting rooms,
     /// minting tickets) must present as `Authorization: Bearer <key>`, at
     /// least [`MIN_API_KEY_LEN`] bytes. Empty: those calls are open, for
@@ -265,6 +271,8 @@ impl Default for ServerConfig {
             room_linger_ms: 30_000,
             redis: String::new(),
             web_dir: None,
+            data_dir: None,
+            fsync: plaza_broker::Fsync::Always,
             allowed_origins: Vec::new(),
             api_key: String::new(),
             jwt_secret: String::new(),

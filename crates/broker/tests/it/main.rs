@@ -3,5 +3,6 @@
 mod support;
 
 mod cluster_conformance;
+mod disk_broker;
 mod memory_cluster;
 mod redis_broker;

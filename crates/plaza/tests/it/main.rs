@@ -10,6 +10,7 @@ mod binary;
 mod chaos;
 mod cluster;
 mod cluster_quota;
+mod data_dir;
 mod launch;
 mod starvation;
 mod trajectory_lb;
