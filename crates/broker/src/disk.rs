@@ -189,6 +189,7 @@ fn open_store(path: &Path, fsync: Fsync) -> rusqlite::Result<Connection> {
         "CREATE TABLE IF NOT EXISTS rooms (
             id TEXT PRIMARY KEY, meta BLOB NOT NULL,
             snap_n INTEGER NOT NULL, snap BLOB NOT NULL);
+         CREATE TABLE IF NOT EXISTS health (k TEXT PRIMARY KEY, v BLOB NOT NULL);
          CREATE TABLE IF NOT EXISTS log (
             room TEXT NOT NULL, n INTEGER NOT NULL, ts INTEGER NOT NULL, payload BLOB NOT NULL,
             PRIMARY KEY (room, n)) WITHOUT ROWID;",
@@ -254,6 +255,7 @@ fn write_loop(
         let first = match rx.recv_timeout(Duration::from_secs(1)) {
             Ok(w) => w,
             Err(mpsc::RecvTimeoutError::Timeout) => {
+                recover(&conn, &state, &path);
                 if fsync == Fsync::Interval {
                     // A checkpoint syncs the WAL: at most a second is lost
                     // on power loss.
@@ -271,15 +273,38 @@ fn write_loop(
                 Err(_) => break,
             }
         }
-        let result = commit(&mut conn, &batch);
+        // After a failed write, what was queued behind it is refused too:
+        // its positions follow the ones given back.
+        let failed = state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .failed
+            .clone();
+        let result = match failed {
+            Some(e) => Err(e),
+            None => commit(&mut conn, &batch),
+        };
         if fsync == Fsync::Interval && last_sync.elapsed() >= Duration::from_secs(1) {
             let _ = conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)");
             last_sync = Instant::now();
         }
         let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(e) = &result {
-            tracing::error!(file = %path.display(), error = %e, "data_dir write failed");
-            st.failed = Some(format!("{}: {e}", path.display()));
+            if st.failed.is_none() {
+                tracing::error!(file = %path.display(), error = %e,
+                    "data_dir write failed: commands that need it are refused until a write succeeds");
+                st.failed = Some(format!("{}: {e}", path.display()));
+            }
+            // Positions handed out for what was not written are given back:
+            // the next append after recovery follows the last one written.
+            for r in st.rooms.values_mut() {
+                r.next_n = r.log.back().map_or(r.snapshot.0, |e| e.n);
+            }
+            for w in &batch {
+                if let Write::Create { id, .. } = w {
+                    st.rooms.remove(id);
+                }
+            }
         }
         for w in batch {
             match w {
@@ -309,6 +334,28 @@ fn write_loop(
                 Write::Create { .. } | Write::Delete { .. } => {}
             }
         }
+    }
+}
+
+/// After a failed write (a full disk, say): tries a small write, and takes
+/// commands again once one succeeds.
+fn recover(conn: &Connection, state: &Mutex<State>, path: &Path) {
+    if state
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .failed
+        .is_none()
+    {
+        return;
+    }
+    let probe = conn.execute(
+        "INSERT OR REPLACE INTO health (k, v) VALUES ('probe', zeroblob(65536))",
+        [],
+    );
+    if probe.is_ok() {
+        let _ = conn.execute("DELETE FROM health WHERE k = 'probe'", []);
+        tracing::info!(file = %path.display(), "data_dir writable again");
+        state.lock().unwrap_or_else(|p| p.into_inner()).failed = None;
     }
 }
 

@@ -183,3 +183,209 @@ fn bad_data_dir_settings_stop_serve() {
         "{out:?}"
     );
 }
+
+/// Publishes `id` on `ws` and returns the answer: `ack` or `error`.
+async fn publish_once(
+    ws: &mut crate::cluster_support::Ws,
+    id: &str,
+    data: &serde_json::Value,
+) -> serde_json::Value {
+    use futures_util::{SinkExt, StreamExt};
+    let frame = json!({"type": "publish", "room": "full", "event": "m", "id": id, "data": data});
+    ws.send(tokio_tungstenite::tungstenite::Message::text(
+        frame.to_string(),
+    ))
+    .await
+    .unwrap();
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(20), ws.next())
+            .await
+            .expect("an answer")
+            .expect("open")
+            .expect("a frame");
+        if let tokio_tungstenite::tungstenite::Message::Text(t) = msg {
+            let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+            if v["type"] == "ack" || v["type"] == "error" {
+                return v;
+            }
+        }
+    }
+}
+
+/// A full disk (the process's file size limit, RLIMIT_FSIZE): commands that
+/// need the store are refused with `broker_unavailable`, nothing is
+/// corrupted, the node takes commands again once space returns, and after a
+/// kill -9 every acknowledged message is there once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_then_recovers_and_loses_nothing_acknowledged() {
+    use futures_util::{SinkExt, StreamExt};
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::Builder::new()
+        .prefix("plaza-full-")
+        .tempdir()
+        .unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let limit: libc::rlim_t = 2 * 1024 * 1024;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_plaza"));
+    cmd.args(["serve", "--listen", &addr, "--data-dir"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let r = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            libc::setrlimit(libc::RLIMIT_FSIZE, &r);
+            // Writes past the limit fail (EFBIG) instead of killing the process.
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut node = cmd.spawn().unwrap();
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(&addr).is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let created = crate::support::http_post(&addr, "/v1/rooms", r#"{"id": "full"}"#);
+    assert!(created.starts_with("HTTP/1.1 201"), "{created}");
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/v1/ws"))
+        .await
+        .unwrap();
+    let join = json!({"type": "join", "room": "full", "name": "w"});
+    ws.send(tokio_tungstenite::tungstenite::Message::text(
+        join.to_string(),
+    ))
+    .await
+    .unwrap();
+    while let Some(Ok(m)) = ws.next().await {
+        if m.to_text().unwrap_or("").contains("\"joined\"") {
+            break;
+        }
+    }
+    let data = json!("x".repeat(8 * 1024));
+    let mut acked = Vec::new();
+    let mut refused = None;
+    for i in 0..2000 {
+        let id = format!("m{i}");
+        let answer = publish_once(&mut ws, &id, &data).await;
+        if answer["type"] == "ack" {
+            acked.push(id);
+        } else {
+            refused = Some((id, answer));
+            break;
+        }
+    }
+    let (id, answer) = refused.expect("the file size limit is reached");
+    assert_eq!(answer["code"], "broker_unavailable", "{answer}");
+    // Space returns: the same message is taken once the node has written again.
+    let more = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    let pid = node.id() as libc::pid_t;
+    assert_eq!(
+        unsafe { libc::prlimit(pid, libc::RLIMIT_FSIZE, &more, std::ptr::null_mut()) },
+        0
+    );
+    let mut taken = false;
+    for _ in 0..50 {
+        if publish_once(&mut ws, &id, &data).await["type"] == "ack" {
+            taken = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(taken, "the node takes commands again once space returns");
+    acked.push(id);
+    node.kill().unwrap();
+    node.wait().unwrap();
+    let mut node = serve(port, dir.path()).await;
+    let history = crate::support::http_get(&addr, "/v1/rooms/full/history?last=10000");
+    let body = &history[history.find("\r\n\r\n").unwrap() + 4..];
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    let ids: Vec<&str> = v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    let history_len = ids.len();
+    assert_eq!(
+        history_len,
+        acked.len().min(1000),
+        "the history holds what was acknowledged"
+    );
+    let want: Vec<&str> = acked.iter().map(String::as_str).collect();
+    assert_eq!(ids, want[want.len() - history_len..], "once each, in order");
+    node.kill().unwrap();
+    node.wait().unwrap();
+}
+
+/// A torn tail (the write-ahead log cut short, as a crash in the middle of
+/// a write leaves it): the node starts, and the room holds the messages up
+/// to the last whole commit, in order, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_tail_recovers_to_the_last_whole_commit() {
+    let dir = tempfile::Builder::new()
+        .prefix("plaza-torn-")
+        .tempdir()
+        .unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut node = serve(port, dir.path()).await;
+    let created = crate::support::http_post(&addr, "/v1/rooms", r#"{"id": "torn"}"#);
+    assert!(created.starts_with("HTTP/1.1 201"), "{created}");
+    let url = format!("ws://{addr}/v1/ws?room=torn");
+    let mut a = Member::join(&url, "torn", "a").await;
+    publish_all(&mut a, 30, |_| {}).await;
+    node.kill().unwrap();
+    node.wait().unwrap();
+    let wal = dir.path().join(format!("{}-wal", plaza_broker::STORE_FILE));
+    let len = std::fs::metadata(&wal)
+        .expect("a write-ahead log after kill -9")
+        .len();
+    assert!(len > 1000, "{len}");
+    let f = std::fs::OpenOptions::new().write(true).open(&wal).unwrap();
+    f.set_len(len - 700).unwrap();
+    drop(f);
+    let mut node = serve(port, dir.path()).await;
+    let history = crate::support::http_get(&addr, "/v1/rooms/torn/history?last=10000");
+    assert!(history.starts_with("HTTP/1.1 200"), "{history}");
+    let body = &history[history.find("\r\n\r\n").unwrap() + 4..];
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    let ids: Vec<String> = v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect();
+    let want: Vec<String> = (0..ids.len()).map(|i| format!("a-{i}")).collect();
+    assert_eq!(ids, want, "a prefix of what was published, in order");
+    assert!(
+        ids.len() >= 20,
+        "only the cut commits are gone: {}",
+        ids.len()
+    );
+    node.kill().unwrap();
+    node.wait().unwrap();
+}
+
+#[test]
+fn a_corrupt_store_stops_serve_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(plaza_broker::STORE_FILE), vec![0x5a; 8192]).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_plaza"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains(plaza_broker::STORE_FILE), "{said}");
+}
