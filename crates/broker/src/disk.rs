@@ -16,11 +16,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use plaza_core::Millis;
+use plaza_core::{Millis, RoomError, TicketBook, TicketGrant};
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::oneshot;
 
-use crate::{AppendFuture, Cluster, ClusterError, LogEntry, LogListener, LogNotice, LogPosition};
+use crate::{
+    new_ticket_token, AppendFuture, Cluster, ClusterError, IssuedTicket, LogEntry, LogListener,
+    LogNotice, LogPosition, TicketStore,
+};
 
 /// When a write is on disk (the `fsync` setting).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -45,6 +48,18 @@ pub const LOCK_FILE: &str = "LOCK";
 /// Appends gathered into one transaction at most.
 const GROUP: usize = 1024;
 
+/// How often the writer gives freed pages back to the file system and
+/// forgets expired tickets.
+const MAINTENANCE_EVERY: Duration = Duration::from_secs(1);
+
+/// Freed pages returned to the file system per maintenance pass at most
+/// (4 MiB of 4 KiB pages): compaction never holds the writer for long.
+const VACUUM_PAGES: u32 = 1024;
+
+/// An expired ticket is kept this long so that a late redemption is told
+/// `ticket_expired` (as `TicketBook::purge`).
+const EXPIRED_TICKET_KEPT_MS: Millis = 60_000;
+
 /// A data directory opened by one process.
 pub struct DiskBroker {
     node_id: String,
@@ -59,7 +74,11 @@ struct State {
     rooms: HashMap<String, Room>,
     subscriptions: HashMap<String, LogListener>,
     control: Option<LogListener>,
-    /// Whether the store refused a write: it is read-only until restarted.
+    /// Join tickets, as written: a ticket minted before a restart is
+    /// redeemable after it, once.
+    tickets: TicketBook,
+    /// Whether the store refused a write: commands that need it are refused
+    /// until a write succeeds again.
     failed: Option<String>,
 }
 
@@ -95,8 +114,18 @@ enum Write {
         bytes: Bytes,
         done: oneshot::Sender<Result<(), ClusterError>>,
     },
+    /// A ticket minted (`used: false`) or redeemed (`used: true`).
+    Ticket {
+        token: String,
+        grant: TicketGrant,
+        expires_at: Millis,
+        used: bool,
+        done: oneshot::Sender<Result<(), ClusterError>>,
+    },
     /// Answered once everything before it is committed.
     Barrier(oneshot::Sender<()>),
+    /// Runs a compaction pass now, then answers.
+    Compact(oneshot::Sender<()>),
 }
 
 fn unavailable(e: impl std::fmt::Display) -> ClusterError {
@@ -133,8 +162,11 @@ impl DiskBroker {
         let path = dir.join(STORE_FILE);
         let conn = open_store(&path, fsync).map_err(|e| format!("{}: {e}", path.display()))?;
         let rooms = load(&conn).map_err(|e| format!("{}: {e}", path.display()))?;
+        let tickets =
+            load_tickets(&conn, now_ms()).map_err(|e| format!("{}: {e}", path.display()))?;
         let state = Arc::new(Mutex::new(State {
             rooms,
+            tickets,
             ..State::default()
         }));
         let (tx, rx) = mpsc::channel();
@@ -167,6 +199,16 @@ impl DiskBroker {
             .map_err(|_| unavailable("the writer stopped"))
     }
 
+    /// Runs one background compaction pass now (the writer runs one every
+    /// second) and waits for it: expired tickets are forgotten and up to
+    /// 4 MiB of freed pages go back to the file system.
+    pub async fn compact(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.send(Write::Compact(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
     /// Waits until everything written so far is committed.
     pub async fn flush(&self) {
         let (tx, rx) = oneshot::channel();
@@ -178,7 +220,18 @@ impl DiskBroker {
 
 fn open_store(path: &Path, fsync: Fsync) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
+    // Pages freed by trimmed logs and replaced snapshots go back to the file
+    // system in the background (`maintain`). The mode is fixed when the
+    // first table is made; a store made without it is rebuilt once.
+    let vacuum: i64 = conn.pragma_query_value(None, "auto_vacuum", |r| r.get(0))?;
+    if vacuum != 2 {
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+        conn.execute_batch("VACUUM")?;
+    }
     conn.pragma_update(None, "journal_mode", "WAL")?;
+    // A checkpoint truncates the write-ahead log to this size: a burst does
+    // not leave a large file behind.
+    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
     let sync = match fsync {
         Fsync::Always => "FULL",
         Fsync::Interval => "NORMAL",
@@ -192,7 +245,10 @@ fn open_store(path: &Path, fsync: Fsync) -> rusqlite::Result<Connection> {
          CREATE TABLE IF NOT EXISTS health (k TEXT PRIMARY KEY, v BLOB NOT NULL);
          CREATE TABLE IF NOT EXISTS log (
             room TEXT NOT NULL, n INTEGER NOT NULL, ts INTEGER NOT NULL, payload BLOB NOT NULL,
-            PRIMARY KEY (room, n)) WITHOUT ROWID;",
+            PRIMARY KEY (room, n)) WITHOUT ROWID;
+         CREATE TABLE IF NOT EXISTS tickets (
+            token TEXT PRIMARY KEY, room TEXT NOT NULL, name TEXT NOT NULL,
+            platform TEXT NOT NULL, expires_at INTEGER NOT NULL, used INTEGER NOT NULL);",
     )?;
     Ok(conn)
 }
@@ -241,6 +297,45 @@ fn load(conn: &Connection) -> rusqlite::Result<HashMap<String, Room>> {
     Ok(rooms)
 }
 
+fn load_tickets(conn: &Connection, now: Millis) -> rusqlite::Result<TicketBook> {
+    let mut book = TicketBook::default();
+    let mut stmt = conn.prepare(
+        "SELECT token, room, name, platform, expires_at, used FROM tickets WHERE expires_at > ?1",
+    )?;
+    let kept_from = now.saturating_sub(EXPIRED_TICKET_KEPT_MS) as i64;
+    let mut rows = stmt.query(params![kept_from])?;
+    while let Some(row) = rows.next()? {
+        let grant = TicketGrant {
+            room: row.get(1)?,
+            name: row.get(2)?,
+            platform: row.get(3)?,
+        };
+        let expires_at: i64 = row.get(4)?;
+        let used: bool = row.get(5)?;
+        book.restore(row.get(0)?, grant, expires_at as Millis, used);
+    }
+    Ok(book)
+}
+
+/// Background compaction, bounded per pass: forgets expired tickets and
+/// gives freed pages back to the file system. Failures are left to the next
+/// write to report.
+fn maintain(conn: &Connection) {
+    let before = now_ms().saturating_sub(EXPIRED_TICKET_KEPT_MS) as i64;
+    let _ = conn.execute(
+        "DELETE FROM tickets WHERE expires_at <= ?1",
+        params![before],
+    );
+    // The pragma frees one page per step: run it to the end.
+    let _ = conn
+        .prepare(&format!("PRAGMA incremental_vacuum({VACUUM_PAGES})"))
+        .and_then(|mut stmt| {
+            let mut rows = stmt.query([])?;
+            while rows.next()?.is_some() {}
+            Ok(())
+        });
+}
+
 /// The writer thread: gathers waiting writes into one transaction, commits,
 /// then makes the appends visible and answers them.
 fn write_loop(
@@ -251,8 +346,13 @@ fn write_loop(
     path: PathBuf,
 ) {
     let mut last_sync = Instant::now();
+    let mut last_maintenance = Instant::now();
     loop {
-        let first = match rx.recv_timeout(Duration::from_secs(1)) {
+        if last_maintenance.elapsed() >= MAINTENANCE_EVERY {
+            maintain(&conn);
+            last_maintenance = Instant::now();
+        }
+        let first = match rx.recv_timeout(MAINTENANCE_EVERY) {
             Ok(w) => w,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 recover(&conn, &state, &path);
@@ -288,6 +388,7 @@ fn write_loop(
             let _ = conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)");
             last_sync = Instant::now();
         }
+        let mut compactions = Vec::new();
         let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(e) = &result {
             if st.failed.is_none() {
@@ -325,13 +426,22 @@ fn write_loop(
                     }
                     let _ = done.send(Ok(position));
                 }
-                Write::Snapshot { done, .. } => {
+                Write::Snapshot { done, .. } | Write::Ticket { done, .. } => {
                     let _ = done.send(result.clone().map_err(unavailable));
                 }
                 Write::Barrier(done) => {
                     let _ = done.send(());
                 }
+                Write::Compact(done) => compactions.push(done),
                 Write::Create { .. } | Write::Delete { .. } => {}
+            }
+        }
+        drop(st);
+        if !compactions.is_empty() {
+            maintain(&conn);
+            last_maintenance = Instant::now();
+            for done in compactions {
+                let _ = done.send(());
             }
         }
     }
@@ -385,7 +495,25 @@ fn commit(conn: &mut Connection, batch: &[Write]) -> Result<(), String> {
                         params![room, *n as i64],
                     )
                 }),
-            Write::Barrier(_) => Ok(0),
+            Write::Ticket {
+                token,
+                grant,
+                expires_at,
+                used,
+                ..
+            } => tx.execute(
+                "INSERT OR REPLACE INTO tickets (token, room, name, platform, expires_at, used)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    token,
+                    grant.room,
+                    grant.name,
+                    grant.platform,
+                    *expires_at as i64,
+                    used
+                ],
+            ),
+            Write::Barrier(_) | Write::Compact(_) => Ok(0),
         };
         r.map_err(|e| e.to_string())?;
     }
@@ -609,12 +737,97 @@ impl Cluster for DiskBroker {
     }
 }
 
+impl DiskBroker {
+    /// Records a ticket's new state and waits until it is committed.
+    async fn write_ticket(
+        &self,
+        token: String,
+        grant: TicketGrant,
+        expires_at: Millis,
+        used: bool,
+    ) -> Result<(), RoomError> {
+        let (done, answer) = oneshot::channel();
+        self.send(Write::Ticket {
+            token,
+            grant,
+            expires_at,
+            used,
+            done,
+        })?;
+        answer
+            .await
+            .unwrap_or_else(|_| Err(unavailable("the writer stopped")))
+            .map_err(RoomError::from)
+    }
+}
+
+/// Tickets live in the data directory with the rooms: one minted before a
+/// restart is redeemable after it, and one redeemed before it is `ticket_used`
+/// after it. Both answers wait for the commit, as appends do.
+#[async_trait]
+impl TicketStore for DiskBroker {
+    fn kind(&self) -> &'static str {
+        "data_dir"
+    }
+
+    async fn issue_ticket(
+        &self,
+        grant: TicketGrant,
+        ttl_ms: Millis,
+        now: Millis,
+    ) -> Result<IssuedTicket, RoomError> {
+        let ticket = new_ticket_token();
+        let expires_at = now.saturating_add(ttl_ms);
+        {
+            let mut st = self.state()?;
+            // Purging on issue keeps the book bounded by the issue rate × ticket
+            // life; the writer forgets the same ones on disk.
+            st.tickets.purge(now);
+            st.tickets.issue(ticket.clone(), grant.clone(), expires_at);
+        }
+        self.write_ticket(ticket.clone(), grant, expires_at, false)
+            .await?;
+        Ok(IssuedTicket { ticket, expires_at })
+    }
+
+    async fn redeem_ticket(&self, ticket: &str, now: Millis) -> Result<TicketGrant, RoomError> {
+        let (grant, expires_at) = {
+            let mut st = self.state()?;
+            let grant = st.tickets.redeem(ticket, now)?;
+            (grant, st.tickets.expires_at(ticket).unwrap_or(now))
+        };
+        self.write_ticket(ticket.to_owned(), grant.clone(), expires_at, true)
+            .await?;
+        Ok(grant)
+    }
+
+    async fn ready(&self) -> bool {
+        self.state().is_ok()
+    }
+}
+
 impl std::fmt::Debug for DiskBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DiskBroker")
             .field("node_id", &self.node_id)
             .finish_non_exhaustive()
     }
+}
+
+/// The store file's size and how much of it is free pages (bytes), as
+/// SQLite counts them: what compaction has yet to give back.
+pub fn store_size(dir: &Path) -> Result<(u64, u64), String> {
+    let conn = Connection::open(dir.join(STORE_FILE)).map_err(|e| e.to_string())?;
+    let pragma = |name: &str| -> Result<u64, String> {
+        conn.pragma_query_value(None, name, |r| r.get::<_, i64>(0))
+            .map(|v| v as u64)
+            .map_err(|e| e.to_string())
+    };
+    let page = pragma("page_size")?;
+    Ok((
+        pragma("page_count")? * page,
+        pragma("freelist_count")? * page,
+    ))
 }
 
 /// Reads the log entry count of a data directory's store (for tests and

@@ -44,6 +44,18 @@ impl TicketBook {
         );
     }
 
+    /// Puts back a ticket as a store kept it: live, or already `used`.
+    pub fn restore(&mut self, token: String, grant: TicketGrant, expires_at: Millis, used: bool) {
+        self.tickets.insert(
+            token,
+            TicketState {
+                grant,
+                expires_at,
+                used,
+            },
+        );
+    }
+
     /// Redeems a ticket once.
     pub fn redeem(&mut self, token: &str, now: Millis) -> Result<TicketGrant, RoomError> {
         let t = self
@@ -58,6 +70,11 @@ impl TicketBook {
         }
         t.used = true;
         Ok(t.grant.clone())
+    }
+
+    /// When a held ticket expires.
+    pub fn expires_at(&self, token: &str) -> Option<Millis> {
+        self.tickets.get(token).map(|t| t.expires_at)
     }
 
     /// Forgets every ticket that expired before `now`; returns how many.

@@ -390,8 +390,9 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
         let disk = plaza_broker::DiskBroker::open(&dir, config.fsync, &incarnation)
             .map_err(std::io::Error::other)?;
         tracing::info!(data_dir = %dir.display(), fsync = ?config.fsync, "rooms kept in the data directory");
+        let tickets: Arc<dyn plaza_broker::TicketStore> = disk.clone();
         let cluster: Arc<dyn Cluster> = disk;
-        let node = Node::clustered(config, Arc::new(MemoryTicketStore::new()), cluster);
+        let node = Node::clustered(config, tickets, cluster);
         (node, None)
     } else if config.redis.is_empty() {
         (Node::new(config, Arc::new(MemoryTicketStore::new())), None)

@@ -77,3 +77,58 @@ async fn rooms_logs_and_snapshots_come_back_after_reopening() {
         vec![false, true]
     );
 }
+
+/// Snapshots trim the logs and deleted rooms go: compaction gives the freed
+/// pages back, so the file shrinks to about what is still held.
+#[tokio::test]
+async fn compaction_gives_trimmed_and_deleted_data_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = DiskBroker::open(dir.path(), Fsync::Off, "n1").unwrap();
+    let big = |i: u64| Bytes::from(format!("{i:>2048}"));
+    for r in 0..8 {
+        let room = format!("r{r}");
+        disk.create_room(&room, "m".into(), "s".into())
+            .await
+            .unwrap();
+        let appends: Vec<_> = (1..=200).map(|i| disk.append(&room, big(i))).collect();
+        for a in appends {
+            a.await.unwrap();
+        }
+    }
+    let (grown, _) = plaza_broker::store_size(dir.path()).unwrap();
+    assert!(
+        grown > 8 * 200 * 2048,
+        "{grown} bytes hold 3.2 MB of entries"
+    );
+    for r in 0..8 {
+        let room = format!("r{r}");
+        if r % 2 == 0 {
+            assert!(disk.delete_room(&room).await.unwrap());
+        } else {
+            disk.store_snapshot(&room, 200, "small".into())
+                .await
+                .unwrap();
+        }
+    }
+    disk.flush().await;
+    let (_, free) = plaza_broker::store_size(dir.path()).unwrap();
+    assert!(
+        free > grown / 2,
+        "trimmed pages are free: {free} of {grown}"
+    );
+    // Each pass gives back at most 4 MiB, so that it never holds the
+    // writer long: this takes two.
+    disk.compact().await;
+    let (_, left) = plaza_broker::store_size(dir.path()).unwrap();
+    assert_eq!(left, free - 4 * 1024 * 1024, "one bounded pass");
+    disk.compact().await;
+    let (size, free) = plaza_broker::store_size(dir.path()).unwrap();
+    assert_eq!(
+        free, 0,
+        "every free page given back ({size} bytes, {grown} before)"
+    );
+    assert!(size < grown / 10, "{size} bytes left of {grown}");
+    // What is left is what is held.
+    assert_eq!(disk.list_rooms().await.unwrap().len(), 4);
+    assert_eq!(disk.load_snapshot("r1").await.unwrap().unwrap().0, 200);
+}

@@ -142,6 +142,12 @@ async fn a_clean_restart_keeps_rooms_entities_and_sessions() {
     let mut b = Member::join(&url, "calm", "b").await;
     publish_all(&mut a, 10, |_| {}).await;
     b.pump_until(LIMIT, |b| b.received.len() >= 10).await;
+    let acquire = |nonce: u64| json!({"type": "request", "room": "calm", "nonce": nonce, "op": "lock.acquire", "args": {"object": "pen", "ttl_ms": 600000}});
+    b.send(acquire(1)).await;
+    b.pump_until(LIMIT, |b| b.responses.contains_key(&1)).await;
+    assert_eq!(b.responses[&1]["ok"], true, "{}", b.responses[&1]);
+    let state = crate::support::http_get(&addr, "/v1/rooms/calm/state");
+    assert!(state.contains(r#""object":"pen""#), "{state}");
     // SIGTERM: the node tells its clients to reconnect and exits.
     let pid = node.id() as libc::pid_t;
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
@@ -155,6 +161,84 @@ async fn a_clean_restart_keeps_rooms_entities_and_sessions() {
     assert_exactly_once(&[&a, &b]);
     let state = crate::support::http_get(&addr, "/v1/rooms/calm/state");
     assert!(state.contains(r#""data":{"t":1}"#), "{state}");
+    // The earlier run's sessions were disconnected, their locks released
+    // (docs/protocol.md, "Data directory"): the holder takes it again.
+    assert!(!state.contains(r#""object":"pen""#), "{state}");
+    b.send(acquire(2)).await;
+    b.pump_until(LIMIT, |b| b.responses.contains_key(&2)).await;
+    assert_eq!(b.responses[&2]["ok"], true, "{}", b.responses[&2]);
+    node.kill().unwrap();
+    node.wait().unwrap();
+}
+
+/// Joins `room` on `addr` with `ticket` and returns the first answer:
+/// `joined` or `error`.
+async fn join_with_ticket(addr: &str, room: &str, ticket: &str) -> serde_json::Value {
+    use futures_util::SinkExt;
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/v1/ws?room={room}"))
+        .await
+        .unwrap();
+    let join = json!({"type": "join", "ticket": ticket});
+    ws.send(tokio_tungstenite::tungstenite::Message::text(
+        join.to_string(),
+    ))
+    .await
+    .unwrap();
+    tokio::time::timeout(LIMIT, crate::cluster_support::next_frame(&mut ws))
+        .await
+        .expect("an answer to the join")
+        .unwrap()
+}
+
+/// Tickets are kept with the rooms: one minted before a kill -9 is
+/// redeemable after the restart, once; one redeemed before it stays used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tickets_survive_a_kill_and_stay_single_use() {
+    let dir = tempfile::Builder::new()
+        .prefix("plaza-data-")
+        .tempdir()
+        .unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut node = serve(port, dir.path()).await;
+    let created = crate::support::http_post(
+        &addr,
+        "/v1/rooms",
+        r#"{"id": "vip", "options": {"access": "ticket"}}"#,
+    );
+    assert!(created.starts_with("HTTP/1.1 201"), "{created}");
+    let mint = |name: &str| {
+        let reply = crate::support::http_post(
+            &addr,
+            "/v1/rooms/vip/tickets",
+            &json!({ "name": name }).to_string(),
+        );
+        assert!(reply.starts_with("HTTP/1.1 201"), "{reply}");
+        let body = reply.split("\r\n\r\n").nth(1).unwrap();
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        v["ticket"].as_str().unwrap().to_owned()
+    };
+    let (spent, kept) = (mint("ann"), mint("bob"));
+    let joined = join_with_ticket(&addr, "vip", &spent).await;
+    assert_eq!(joined["type"], "joined", "{joined}");
+
+    node.kill().unwrap();
+    node.wait().unwrap();
+    let mut node = serve(port, dir.path()).await;
+
+    let joined = join_with_ticket(&addr, "vip", &kept).await;
+    assert_eq!(joined["type"], "joined", "{joined}");
+    let me = joined["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["session"] == joined["session"])
+        .cloned();
+    assert_eq!(me.unwrap()["name"], "bob", "the ticket's grant: {joined}");
+    let again = join_with_ticket(&addr, "vip", &kept).await;
+    assert_eq!(again["code"], "ticket_used", "{again}");
+    let spent_again = join_with_ticket(&addr, "vip", &spent).await;
+    assert_eq!(spent_again["code"], "ticket_used", "{spent_again}");
     node.kill().unwrap();
     node.wait().unwrap();
 }
