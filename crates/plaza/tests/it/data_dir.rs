@@ -13,6 +13,11 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 /// `plaza serve` on `port` with `dir` as its data directory; waits until it answers.
 async fn serve(port: u16, dir: &std::path::Path) -> Child {
+    serve_with(port, dir, &[]).await
+}
+
+/// As [`serve`], with more arguments.
+async fn serve_with(port: u16, dir: &std::path::Path, args: &[&str]) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_plaza"))
         .args([
             "serve",
@@ -21,6 +26,7 @@ async fn serve(port: u16, dir: &std::path::Path) -> Child {
             "--data-dir",
         ])
         .arg(dir)
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -472,4 +478,100 @@ fn a_corrupt_store_stops_serve_naming_the_file() {
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains(plaza_broker::STORE_FILE), "{said}");
+}
+
+/// Webhook events are queued in the data directory: those a receiver that
+/// was down never got are delivered after a kill -9 and a restart, every
+/// one, in order per room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_webhooks_survive_a_kill() {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::{Arc, Mutex};
+    // The receiver's port, closed while the events are made.
+    let hook_port = free_port();
+    let dir = tempfile::Builder::new()
+        .prefix("plaza-data-")
+        .tempdir()
+        .unwrap();
+    let config = dir.path().join("plaza.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[webhooks]]\nname = \"backend\"\nurl = \"http://127.0.0.1:{hook_port}/hook\"\n\
+             secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n\
+             events = [\"message.published\"]\nchannels = [\"*\"]\n"
+        ),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let config = config.display().to_string();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut node = serve_with(port, &data, &["--config", &config]).await;
+    let rooms = ["r1", "r2"];
+    for room in rooms {
+        let created =
+            crate::support::http_post(&addr, "/v1/rooms", &json!({ "id": room }).to_string());
+        assert!(created.starts_with("HTTP/1.1 201"), "{created}");
+    }
+    const EACH: u64 = 30;
+    for i in 0..EACH {
+        for room in rooms {
+            let path = format!("/v1/rooms/{room}/publish");
+            let reply = crate::support::http_post(
+                &addr,
+                &path,
+                &json!({"event": "m", "data": i}).to_string(),
+            );
+            assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+        }
+    }
+    node.kill().unwrap();
+    node.wait().unwrap();
+
+    // Each (room, seq) the first time it arrives, in arrival order.
+    type Firsts = Arc<Mutex<(BTreeSet<(String, u64)>, BTreeMap<String, Vec<u64>>)>>;
+    let firsts: Firsts = Arc::default();
+    let (count_tx, mut count) = tokio::sync::watch::channel(0usize);
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post({
+            let firsts = firsts.clone();
+            move |body: axum::body::Bytes| {
+                let (firsts, count_tx) = (firsts.clone(), count_tx.clone());
+                async move {
+                    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    let room = v["data"]["room"].as_str().unwrap().to_owned();
+                    let seq = v["data"]["seq"].as_u64().unwrap();
+                    let mut f = firsts.lock().unwrap();
+                    if f.0.insert((room.clone(), seq)) {
+                        f.1.entry(room).or_default().push(seq);
+                        count_tx.send_replace(f.0.len());
+                    }
+                    axum::http::StatusCode::NO_CONTENT
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", hook_port))
+        .await
+        .unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let mut node = serve_with(port, &data, &["--config", &config]).await;
+    let all = rooms.len() * EACH as usize;
+    let arrived = tokio::time::timeout(LIMIT, count.wait_for(|n| *n >= all)).await;
+    let f = firsts.lock().unwrap();
+    assert!(arrived.is_ok(), "{} of {all} events: {:?}", f.0.len(), f.1);
+    for room in rooms {
+        let seqs = &f.1[room];
+        assert_eq!(seqs.len() as u64, EACH, "{room}: {seqs:?}");
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "{room} out of order: {seqs:?}"
+        );
+    }
+    drop(f);
+    node.kill().unwrap();
+    node.wait().unwrap();
 }

@@ -20,6 +20,10 @@ use plaza_core::{Millis, RoomError, TicketBook, TicketGrant};
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::oneshot;
 
+mod webhooks;
+
+use webhooks::{NewWebhook, WebhookQueue};
+
 use crate::{
     new_ticket_token, AppendFuture, Cluster, ClusterError, IssuedTicket, LogEntry, LogListener,
     LogNotice, LogPosition, TicketStore,
@@ -77,6 +81,8 @@ struct State {
     /// Join tickets, as written: a ticket minted before a restart is
     /// redeemable after it, once.
     tickets: TicketBook,
+    /// Webhook queues by target.
+    webhooks: HashMap<String, WebhookQueue>,
     /// Whether the store refused a write: commands that need it are refused
     /// until a write succeeds again.
     failed: Option<String>,
@@ -92,6 +98,8 @@ struct Room {
     log: VecDeque<LogEntry>,
     snapshot: (u64, Bytes),
     members: Option<(u64, u64)>,
+    /// The last log position whose webhook events are queued.
+    webhook_cursor: u64,
 }
 
 enum Write {
@@ -120,6 +128,19 @@ enum Write {
         grant: TicketGrant,
         expires_at: Millis,
         used: bool,
+        done: oneshot::Sender<Result<(), ClusterError>>,
+    },
+    /// Webhook records to queue and the room's webhook cursor to move.
+    Webhooks {
+        room: String,
+        cursor: Option<u64>,
+        records: Vec<NewWebhook>,
+        done: oneshot::Sender<Result<(), ClusterError>>,
+    },
+    /// Webhook records delivered (or given up).
+    WebhookAck {
+        target: String,
+        seqs: Vec<u64>,
         done: oneshot::Sender<Result<(), ClusterError>>,
     },
     /// Answered once everything before it is committed.
@@ -164,9 +185,11 @@ impl DiskBroker {
         let rooms = load(&conn).map_err(|e| format!("{}: {e}", path.display()))?;
         let tickets =
             load_tickets(&conn, now_ms()).map_err(|e| format!("{}: {e}", path.display()))?;
+        let webhooks = load_webhooks(&conn).map_err(|e| format!("{}: {e}", path.display()))?;
         let state = Arc::new(Mutex::new(State {
             rooms,
             tickets,
+            webhooks,
             ..State::default()
         }));
         let (tx, rx) = mpsc::channel();
@@ -248,7 +271,11 @@ fn open_store(path: &Path, fsync: Fsync) -> rusqlite::Result<Connection> {
             PRIMARY KEY (room, n)) WITHOUT ROWID;
          CREATE TABLE IF NOT EXISTS tickets (
             token TEXT PRIMARY KEY, room TEXT NOT NULL, name TEXT NOT NULL,
-            platform TEXT NOT NULL, expires_at INTEGER NOT NULL, used INTEGER NOT NULL);",
+            platform TEXT NOT NULL, expires_at INTEGER NOT NULL, used INTEGER NOT NULL);
+         CREATE TABLE IF NOT EXISTS webhooks (
+            target TEXT NOT NULL, seq INTEGER NOT NULL, id TEXT NOT NULL, room TEXT NOT NULL,
+            body BLOB NOT NULL, ts INTEGER NOT NULL, PRIMARY KEY (target, seq)) WITHOUT ROWID;
+         CREATE TABLE IF NOT EXISTS webhook_cursors (room TEXT PRIMARY KEY, upto INTEGER NOT NULL);",
     )?;
     Ok(conn)
 }
@@ -271,6 +298,7 @@ fn load(conn: &Connection) -> rusqlite::Result<HashMap<String, Room>> {
                 log: VecDeque::new(),
                 snapshot: (snap_n as u64, snap.into()),
                 members: None,
+                webhook_cursor: 0,
             },
         );
     }
@@ -294,7 +322,43 @@ fn load(conn: &Connection) -> rusqlite::Result<HashMap<String, Room>> {
             }
         }
     }
+    let mut stmt = conn.prepare("SELECT room, upto FROM webhook_cursors")?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        let room: String = row.get(0)?;
+        let upto: i64 = row.get(1)?;
+        if let Some(r) = rooms.get_mut(&room) {
+            r.webhook_cursor = upto as u64;
+        }
+    }
     Ok(rooms)
+}
+
+/// Every target's queued webhook records, in order. What the last run read
+/// and did not acknowledge is unread again: delivered at least once.
+fn load_webhooks(conn: &Connection) -> rusqlite::Result<HashMap<String, WebhookQueue>> {
+    let mut queues: HashMap<String, WebhookQueue> = HashMap::new();
+    let mut stmt =
+        conn.prepare("SELECT target, seq, id, room, body, ts FROM webhooks ORDER BY target, seq")?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        let target: String = row.get(0)?;
+        let seq = row.get::<_, i64>(1)? as u64;
+        let body: Vec<u8> = row.get(4)?;
+        let queue = queues.entry(target).or_default();
+        queue.next = queue.next.max(seq);
+        queue.unread.push_back((
+            seq,
+            crate::QueuedWebhook {
+                stream_id: seq.to_string(),
+                id: row.get(2)?,
+                room: row.get(3)?,
+                body: body.into(),
+                ts: row.get::<_, i64>(5)? as u64,
+            },
+        ));
+    }
+    Ok(queues)
 }
 
 fn load_tickets(conn: &Connection, now: Millis) -> rusqlite::Result<TicketBook> {
@@ -426,7 +490,26 @@ fn write_loop(
                     }
                     let _ = done.send(Ok(position));
                 }
-                Write::Snapshot { done, .. } | Write::Ticket { done, .. } => {
+                Write::Webhooks {
+                    room,
+                    cursor,
+                    records,
+                    done,
+                } => {
+                    if result.is_ok() {
+                        if let (Some(c), Some(r)) = (cursor, st.rooms.get_mut(&room)) {
+                            r.webhook_cursor = r.webhook_cursor.max(c);
+                        }
+                        for w in records {
+                            let queue = st.webhooks.entry(w.target).or_default();
+                            queue.unread.push_back((w.seq, w.record));
+                        }
+                    }
+                    let _ = done.send(result.clone().map_err(unavailable));
+                }
+                Write::Snapshot { done, .. }
+                | Write::Ticket { done, .. }
+                | Write::WebhookAck { done, .. } => {
                     let _ = done.send(result.clone().map_err(unavailable));
                 }
                 Write::Barrier(done) => {
@@ -479,7 +562,10 @@ fn commit(conn: &mut Connection, batch: &[Write]) -> Result<(), String> {
             ),
             Write::Delete { id } => tx
                 .execute("DELETE FROM rooms WHERE id = ?1", params![id])
-                .and_then(|_| tx.execute("DELETE FROM log WHERE room = ?1", params![id])),
+                .and_then(|_| tx.execute("DELETE FROM log WHERE room = ?1", params![id]))
+                .and_then(|_| {
+                    tx.execute("DELETE FROM webhook_cursors WHERE room = ?1", params![id])
+                }),
             Write::Append { room, entry, .. } => tx.execute(
                 "INSERT OR REPLACE INTO log (room, n, ts, payload) VALUES (?1, ?2, ?3, ?4)",
                 params![room, entry.n as i64, entry.ts as i64, &entry.payload[..]],
@@ -513,11 +599,54 @@ fn commit(conn: &mut Connection, batch: &[Write]) -> Result<(), String> {
                     used
                 ],
             ),
+            Write::Webhooks {
+                room,
+                cursor,
+                records,
+                ..
+            } => write_webhooks(&tx, room, *cursor, records),
+            Write::WebhookAck { target, seqs, .. } => seqs.iter().try_fold(0, |n, seq| {
+                tx.execute(
+                    "DELETE FROM webhooks WHERE target = ?1 AND seq = ?2",
+                    params![target, *seq as i64],
+                )
+                .map(|d| n + d)
+            }),
             Write::Barrier(_) | Write::Compact(_) => Ok(0),
         };
         r.map_err(|e| e.to_string())?;
     }
     tx.commit().map_err(|e| e.to_string())
+}
+
+fn write_webhooks(
+    tx: &rusqlite::Transaction<'_>,
+    room: &str,
+    cursor: Option<u64>,
+    records: &[NewWebhook],
+) -> rusqlite::Result<usize> {
+    for w in records {
+        tx.execute(
+            "INSERT OR REPLACE INTO webhooks (target, seq, id, room, body, ts)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                w.target,
+                w.seq as i64,
+                w.record.id,
+                w.record.room,
+                &w.record.body[..],
+                w.record.ts as i64
+            ],
+        )?;
+    }
+    if let Some(upto) = cursor {
+        tx.execute(
+            "INSERT INTO webhook_cursors (room, upto) VALUES (?1, ?2)
+             ON CONFLICT (room) DO UPDATE SET upto = max(upto, excluded.upto)",
+            params![room, upto as i64],
+        )?;
+    }
+    Ok(records.len())
 }
 
 #[async_trait]
@@ -546,6 +675,7 @@ impl Cluster for DiskBroker {
                     log: VecDeque::new(),
                     snapshot: (0, snapshot.clone()),
                     members: None,
+                    webhook_cursor: 0,
                 },
             );
             self.send(Write::Create {
@@ -721,6 +851,10 @@ impl Cluster for DiskBroker {
     async fn subscribe_control(&self, listener: LogListener) -> Result<(), ClusterError> {
         self.state()?.control = Some(listener);
         Ok(())
+    }
+
+    fn webhook_streams(&self) -> Option<&dyn crate::WebhookStreams> {
+        Some(self)
     }
 
     async fn nodes_alive(&self, nodes: &[String]) -> Result<Vec<bool>, ClusterError> {
