@@ -132,3 +132,72 @@ async fn compaction_gives_trimmed_and_deleted_data_back() {
     assert_eq!(disk.list_rooms().await.unwrap().len(), 4);
     assert_eq!(disk.load_snapshot("r1").await.unwrap().unwrap().0, 200);
 }
+
+/// The durable webhook queue's contract, as Redis streams keep it: each
+/// record once by log position, dropped at `max`, read once, gone when
+/// acknowledged, and what was read but not acknowledged is back after a
+/// reopening.
+#[tokio::test]
+async fn webhook_queues_keep_each_event_once_and_survive_reopening() {
+    use plaza_broker::{WebhookRecord, WebhookStreams};
+    let dir = tempfile::tempdir().unwrap();
+    let record = |position: u64, max: u64| WebhookRecord {
+        position,
+        target: "t".into(),
+        max,
+        id: format!("r:1:{position}"),
+        room: "r".into(),
+        body: Bytes::from(format!("{{\"seq\":{position}}}")),
+        ts: 1,
+    };
+    {
+        let disk = DiskBroker::open(dir.path(), Fsync::Always, "n1").unwrap();
+        disk.create_room("r", "m".into(), "s".into()).await.unwrap();
+        let dropped = disk
+            .enqueue("r", 2, &[record(1, 10), record(2, 10)])
+            .await
+            .unwrap();
+        assert!(dropped.is_empty());
+        // A second replica's call for the same entries queues nothing.
+        disk.enqueue("r", 2, &[record(2, 10)]).await.unwrap();
+        assert_eq!(disk.depth("t").await.unwrap(), 2);
+        // At `max` the record is dropped, and its target named.
+        let dropped = disk.enqueue("r", 3, &[record(3, 2)]).await.unwrap();
+        assert_eq!(dropped, vec!["t".to_owned()]);
+        let read = WebhookStreams::read(&*disk, "t", 10).await.unwrap();
+        assert_eq!(
+            read.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+            ["r:1:1", "r:1:2"]
+        );
+        assert!(
+            WebhookStreams::read(&*disk, "t", 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "read once"
+        );
+        disk.ack("t", &[read[0].stream_id.clone()]).await.unwrap();
+        assert_eq!(disk.depth("t").await.unwrap(), 1);
+        assert!(disk.lagging_rooms().await.unwrap().is_empty());
+    }
+    let mut disk = None;
+    for _ in 0..100 {
+        match DiskBroker::open(dir.path(), Fsync::Always, "n2") {
+            Ok(d) => {
+                disk = Some(d);
+                break;
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    }
+    let disk = disk.expect("the directory opens again");
+    let again = WebhookStreams::read(&*disk, "t", 10).await.unwrap();
+    assert_eq!(
+        again.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["r:1:2"],
+        "read, not acknowledged: sent again"
+    );
+    // The cursor came back too: entry 2 is not queued again.
+    disk.enqueue("r", 2, &[record(2, 10)]).await.unwrap();
+    assert_eq!(disk.depth("t").await.unwrap(), 1);
+}
