@@ -69,6 +69,9 @@ pub struct DiskBroker {
     node_id: String,
     state: Arc<Mutex<State>>,
     writes: Mutex<mpsc::Sender<Write>>,
+    /// A second connection, for reading snapshots beside the writer (WAL
+    /// readers do not block it).
+    reader: Arc<Mutex<Connection>>,
     /// Held for the process's life: the lock on the data directory.
     _lock: std::fs::File,
 }
@@ -96,7 +99,10 @@ struct Room {
     last_ts: Millis,
     /// Committed entries after the snapshot.
     log: VecDeque<LogEntry>,
-    snapshot: (u64, Bytes),
+    /// The latest snapshot's position, and its bytes until they are
+    /// committed: a committed snapshot is read from the store when a room is
+    /// hosted, so idle rooms' states take no memory.
+    snapshot: (u64, Option<Bytes>),
     members: Option<(u64, u64)>,
     /// The last log position whose webhook events are queued.
     webhook_cursor: u64,
@@ -192,6 +198,8 @@ impl DiskBroker {
             webhooks,
             ..State::default()
         }));
+        let reader = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         let (tx, rx) = mpsc::channel();
         let writer_state = state.clone();
         std::thread::Builder::new()
@@ -202,6 +210,7 @@ impl DiskBroker {
             node_id: node_id.to_owned(),
             state,
             writes: Mutex::new(tx),
+            reader: Arc::new(Mutex::new(reader)),
             _lock: lock,
         }))
     }
@@ -282,13 +291,12 @@ fn open_store(path: &Path, fsync: Fsync) -> rusqlite::Result<Connection> {
 
 fn load(conn: &Connection) -> rusqlite::Result<HashMap<String, Room>> {
     let mut rooms = HashMap::new();
-    let mut stmt = conn.prepare("SELECT id, meta, snap_n, snap FROM rooms")?;
+    let mut stmt = conn.prepare("SELECT id, meta, snap_n FROM rooms")?;
     let mut rows = stmt.query([])?;
     while let Some(row) = rows.next()? {
         let id: String = row.get(0)?;
         let meta: Vec<u8> = row.get(1)?;
         let snap_n: i64 = row.get(2)?;
-        let snap: Vec<u8> = row.get(3)?;
         rooms.insert(
             id,
             Room {
@@ -296,7 +304,7 @@ fn load(conn: &Connection) -> rusqlite::Result<HashMap<String, Room>> {
                 next_n: snap_n as u64,
                 last_ts: 0,
                 log: VecDeque::new(),
-                snapshot: (snap_n as u64, snap.into()),
+                snapshot: (snap_n as u64, None),
                 members: None,
                 webhook_cursor: 0,
             },
@@ -507,16 +515,33 @@ fn write_loop(
                     }
                     let _ = done.send(result.clone().map_err(unavailable));
                 }
-                Write::Snapshot { done, .. }
-                | Write::Ticket { done, .. }
-                | Write::WebhookAck { done, .. } => {
+                Write::Snapshot { room, n, done, .. } => {
+                    if result.is_ok() {
+                        if let Some(r) = st.rooms.get_mut(&room) {
+                            if r.snapshot.0 == n {
+                                r.snapshot.1 = None;
+                            }
+                        }
+                    }
+                    let _ = done.send(result.clone().map_err(unavailable));
+                }
+                Write::Create { id, .. } => {
+                    if result.is_ok() {
+                        if let Some(r) = st.rooms.get_mut(&id) {
+                            if r.snapshot.0 == 0 {
+                                r.snapshot.1 = None;
+                            }
+                        }
+                    }
+                }
+                Write::Ticket { done, .. } | Write::WebhookAck { done, .. } => {
                     let _ = done.send(result.clone().map_err(unavailable));
                 }
                 Write::Barrier(done) => {
                     let _ = done.send(());
                 }
                 Write::Compact(done) => compactions.push(done),
-                Write::Create { .. } | Write::Delete { .. } => {}
+                Write::Delete { .. } => {}
             }
         }
         drop(st);
@@ -673,7 +698,7 @@ impl Cluster for DiskBroker {
                     next_n: 0,
                     last_ts: 0,
                     log: VecDeque::new(),
-                    snapshot: (0, snapshot.clone()),
+                    snapshot: (0, Some(snapshot.clone())),
                     members: None,
                     webhook_cursor: 0,
                 },
@@ -804,7 +829,7 @@ impl Cluster for DiskBroker {
             if n <= r.snapshot.0 {
                 return Ok(());
             }
-            r.snapshot = (n, snapshot.clone());
+            r.snapshot = (n, Some(snapshot.clone()));
             while r.log.front().is_some_and(|e| e.n <= n) {
                 r.log.pop_front();
             }
@@ -821,7 +846,34 @@ impl Cluster for DiskBroker {
     }
 
     async fn load_snapshot(&self, room: &str) -> Result<Option<(u64, Bytes)>, ClusterError> {
-        Ok(self.state()?.rooms.get(room).map(|r| r.snapshot.clone()))
+        match self.state()?.rooms.get(room) {
+            None => return Ok(None),
+            Some(Room {
+                snapshot: (n, Some(bytes)),
+                ..
+            }) => return Ok(Some((*n, bytes.clone()))),
+            Some(_) => {}
+        }
+        // Committed: the store has it, or a newer one (whose log entries
+        // are the ones still held, so either is consistent with the log).
+        let reader = self.reader.clone();
+        let id = room.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let conn = reader.lock().unwrap_or_else(|p| p.into_inner());
+            conn.query_row(
+                "SELECT snap_n, snap FROM rooms WHERE id = ?1",
+                params![id],
+                |row| {
+                    let n: i64 = row.get(0)?;
+                    let bytes: Vec<u8> = row.get(1)?;
+                    Ok((n as u64, Bytes::from(bytes)))
+                },
+            )
+            .optional()
+        })
+        .await
+        .map_err(|e| unavailable(format!("snapshot read stopped: {e}")))?
+        .map_err(unavailable)
     }
 
     async fn subscribe(&self, room: &str, listener: LogListener) -> Result<(), ClusterError> {
