@@ -34,7 +34,7 @@ impl TicketStore for MemoryTicketStore {
         let expires_at = now + ttl_ms;
         let mut book = self.tickets.lock().unwrap_or_else(|p| p.into_inner());
         // Purging on issue keeps the book bounded by the issue rate × ticket life.
-        book.purge(now);
+        book.purge_now_and_then(now);
         book.issue(ticket.clone(), grant, expires_at);
         Ok(IssuedTicket { ticket, expires_at })
     }

@@ -29,7 +29,12 @@ struct TicketState {
 #[derive(Debug, Default)]
 pub struct TicketBook {
     tickets: HashMap<String, TicketState>,
+    /// When [`TicketBook::purge_now_and_then`] last purged.
+    last_purge: Millis,
 }
+
+/// How often [`TicketBook::purge_now_and_then`] purges at most.
+const PURGE_EVERY_MS: Millis = 1_000;
 
 impl TicketBook {
     /// Records a new ticket valid until `expires_at`.
@@ -85,6 +90,17 @@ impl TicketBook {
         self.tickets
             .retain(|_, t| t.expires_at.saturating_add(60_000) > now);
         before - self.tickets.len()
+    }
+
+    /// Purges as [`TicketBook::purge`] does, at most once a second: a store
+    /// that purges on every issue then scans its book once a second, not
+    /// once per ticket, and holds at most a second's tickets more.
+    pub fn purge_now_and_then(&mut self, now: Millis) -> usize {
+        if now.saturating_sub(self.last_purge) < PURGE_EVERY_MS {
+            return 0;
+        }
+        self.last_purge = now;
+        self.purge(now)
     }
 
     /// Tickets held (live, used or recently expired).

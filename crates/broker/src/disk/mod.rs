@@ -968,7 +968,7 @@ impl TicketStore for DiskBroker {
             let mut st = self.state()?;
             // Purging on issue keeps the book bounded by the issue rate × ticket
             // life; the writer forgets the same ones on disk.
-            st.tickets.purge(now);
+            st.tickets.purge_now_and_then(now);
             st.tickets.issue(ticket.clone(), grant.clone(), expires_at);
         }
         self.write_ticket(ticket.clone(), grant, expires_at, false)

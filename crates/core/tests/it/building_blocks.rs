@@ -94,6 +94,22 @@ fn purge_keeps_expired_tickets_for_a_minute() {
 }
 
 #[test]
+fn purging_on_every_issue_scans_at_most_once_a_second() {
+    let mut b = TicketBook::default();
+    b.issue("a".into(), grant("a"), 1_000);
+    assert_eq!(b.purge_now_and_then(61_000), 1, "the first call purges");
+    b.issue("b".into(), grant("b"), 1_000);
+    assert_eq!(
+        b.purge_now_and_then(61_999),
+        0,
+        "within the second: no scan"
+    );
+    assert_eq!(b.len(), 1);
+    assert_eq!(b.purge_now_and_then(62_000), 1, "a second later it does");
+    assert!(b.is_empty());
+}
+
+#[test]
 fn a_ticket_that_never_expires_survives_purge() {
     let mut b = TicketBook::default();
     b.issue("forever".into(), grant("a"), u64::MAX);
