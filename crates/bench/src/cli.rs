@@ -33,6 +33,14 @@ enum BenchCommand {
     /// files of earlier sweeps, one line per target; a target in a later
     /// file replaces one of the same name in an earlier file.
     Chart(ChartArgs),
+    /// Restart-to-ready time of `plaza serve --data-dir` with N rooms whose
+    /// histories are full: fill, stop (SIGTERM, SIGKILL), start again, time
+    /// /readyz and every room's answer, check every seq and history, and
+    /// report the data directory's size.
+    ///
+    /// Exit status: 0 when every room came back whole, 1 when one did not,
+    /// 2 when the run could not be made.
+    Restart(Box<crate::restart::RestartArgs>),
 }
 
 #[derive(Args)]
@@ -167,6 +175,7 @@ pub fn main(args: BenchArgs) -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        BenchCommand::Restart(a) => crate::restart::main(*a),
         BenchCommand::ReferenceServer(a) => match reference_server(a) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

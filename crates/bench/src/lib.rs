@@ -18,6 +18,7 @@
 //! - [`compare`]: one scenario against several targets, with sweeps, summaries and charts.
 //! - [`chart`]: latency and throughput charts (SVG and PNG) of a members sweep.
 //! - [`mod@reference`]: the reference fan-out server, this machine's practical ceiling.
+//! - [`restart`]: `plaza bench restart`: restart-to-ready time of a data directory with full room histories.
 //! - [`cli`]: the `plaza bench` command line and the orchestration of a run.
 
 #![warn(missing_docs)]
@@ -34,6 +35,7 @@ pub mod procstat;
 pub mod raw;
 pub mod reference;
 pub mod report;
+pub mod restart;
 pub mod runner;
 pub mod scenario;
 pub mod schedule;

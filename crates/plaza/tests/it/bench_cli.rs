@@ -1,5 +1,6 @@
-//! `plaza bench run` as a user runs it: one run spread over two load
-//! processes against a real `plaza serve`, with results added up.
+//! `plaza bench` as a user runs it: one run spread over two load processes
+//! against a real `plaza serve`, with results added up; and `plaza bench
+//! restart`, which starts, stops and restarts `plaza serve --data-dir` itself.
 
 use std::process::Command;
 
@@ -55,4 +56,64 @@ fn a_run_over_two_load_processes_counts_every_delivery_once() {
     assert_eq!(result["deliveries_total"], 60, "{result:#}");
     assert_eq!(result["expected_deliveries_total"], 60);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `plaza bench restart` on a few small rooms: it fills them, stops the
+/// server (SIGTERM, then SIGKILL), starts it again, and every room answers
+/// with the seq it had before the stop and its whole history.
+#[test]
+fn restart_brings_every_room_back_at_its_seq() {
+    let dir = tempfile::Builder::new()
+        .prefix("plaza-bench-restart")
+        .tempdir()
+        .unwrap();
+    let data = dir.path().join("data");
+    let json = dir.path().join("restart.json");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = Command::new(env!("CARGO_BIN_EXE_plaza"))
+        .args(["bench", "restart", "--rooms", "5", "--history", "20"])
+        .args([
+            "--payload-bytes",
+            "50",
+            "--fsync",
+            "always",
+            "--concurrency",
+            "3",
+        ])
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .arg(&data)
+        .arg("--out")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("spawn → /readyz 200"), "{stdout}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(r["passed"], true, "{r:#}");
+    let rounds = r["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 2);
+    for (round, stop) in rounds.iter().zip(["term", "kill"]) {
+        assert_eq!(round["stop"], stop);
+        assert_eq!(round["publishes"], 5 * 20);
+        assert_eq!(round["seq_mismatches"], 0, "{round:#}");
+        assert_eq!(round["history_mismatches"], 0, "{round:#}");
+        assert!(round["all_rooms_ms"].as_f64().unwrap() >= round["ready_ms"].as_f64().unwrap());
+        assert!(round["disk_after_restart"].as_u64().unwrap() > 0);
+    }
+    // A second run refuses the directory the first one left.
+    let again = Command::new(env!("CARGO_BIN_EXE_plaza"))
+        .args(["bench", "restart", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2));
 }
