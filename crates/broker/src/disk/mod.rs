@@ -577,21 +577,33 @@ fn recover(conn: &Connection, state: &Mutex<State>, path: &Path) {
     }
 }
 
+/// Runs `sql` through the connection's statement cache: the writer runs
+/// the same few statements for every append, so each is parsed once.
+fn exec(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<usize> {
+    conn.prepare_cached(sql)?.execute(params)
+}
+
 fn commit(conn: &mut Connection, batch: &[Write]) -> Result<(), String> {
     let tx = conn.transaction().map_err(|e| e.to_string())?;
     for w in batch {
         let r = match w {
-            Write::Create { id, meta, snapshot } => tx.execute(
+            Write::Create { id, meta, snapshot } => exec(
+                &tx,
                 "INSERT OR REPLACE INTO rooms (id, meta, snap_n, snap) VALUES (?1, ?2, 0, ?3)",
                 params![id, &meta[..], &snapshot[..]],
             ),
             Write::Delete { id } => tx
                 .execute("DELETE FROM rooms WHERE id = ?1", params![id])
-                .and_then(|_| tx.execute("DELETE FROM log WHERE room = ?1", params![id]))
+                .and_then(|_| exec(&tx, "DELETE FROM log WHERE room = ?1", params![id]))
                 .and_then(|_| {
-                    tx.execute("DELETE FROM webhook_cursors WHERE room = ?1", params![id])
+                    exec(
+                        &tx,
+                        "DELETE FROM webhook_cursors WHERE room = ?1",
+                        params![id],
+                    )
                 }),
-            Write::Append { room, entry, .. } => tx.execute(
+            Write::Append { room, entry, .. } => exec(
+                &tx,
                 "INSERT OR REPLACE INTO log (room, n, ts, payload) VALUES (?1, ?2, ?3, ?4)",
                 params![room, entry.n as i64, entry.ts as i64, &entry.payload[..]],
             ),
@@ -601,7 +613,8 @@ fn commit(conn: &mut Connection, batch: &[Write]) -> Result<(), String> {
                     params![room, *n as i64, &bytes[..]],
                 )
                 .and_then(|_| {
-                    tx.execute(
+                    exec(
+                        &tx,
                         "DELETE FROM log WHERE room = ?1 AND n <= ?2",
                         params![room, *n as i64],
                     )
@@ -612,7 +625,8 @@ fn commit(conn: &mut Connection, batch: &[Write]) -> Result<(), String> {
                 expires_at,
                 used,
                 ..
-            } => tx.execute(
+            } => exec(
+                &tx,
                 "INSERT OR REPLACE INTO tickets (token, room, name, platform, expires_at, used)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 params![
@@ -631,7 +645,8 @@ fn commit(conn: &mut Connection, batch: &[Write]) -> Result<(), String> {
                 ..
             } => write_webhooks(&tx, room, *cursor, records),
             Write::WebhookAck { target, seqs, .. } => seqs.iter().try_fold(0, |n, seq| {
-                tx.execute(
+                exec(
+                    &tx,
                     "DELETE FROM webhooks WHERE target = ?1 AND seq = ?2",
                     params![target, *seq as i64],
                 )
@@ -651,7 +666,8 @@ fn write_webhooks(
     records: &[NewWebhook],
 ) -> rusqlite::Result<usize> {
     for w in records {
-        tx.execute(
+        exec(
+            tx,
             "INSERT OR REPLACE INTO webhooks (target, seq, id, room, body, ts)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
@@ -665,7 +681,8 @@ fn write_webhooks(
         )?;
     }
     if let Some(upto) = cursor {
-        tx.execute(
+        exec(
+            tx,
             "INSERT INTO webhook_cursors (room, upto) VALUES (?1, ?2)
              ON CONFLICT (room) DO UPDATE SET upto = max(upto, excluded.upto)",
             params![room, upto as i64],
