@@ -199,6 +199,12 @@ impl DiskBroker {
             ..State::default()
         }));
         let reader = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .and_then(|c| {
+                // A WAL reader may briefly meet the writer's lock (a
+                // checkpoint resetting the log): it waits rather than fails.
+                c.busy_timeout(Duration::from_secs(5))?;
+                Ok(c)
+            })
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let (tx, rx) = mpsc::channel();
         let writer_state = state.clone();

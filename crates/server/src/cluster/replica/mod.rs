@@ -286,11 +286,20 @@ impl Replica {
         }
         rx.close();
         while let Ok(cmd) = rx.try_recv() {
+            // Joins, and the calls that need no membership here (the server
+            // API, admin calls, reads), go to a new replica: they met one
+            // that was leaving, not a room that is gone.
             match (cmd, &host) {
                 (RoomCommand::Client(c), Some(host))
-                    if matches!(c.pending.waiter, Waiter::Join(_)) =>
+                    if matches!(
+                        c.pending.waiter,
+                        Waiter::Join(_) | Waiter::Server(_) | Waiter::Admin(_)
+                    ) =>
                 {
                     host.clone().rejoin(self.id.clone(), RoomCommand::Client(c));
+                }
+                (cmd @ (RoomCommand::Read(_) | RoomCommand::Members { .. }), Some(host)) => {
+                    host.clone().rejoin(self.id.clone(), cmd);
                 }
                 (cmd, _) => cmd.refuse(&self.id, not_joined(), &self.errors),
             }
