@@ -60,6 +60,10 @@ const MAINTENANCE_EVERY: Duration = Duration::from_secs(1);
 /// (4 MiB of 4 KiB pages): compaction never holds the writer for long.
 const VACUUM_PAGES: u32 = 1024;
 
+/// Compaction leaves a file alone while less than a quarter of it, or less
+/// than this many pages (1 MiB), is free.
+const VACUUM_MIN_FREE_PAGES: i64 = 256;
+
 /// An expired ticket is kept this long so that a late redemption is told
 /// `ticket_expired` (as `TicketBook::purge`).
 const EXPIRED_TICKET_KEPT_MS: Millis = 60_000;
@@ -404,6 +408,17 @@ fn maintain(conn: &Connection) {
         "DELETE FROM tickets WHERE expires_at <= ?1",
         params![before],
     );
+    // Pages freed by replaced snapshots and trimmed logs are reused by the
+    // next writes: giving them back only to grow the file again would cost
+    // the writer for nothing. Only a file that is mostly free (rooms
+    // deleted, a burst gone) is shrunk.
+    let pages = |name: &str| conn.pragma_query_value(None, name, |r| r.get::<_, i64>(0));
+    let (Ok(free), Ok(total)) = (pages("freelist_count"), pages("page_count")) else {
+        return;
+    };
+    if free < VACUUM_MIN_FREE_PAGES || free * 4 < total {
+        return;
+    }
     // The pragma frees one page per step: run it to the end.
     let _ = conn
         .prepare(&format!("PRAGMA incremental_vacuum({VACUUM_PAGES})"))
