@@ -111,7 +111,12 @@ impl Store for Sqlite {
 
     fn compact(&mut self) {
         self.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).unwrap();
-        self.conn.execute_batch("PRAGMA incremental_vacuum;").unwrap();
+        // The pragma frees one page per step (execute_batch would free one): run it to the end.
+        let mut stmt = self.conn.prepare("PRAGMA incremental_vacuum").unwrap();
+        let mut rows = stmt.query([]).unwrap();
+        while rows.next().unwrap().is_some() {}
+        drop(rows);
+        drop(stmt);
         self.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).unwrap();
     }
 }
