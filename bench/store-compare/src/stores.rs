@@ -1,171 +1,230 @@
-//! The three stores behind one small interface, each used the way its docs suggest.
+//! The three stores behind one small interface, each holding Plaza's data_dir tables (rooms with
+//! their latest snapshot; log entries keyed by (room, n)) and each committing durably: fsync
+//! before `commit` returns.
 
-use crate::Op;
-use std::path::{Path, PathBuf};
+use crate::{room_id, Op};
+use std::collections::HashMap;
+use std::path::Path;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sync {
-    /// fsync (fdatasync) before a commit returns
-    Durable,
-    /// commit reaches the OS (or the store's memory, for redb); fsync once a second by `sync_now`
-    Interval,
+/// A room as recovery holds it: the latest snapshot and the gap-free log after it.
+#[derive(Default)]
+pub struct Room {
+    pub snap_n: u64,
+    pub snap: Vec<u8>,
+    /// (n, ts, payload)
+    pub log: Vec<(u64, u64, Vec<u8>)>,
+}
+
+pub type Rooms = HashMap<String, Room>;
+
+/// Plaza's load: only the run of entries that follows the snapshot gap-free is kept.
+fn push_entry(rooms: &mut Rooms, room: &str, n: u64, ts: u64, payload: &[u8]) {
+    if let Some(r) = rooms.get_mut(room) {
+        if n == r.snap_n + r.log.len() as u64 + 1 {
+            r.log.push((n, ts, payload.to_vec()));
+        }
+    }
 }
 
 pub trait Store: Send {
-    /// One transaction for the whole group.
+    /// One durable transaction for the whole group.
     fn commit(&mut self, ops: &[Op]);
-    /// The once-a-second (or end-of-load) fsync.
-    fn sync_now(&mut self);
-    /// Read every room's latest snapshot and its log tail: (bytes, log entries, rooms).
-    fn recover_all(&self) -> (u64, u64, u64);
-    /// The store's own compaction.
+    /// Recovery after open: every room's snapshot and log into memory.
+    fn load(&self) -> Rooms;
+    /// The store's own compaction, run to the end.
     fn compact(&mut self);
 }
 
-pub fn open_store(kind: &str, dir: &Path, sync: Sync) -> Box<dyn Store> {
+pub fn open_store(kind: &str, dir: &Path) -> Box<dyn Store> {
     match kind {
-        "sqlite" => Box::new(Sqlite::open(dir, sync)),
-        "redb" => Box::new(Redb::open(dir, sync)),
-        "fjall" => Box::new(Fjall::open(dir, sync)),
+        "sqlite" => Box::new(Sqlite::open(dir)),
+        "redb" => Box::new(Redb::open(dir)),
+        "fjall" => Box::new(Fjall::open(dir)),
         _ => panic!("unknown store {kind}: sqlite, redb or fjall"),
     }
 }
 
+fn be(v: &[u8]) -> u64 {
+    u64::from_be_bytes(v[..8].try_into().unwrap())
+}
+
+/// `prefix` (8 bytes, big-endian) followed by `body`: redb's and fjall's values.
+fn prefixed(prefix: u64, body: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(8 + body.len());
+    v.extend_from_slice(&prefix.to_be_bytes());
+    v.extend_from_slice(body);
+    v
+}
+
 // ------------------------------------------------------------------------------------ SQLite
 
+/// As `crates/broker/src/disk/mod.rs` (`open_store`, `commit`, `load`) with fsync = always.
 pub struct Sqlite {
     conn: rusqlite::Connection,
-    wal: PathBuf,
 }
 
 impl Sqlite {
-    fn open(dir: &Path, sync: Sync) -> Self {
-        let conn = rusqlite::Connection::open(dir.join("plaza.db")).unwrap();
-        // must precede the first table for incremental vacuum to be possible
-        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL").unwrap();
+    fn open(dir: &Path) -> Self {
+        let conn = rusqlite::Connection::open(dir.join("plaza.sqlite3")).unwrap();
+        // fixed when the first table is made (a no-op on an existing store)
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+            .unwrap();
         conn.pragma_update(None, "journal_mode", "WAL").unwrap();
-        conn.pragma_update(None, "synchronous", if sync == Sync::Durable { "FULL" } else { "NORMAL" }).unwrap();
+        conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)
+            .unwrap();
+        conn.pragma_update(None, "synchronous", "FULL").unwrap();
         conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS log (room INTEGER NOT NULL, n INTEGER NOT NULL, body BLOB NOT NULL,
-                 PRIMARY KEY (room, n)) WITHOUT ROWID;
-             CREATE TABLE IF NOT EXISTS snap (room INTEGER PRIMARY KEY, pos INTEGER NOT NULL, body BLOB NOT NULL);",
+            "CREATE TABLE IF NOT EXISTS rooms (
+                id TEXT PRIMARY KEY, meta BLOB NOT NULL,
+                snap_n INTEGER NOT NULL, snap BLOB NOT NULL);
+             CREATE TABLE IF NOT EXISTS log (
+                room TEXT NOT NULL, n INTEGER NOT NULL, ts INTEGER NOT NULL, payload BLOB NOT NULL,
+                PRIMARY KEY (room, n)) WITHOUT ROWID;",
         )
         .unwrap();
-        Sqlite { conn, wal: dir.join("plaza.db-wal") }
+        Sqlite { conn }
     }
 }
 
 impl Store for Sqlite {
     fn commit(&mut self, ops: &[Op]) {
+        use rusqlite::params;
         let tx = self.conn.transaction().unwrap();
-        {
-            let mut ins = tx.prepare_cached("INSERT INTO log (room, n, body) VALUES (?1, ?2, ?3)").unwrap();
-            let mut snap = tx.prepare_cached("INSERT OR REPLACE INTO snap (room, pos, body) VALUES (?1, ?2, ?3)").unwrap();
-            let mut trim = tx.prepare_cached("DELETE FROM log WHERE room = ?1 AND n <= ?2").unwrap();
-            for op in ops {
-                match op {
-                    Op::Append { room, n, body } => {
-                        ins.execute(rusqlite::params![*room as i64, *n as i64, body]).unwrap();
-                    }
-                    Op::Snapshot { room, pos, body, .. } => {
-                        snap.execute(rusqlite::params![*room as i64, *pos as i64, body]).unwrap();
-                        trim.execute(rusqlite::params![*room as i64, *pos as i64]).unwrap();
-                    }
-                }
+        for op in ops {
+            match op {
+                Op::Create { room, snap } => tx
+                    .prepare_cached(
+                        "INSERT OR REPLACE INTO rooms (id, meta, snap_n, snap) VALUES (?1, ?2, 0, ?3)",
+                    )
+                    .unwrap()
+                    .execute(params![room_id(*room), &b"{}"[..], snap]),
+                Op::Append { room, n, ts, payload } => tx
+                    .prepare_cached(
+                        "INSERT OR REPLACE INTO log (room, n, ts, payload) VALUES (?1, ?2, ?3, ?4)",
+                    )
+                    .unwrap()
+                    .execute(params![room_id(*room), *n as i64, *ts as i64, payload]),
+                Op::Snapshot { room, n, snap, .. } => tx
+                    .prepare_cached(
+                        "UPDATE rooms SET snap_n = ?2, snap = ?3 WHERE id = ?1 AND snap_n < ?2",
+                    )
+                    .unwrap()
+                    .execute(params![room_id(*room), *n as i64, snap])
+                    .and_then(|_| {
+                        tx.prepare_cached("DELETE FROM log WHERE room = ?1 AND n <= ?2")
+                            .unwrap()
+                            .execute(params![room_id(*room), *n as i64])
+                    }),
             }
+            .unwrap();
         }
         tx.commit().unwrap();
     }
 
-    fn sync_now(&mut self) {
-        // synchronous=NORMAL in WAL mode syncs the WAL only at checkpoints: fsync it ourselves
-        if let Ok(f) = std::fs::File::open(&self.wal) {
-            f.sync_data().unwrap();
+    fn load(&self) -> Rooms {
+        let mut rooms = Rooms::new();
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, snap_n, snap FROM rooms")
+            .unwrap();
+        let mut rows = stmt.query([]).unwrap();
+        while let Some(row) = rows.next().unwrap() {
+            let room = Room {
+                snap_n: row.get::<_, i64>(1).unwrap() as u64,
+                snap: row.get(2).unwrap(),
+                log: Vec::new(),
+            };
+            rooms.insert(row.get(0).unwrap(), room);
         }
-    }
-
-    fn recover_all(&self) -> (u64, u64, u64) {
-        let (mut bytes, mut entries, mut rooms) = (0u64, 0u64, 0u64);
-        let mut snaps = self.conn.prepare("SELECT room, pos, body FROM snap ORDER BY room").unwrap();
-        let mut tail = self.conn.prepare("SELECT n, body FROM log WHERE room = ?1 AND n > ?2 ORDER BY n").unwrap();
-        let mut rows = snaps.query([]).unwrap();
-        while let Some(r) = rows.next().unwrap() {
-            let room: i64 = r.get(0).unwrap();
-            let pos: i64 = r.get(1).unwrap();
-            let body: Vec<u8> = r.get(2).unwrap();
-            bytes += body.len() as u64;
-            rooms += 1;
-            let mut expect = pos + 1;
-            let mut t = tail.query(rusqlite::params![room, pos]).unwrap();
-            while let Some(e) = t.next().unwrap() {
-                let n: i64 = e.get(0).unwrap();
-                assert_eq!(n, expect, "gap in room {room}");
-                expect += 1;
-                let b: Vec<u8> = e.get(1).unwrap();
-                bytes += b.len() as u64;
-                entries += 1;
-            }
+        let mut stmt = self
+            .conn
+            .prepare("SELECT room, n, ts, payload FROM log ORDER BY room, n")
+            .unwrap();
+        let mut rows = stmt.query([]).unwrap();
+        while let Some(row) = rows.next().unwrap() {
+            let room = row.get_ref(0).unwrap().as_str().unwrap();
+            let (n, ts): (i64, i64) = (row.get(1).unwrap(), row.get(2).unwrap());
+            let payload = row.get_ref(3).unwrap().as_blob().unwrap();
+            push_entry(&mut rooms, room, n as u64, ts as u64, payload);
         }
-        (bytes, entries, rooms)
+        rooms
     }
 
     fn compact(&mut self) {
-        self.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).unwrap();
-        // The pragma frees one page per step (execute_batch would free one): run it to the end.
+        let checkpoint = |c: &rusqlite::Connection| {
+            c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                .unwrap()
+        };
+        checkpoint(&self.conn);
+        // The pragma frees one page per step: run it to the end (as Plaza's `maintain`).
         let mut stmt = self.conn.prepare("PRAGMA incremental_vacuum").unwrap();
         let mut rows = stmt.query([]).unwrap();
         while rows.next().unwrap().is_some() {}
         drop(rows);
         drop(stmt);
-        self.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).unwrap();
+        checkpoint(&self.conn);
     }
 }
 
 // -------------------------------------------------------------------------------------- redb
 
-const LOG: redb::TableDefinition<u128, &[u8]> = redb::TableDefinition::new("log");
-const SNAP: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("snap");
-
-fn key(room: u64, n: u64) -> u128 {
-    ((room as u128) << 64) | n as u128
-}
+/// room -> snap_n (8 bytes) + snapshot
+const ROOMS: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("rooms");
+/// (room, n) -> ts (8 bytes) + payload
+const LOG: redb::TableDefinition<(&str, u64), &[u8]> = redb::TableDefinition::new("log");
 
 pub struct Redb {
     db: redb::Database,
-    durable: bool,
 }
 
 impl Redb {
-    fn open(dir: &Path, sync: Sync) -> Self {
+    fn open(dir: &Path) -> Self {
         let db = redb::Database::create(dir.join("plaza.redb")).unwrap();
         let tx = db.begin_write().unwrap();
+        tx.open_table(ROOMS).unwrap();
         tx.open_table(LOG).unwrap();
-        tx.open_table(SNAP).unwrap();
         tx.commit().unwrap();
-        Redb { db, durable: sync == Sync::Durable }
+        Redb { db }
     }
 }
 
 impl Store for Redb {
     fn commit(&mut self, ops: &[Op]) {
         let mut tx = self.db.begin_write().unwrap();
-        tx.set_durability(if self.durable { redb::Durability::Immediate } else { redb::Durability::None }).unwrap();
+        // the default, spelled out: fsync (fdatasync) before commit returns
+        tx.set_durability(redb::Durability::Immediate).unwrap();
         {
+            let mut rooms = tx.open_table(ROOMS).unwrap();
             let mut log = tx.open_table(LOG).unwrap();
-            let mut snap = tx.open_table(SNAP).unwrap();
-            let mut v = Vec::new();
             for op in ops {
                 match op {
-                    Op::Append { room, n, body } => {
-                        log.insert(key(*room, *n), body.as_slice()).unwrap();
+                    Op::Create { room, snap } => {
+                        rooms
+                            .insert(room_id(*room).as_str(), prefixed(0, snap).as_slice())
+                            .unwrap();
                     }
-                    Op::Snapshot { room, pos, trim_from, body } => {
-                        v.clear();
-                        v.extend_from_slice(&pos.to_be_bytes());
-                        v.extend_from_slice(body);
-                        snap.insert(*room, v.as_slice()).unwrap();
-                        for n in *trim_from..=*pos {
-                            log.remove(key(*room, n)).unwrap();
+                    Op::Append {
+                        room,
+                        n,
+                        ts,
+                        payload,
+                    } => {
+                        let id = room_id(*room);
+                        log.insert((id.as_str(), *n), prefixed(*ts, payload).as_slice())
+                            .unwrap();
+                    }
+                    Op::Snapshot {
+                        room,
+                        n,
+                        from,
+                        snap,
+                    } => {
+                        let id = room_id(*room);
+                        rooms
+                            .insert(id.as_str(), prefixed(*n, snap).as_slice())
+                            .unwrap();
+                        for k in *from..=*n {
+                            log.remove((id.as_str(), k)).unwrap();
                         }
                     }
                 }
@@ -174,41 +233,29 @@ impl Store for Redb {
         tx.commit().unwrap();
     }
 
-    fn sync_now(&mut self) {
-        // Durability::None commits are kept in memory until a Durability::Immediate commit
-        let tx = self.db.begin_write().unwrap();
-        tx.commit().unwrap();
-    }
-
-    fn recover_all(&self) -> (u64, u64, u64) {
+    fn load(&self) -> Rooms {
         use redb::{ReadableDatabase, ReadableTable};
-        let (mut bytes, mut entries, mut rooms) = (0u64, 0u64, 0u64);
+        let mut out = Rooms::new();
         let tx = self.db.begin_read().unwrap();
-        let log = tx.open_table(LOG).unwrap();
-        let snap = tx.open_table(SNAP).unwrap();
-        for r in snap.iter().unwrap() {
-            let (k, v) = r.unwrap();
-            let room = k.value();
+        for row in tx.open_table(ROOMS).unwrap().iter().unwrap() {
+            let (k, v) = row.unwrap();
             let v = v.value();
-            let pos = u64::from_be_bytes(v[..8].try_into().unwrap());
-            let body = v[8..].to_vec();
-            bytes += body.len() as u64;
-            rooms += 1;
-            let mut expect = pos + 1;
-            for e in log.range(key(room, pos + 1)..=key(room, u64::MAX)).unwrap() {
-                let (k, v) = e.unwrap();
-                assert_eq!(k.value() as u64, expect, "gap in room {room}");
-                expect += 1;
-                let b = v.value().to_vec();
-                bytes += b.len() as u64;
-                entries += 1;
-            }
+            let room = Room {
+                snap_n: be(v),
+                snap: v[8..].to_vec(),
+                log: Vec::new(),
+            };
+            out.insert(k.value().to_owned(), room);
         }
-        (bytes, entries, rooms)
+        for row in tx.open_table(LOG).unwrap().iter().unwrap() {
+            let (k, v) = row.unwrap();
+            let ((room, n), v) = (k.value(), v.value());
+            push_entry(&mut out, room, n, be(v), &v[8..]);
+        }
+        out
     }
 
     fn compact(&mut self) {
-        self.sync_now();
         while self.db.compact().unwrap() {}
     }
 }
@@ -217,46 +264,65 @@ impl Store for Redb {
 
 pub struct Fjall {
     db: fjall::Database,
+    rooms: fjall::Keyspace,
     log: fjall::Keyspace,
-    snap: fjall::Keyspace,
-    durable: bool,
 }
 
 impl Fjall {
-    fn open(dir: &Path, sync: Sync) -> Self {
-        // 64 MiB journal cap (the minimum; default 512 MiB) so the runs fit this machine's disk
+    fn open(dir: &Path) -> Self {
+        // Journal cap as SQLite's journal_size_limit (64 MiB, fjall's minimum; default 512 MiB).
         let db = fjall::Database::builder(dir.join("plaza.fjall"))
             .max_journaling_size(64 * 1024 * 1024)
             .open()
             .unwrap();
-        let log = db.keyspace("log", fjall::KeyspaceCreateOptions::default).unwrap();
         // snapshots are large values: key-value separation, as fjall advises for blobs
-        let snap = db
-            .keyspace("snap", || {
-                fjall::KeyspaceCreateOptions::default().with_kv_separation(Some(fjall::KvSeparationOptions::default()))
+        let rooms = db
+            .keyspace("rooms", || {
+                fjall::KeyspaceCreateOptions::default()
+                    .with_kv_separation(Some(fjall::KvSeparationOptions::default()))
             })
             .unwrap();
-        Fjall { db, log, snap, durable: sync == Sync::Durable }
+        let log = db
+            .keyspace("log", fjall::KeyspaceCreateOptions::default)
+            .unwrap();
+        Fjall { db, rooms, log }
     }
 }
 
-fn fkey(room: u64, n: u64) -> [u8; 16] {
-    key(room, n).to_be_bytes()
+/// room id (fixed width) + n, big-endian: sorted by (room, n)
+fn log_key(room: u32, n: u64) -> Vec<u8> {
+    let mut k = room_id(room).into_bytes();
+    k.extend_from_slice(&n.to_be_bytes());
+    k
 }
 
 impl Store for Fjall {
     fn commit(&mut self, ops: &[Op]) {
-        let mut b = self.db.batch().durability(if self.durable { Some(fjall::PersistMode::SyncData) } else { None });
+        // fsync the journal before commit returns (SQLite's FULL: fsync; redb: fdatasync)
+        let mut b = self
+            .db
+            .batch()
+            .durability(Some(fjall::PersistMode::SyncAll));
         for op in ops {
             match op {
-                Op::Append { room, n, body } => b.insert(&self.log, fkey(*room, *n), body.as_slice()),
-                Op::Snapshot { room, pos, trim_from, body } => {
-                    let mut v = Vec::with_capacity(8 + body.len());
-                    v.extend_from_slice(&pos.to_be_bytes());
-                    v.extend_from_slice(body);
-                    b.insert(&self.snap, room.to_be_bytes(), v);
-                    for n in *trim_from..=*pos {
-                        b.remove(&self.log, fkey(*room, n));
+                Op::Create { room, snap } => {
+                    b.insert(&self.rooms, room_id(*room), prefixed(0, snap))
+                }
+                Op::Append {
+                    room,
+                    n,
+                    ts,
+                    payload,
+                } => b.insert(&self.log, log_key(*room, *n), prefixed(*ts, payload)),
+                Op::Snapshot {
+                    room,
+                    n,
+                    from,
+                    snap,
+                } => {
+                    b.insert(&self.rooms, room_id(*room), prefixed(*n, snap));
+                    for k in *from..=*n {
+                        b.remove(&self.log, log_key(*room, k));
                     }
                 }
             }
@@ -264,37 +330,32 @@ impl Store for Fjall {
         b.commit().unwrap();
     }
 
-    fn sync_now(&mut self) {
-        self.db.persist(fjall::PersistMode::SyncData).unwrap();
-    }
-
-    fn recover_all(&self) -> (u64, u64, u64) {
-        let (mut bytes, mut entries, mut rooms) = (0u64, 0u64, 0u64);
-        for g in self.snap.iter() {
+    fn load(&self) -> Rooms {
+        let mut out = Rooms::new();
+        for g in self.rooms.iter() {
             let (k, v) = g.into_inner().unwrap();
-            let room = u64::from_be_bytes(k[..8].try_into().unwrap());
-            let pos = u64::from_be_bytes(v[..8].try_into().unwrap());
-            let body = v[8..].to_vec();
-            bytes += body.len() as u64;
-            rooms += 1;
-            let mut expect = pos + 1;
-            for e in self.log.range(fkey(room, pos + 1)..=fkey(room, u64::MAX)) {
-                let (k, v) = e.into_inner().unwrap();
-                assert_eq!(u64::from_be_bytes(k[8..].try_into().unwrap()), expect, "gap in room {room}");
-                expect += 1;
-                let b = v.to_vec();
-                bytes += b.len() as u64;
-                entries += 1;
-            }
+            let room = Room {
+                snap_n: be(&v),
+                snap: v[8..].to_vec(),
+                log: Vec::new(),
+            };
+            out.insert(String::from_utf8(k.to_vec()).unwrap(), room);
         }
-        (bytes, entries, rooms)
+        for g in self.log.iter() {
+            let (k, v) = g.into_inner().unwrap();
+            let (room, n) = k.split_at(k.len() - 8);
+            let room = std::str::from_utf8(room).unwrap();
+            push_entry(&mut out, room, be(n), be(&v), &v[8..]);
+        }
+        out
     }
 
     fn compact(&mut self) {
-        self.db.persist(fjall::PersistMode::SyncAll).unwrap();
+        // flush the memtables (their journals can go), then merge every table into the last level
+        self.rooms.rotate_memtable_and_wait().unwrap();
         self.log.rotate_memtable_and_wait().unwrap();
-        self.snap.rotate_memtable_and_wait().unwrap();
+        self.rooms.major_compact().unwrap();
         self.log.major_compact().unwrap();
-        self.snap.major_compact().unwrap();
+        self.db.persist(fjall::PersistMode::SyncAll).unwrap();
     }
 }
