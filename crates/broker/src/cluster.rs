@@ -165,6 +165,11 @@ pub trait Cluster: Send + Sync + 'static {
     /// [`LogNotice::Entry`] with position 0), replacing an earlier one.
     async fn subscribe_control(&self, listener: LogListener) -> Result<(), ClusterError>;
 
+    /// How replicas write rooms' states into this broker's snapshots.
+    fn snapshot_format(&self) -> SnapshotFormat {
+        SnapshotFormat::Json
+    }
+
     /// The broker's durable webhook queues, if it keeps them (Redis does;
     /// the in-process cluster does not: its nodes queue in memory).
     fn webhook_streams(&self) -> Option<&dyn crate::WebhookStreams> {
@@ -187,3 +192,17 @@ pub trait Cluster: Send + Sync + 'static {
 pub const NODE_TTL_MS: Millis = 5_000;
 /// How often a node renews its heartbeat.
 pub const NODE_HEARTBEAT_MS: Millis = 1_000;
+
+/// How a room's state is encoded in its snapshots. Readers tell the two
+/// apart by the first byte (`{` is JSON), so a store may hold both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotFormat {
+    /// JSON: what every Plaza version reads, so nodes of mixed versions can
+    /// share a Redis during a rolling upgrade.
+    Json,
+    /// MessagePack with named fields: event frames are stored as bytes, so
+    /// reading a snapshot copies them instead of unescaping JSON strings.
+    /// Only for a broker whose snapshots this process alone reads (a data
+    /// directory): a Plaza older than this format cannot read them.
+    MessagePack,
+}

@@ -56,6 +56,10 @@ const GROUP: usize = 1024;
 /// forgets expired tickets.
 const MAINTENANCE_EVERY: Duration = Duration::from_secs(1);
 
+/// Journal rows deleted per maintenance pass at most (a second's worth at
+/// well over the writer's top rate): a pass never holds the writer for long.
+const DEAD_ROWS_PER_PASS: usize = 100_000;
+
 /// Freed pages returned to the file system per maintenance pass at most
 /// (4 MiB of 4 KiB pages): compaction never holds the writer for long.
 const VACUUM_PAGES: u32 = 1024;
@@ -192,7 +196,7 @@ impl DiskBroker {
         }
         let path = dir.join(STORE_FILE);
         let conn = open_store(&path, fsync).map_err(|e| format!("{}: {e}", path.display()))?;
-        let rooms = load(&conn).map_err(|e| format!("{}: {e}", path.display()))?;
+        let (rooms, journal) = load(&conn).map_err(|e| format!("{}: {e}", path.display()))?;
         let tickets =
             load_tickets(&conn, now_ms()).map_err(|e| format!("{}: {e}", path.display()))?;
         let webhooks = load_webhooks(&conn).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -214,7 +218,7 @@ impl DiskBroker {
         let writer_state = state.clone();
         std::thread::Builder::new()
             .name("plaza-data-dir".into())
-            .spawn(move || write_loop(conn, rx, writer_state, fsync, path))
+            .spawn(move || write_loop(conn, rx, writer_state, journal, fsync, path))
             .map_err(|e| format!("cannot start the data_dir writer: {e}"))?;
         Ok(Arc::new(DiskBroker {
             node_id: node_id.to_owned(),
@@ -285,9 +289,9 @@ fn open_store(path: &Path, fsync: Fsync) -> rusqlite::Result<Connection> {
             id TEXT PRIMARY KEY, meta BLOB NOT NULL,
             snap_n INTEGER NOT NULL, snap BLOB NOT NULL);
          CREATE TABLE IF NOT EXISTS health (k TEXT PRIMARY KEY, v BLOB NOT NULL);
-         CREATE TABLE IF NOT EXISTS log (
-            room TEXT NOT NULL, n INTEGER NOT NULL, ts INTEGER NOT NULL, payload BLOB NOT NULL,
-            PRIMARY KEY (room, n)) WITHOUT ROWID;
+         CREATE TABLE IF NOT EXISTS journal (
+            id INTEGER PRIMARY KEY, room TEXT NOT NULL, n INTEGER NOT NULL,
+            ts INTEGER NOT NULL, payload BLOB NOT NULL);
          CREATE TABLE IF NOT EXISTS tickets (
             token TEXT PRIMARY KEY, room TEXT NOT NULL, name TEXT NOT NULL,
             platform TEXT NOT NULL, expires_at INTEGER NOT NULL, used INTEGER NOT NULL);
@@ -296,10 +300,79 @@ fn open_store(path: &Path, fsync: Fsync) -> rusqlite::Result<Connection> {
             body BLOB NOT NULL, ts INTEGER NOT NULL, PRIMARY KEY (target, seq)) WITHOUT ROWID;
          CREATE TABLE IF NOT EXISTS webhook_cursors (room TEXT PRIMARY KEY, upto INTEGER NOT NULL);",
     )?;
+    migrate_log_to_journal(&conn)?;
     Ok(conn)
 }
 
-fn load(conn: &Connection) -> rusqlite::Result<HashMap<String, Room>> {
+/// Stores written before the journal kept the log in a table keyed by
+/// (room, n): its entries move to the journal, in the same order per room.
+fn migrate_log_to_journal(conn: &Connection) -> rusqlite::Result<()> {
+    let old: Option<String> = conn
+        .query_row(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'log'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if old.is_some() {
+        conn.execute_batch(
+            "BEGIN;
+             INSERT INTO journal (room, n, ts, payload)
+                 SELECT room, n, ts, payload FROM log ORDER BY room, n;
+             DROP TABLE log;
+             COMMIT;",
+        )?;
+    }
+    Ok(())
+}
+
+/// Where each room's log entries are in the journal, oldest first, and
+/// which journal rows no room needs any more: the writer's own index (the
+/// journal has none, so that appends only ever touch its last page).
+#[derive(Default)]
+struct JournalRows {
+    rooms: HashMap<String, VecDeque<(u64, i64)>>,
+    dead: Vec<i64>,
+}
+
+impl JournalRows {
+    /// Rows of `room` up to `n` are dead: a snapshot covers them.
+    fn trim(&mut self, room: &str, n: u64) {
+        if let Some(rows) = self.rooms.get_mut(room) {
+            while rows.front().is_some_and(|(m, _)| *m <= n) {
+                self.dead.extend(rows.pop_front().map(|(_, id)| id));
+            }
+        }
+    }
+
+    /// Notes what a committed batch changed: where its appends went (`ids`,
+    /// in the batch's order), what its snapshots cover, which rooms went.
+    fn record(&mut self, batch: &[Write], ids: &[i64]) {
+        let mut ids = ids.iter();
+        for w in batch {
+            match w {
+                Write::Append { room, entry, .. } => {
+                    if let Some(id) = ids.next() {
+                        let rows = self.rooms.entry(room.clone()).or_default();
+                        rows.push_back((entry.n, *id));
+                    }
+                }
+                Write::Snapshot { room, n, .. } => self.trim(room, *n),
+                Write::Delete { id } => self.forget(id),
+                _ => {}
+            }
+        }
+    }
+
+    /// Every row of `room` is dead: the room is deleted.
+    fn forget(&mut self, room: &str) {
+        if let Some(rows) = self.rooms.remove(room) {
+            self.dead.extend(rows.into_iter().map(|(_, id)| id));
+        }
+    }
+}
+
+fn load(conn: &Connection) -> rusqlite::Result<(HashMap<String, Room>, JournalRows)> {
     let mut rooms = HashMap::new();
     let mut stmt = conn.prepare("SELECT id, meta, snap_n FROM rooms")?;
     let mut rows = stmt.query([])?;
@@ -320,16 +393,21 @@ fn load(conn: &Connection) -> rusqlite::Result<HashMap<String, Room>> {
             },
         );
     }
-    let mut stmt = conn.prepare("SELECT room, n, ts, payload FROM log ORDER BY room, n")?;
+    let mut journal = JournalRows::default();
+    // Appended in order: each room's entries come in the order of their n.
+    let mut stmt = conn.prepare("SELECT id, room, n, ts, payload FROM journal ORDER BY id")?;
     let mut rows = stmt.query([])?;
     while let Some(row) = rows.next()? {
-        let room: String = row.get(0)?;
-        let (n, ts): (i64, i64) = (row.get(1)?, row.get(2)?);
-        let payload: Vec<u8> = row.get(3)?;
-        if let Some(r) = rooms.get_mut(&room) {
-            let (n, ts) = (n as u64, ts as u64);
-            // Only the run of entries that follows the snapshot gap-free.
-            if n == r.next_n + 1 {
+        let id: i64 = row.get(0)?;
+        let room: String = row.get(1)?;
+        let (n, ts): (i64, i64) = (row.get(2)?, row.get(3)?);
+        let (n, ts) = (n as u64, ts as u64);
+        match rooms.get_mut(&room) {
+            // Only the run of entries that follows the snapshot gap-free;
+            // the rest (covered by a snapshot, or of a deleted room) was left
+            // for compaction.
+            Some(r) if n == r.next_n + 1 => {
+                let payload: Vec<u8> = row.get(4)?;
                 r.next_n = n;
                 r.last_ts = ts;
                 r.log.push_back(LogEntry {
@@ -337,7 +415,9 @@ fn load(conn: &Connection) -> rusqlite::Result<HashMap<String, Room>> {
                     ts,
                     payload: payload.into(),
                 });
+                journal.rooms.entry(room).or_default().push_back((n, id));
             }
+            _ => journal.dead.push(id),
         }
     }
     let mut stmt = conn.prepare("SELECT room, upto FROM webhook_cursors")?;
@@ -349,7 +429,7 @@ fn load(conn: &Connection) -> rusqlite::Result<HashMap<String, Room>> {
             r.webhook_cursor = upto as u64;
         }
     }
-    Ok(rooms)
+    Ok((rooms, journal))
 }
 
 /// Every target's queued webhook records, in order. What the last run read
@@ -402,7 +482,8 @@ fn load_tickets(conn: &Connection, now: Millis) -> rusqlite::Result<TicketBook> 
 /// Background compaction, bounded per pass: forgets expired tickets and
 /// gives freed pages back to the file system. Failures are left to the next
 /// write to report.
-fn maintain(conn: &Connection) {
+fn maintain(conn: &mut Connection, journal: &mut JournalRows) {
+    delete_dead_rows(conn, journal);
     let before = now_ms().saturating_sub(EXPIRED_TICKET_KEPT_MS) as i64;
     let _ = conn.execute(
         "DELETE FROM tickets WHERE expires_at <= ?1",
@@ -429,12 +510,34 @@ fn maintain(conn: &Connection) {
         });
 }
 
+/// Deletes journal rows that no room needs (covered by a snapshot, or of a
+/// deleted room), in journal order so that each page is written once. A
+/// failure keeps them for the next pass: they cost only space.
+fn delete_dead_rows(conn: &mut Connection, journal: &mut JournalRows) {
+    if journal.dead.is_empty() {
+        return;
+    }
+    journal.dead.sort_unstable();
+    let upto = journal.dead.len().min(DEAD_ROWS_PER_PASS);
+    let deleted = (|| {
+        let tx = conn.transaction()?;
+        for id in &journal.dead[..upto] {
+            exec(&tx, "DELETE FROM journal WHERE id = ?1", params![id])?;
+        }
+        tx.commit()
+    })();
+    if deleted.is_ok() {
+        journal.dead.drain(..upto);
+    }
+}
+
 /// The writer thread: gathers waiting writes into one transaction, commits,
 /// then makes the appends visible and answers them.
 fn write_loop(
     mut conn: Connection,
     rx: mpsc::Receiver<Write>,
     state: Arc<Mutex<State>>,
+    mut journal: JournalRows,
     fsync: Fsync,
     path: PathBuf,
 ) {
@@ -442,7 +545,7 @@ fn write_loop(
     let mut last_maintenance = Instant::now();
     loop {
         if last_maintenance.elapsed() >= MAINTENANCE_EVERY {
-            maintain(&conn);
+            maintain(&mut conn, &mut journal);
             last_maintenance = Instant::now();
         }
         let first = match rx.recv_timeout(MAINTENANCE_EVERY) {
@@ -477,6 +580,10 @@ fn write_loop(
             Some(e) => Err(e),
             None => commit(&mut conn, &batch),
         };
+        if let Ok(ids) = &result {
+            journal.record(&batch, ids);
+        }
+        let result = result.map(|_| ());
         if fsync == Fsync::Interval && last_sync.elapsed() >= Duration::from_secs(1) {
             let _ = conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)");
             last_sync = Instant::now();
@@ -567,7 +674,7 @@ fn write_loop(
         }
         drop(st);
         if !compactions.is_empty() {
-            maintain(&conn);
+            maintain(&mut conn, &mut journal);
             last_maintenance = Instant::now();
             for done in compactions {
                 let _ = done.send(());
@@ -604,8 +711,11 @@ fn exec(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> rusqlite
     conn.prepare_cached(sql)?.execute(params)
 }
 
-fn commit(conn: &mut Connection, batch: &[Write]) -> Result<(), String> {
+/// Writes `batch` in one transaction; answers the journal ids of its
+/// appends, in order.
+fn commit(conn: &mut Connection, batch: &[Write]) -> Result<Vec<i64>, String> {
     let tx = conn.transaction().map_err(|e| e.to_string())?;
+    let mut ids = Vec::with_capacity(batch.len());
     for w in batch {
         let r = match w {
             Write::Create { id, meta, snapshot } => exec(
@@ -613,9 +723,9 @@ fn commit(conn: &mut Connection, batch: &[Write]) -> Result<(), String> {
                 "INSERT OR REPLACE INTO rooms (id, meta, snap_n, snap) VALUES (?1, ?2, 0, ?3)",
                 params![id, &meta[..], &snapshot[..]],
             ),
+            // The room's journal rows are left to compaction.
             Write::Delete { id } => tx
                 .execute("DELETE FROM rooms WHERE id = ?1", params![id])
-                .and_then(|_| exec(&tx, "DELETE FROM log WHERE room = ?1", params![id]))
                 .and_then(|_| {
                     exec(
                         &tx,
@@ -625,21 +735,17 @@ fn commit(conn: &mut Connection, batch: &[Write]) -> Result<(), String> {
                 }),
             Write::Append { room, entry, .. } => exec(
                 &tx,
-                "INSERT OR REPLACE INTO log (room, n, ts, payload) VALUES (?1, ?2, ?3, ?4)",
+                "INSERT INTO journal (room, n, ts, payload) VALUES (?1, ?2, ?3, ?4)",
                 params![room, entry.n as i64, entry.ts as i64, &entry.payload[..]],
+            )
+            .inspect(|_| ids.push(tx.last_insert_rowid())),
+            // The journal rows it covers are left to compaction: deleting
+            // them here would write a page per room in every commit.
+            Write::Snapshot { room, n, bytes, .. } => exec(
+                &tx,
+                "UPDATE rooms SET snap_n = ?2, snap = ?3 WHERE id = ?1 AND snap_n < ?2",
+                params![room, *n as i64, &bytes[..]],
             ),
-            Write::Snapshot { room, n, bytes, .. } => tx
-                .execute(
-                    "UPDATE rooms SET snap_n = ?2, snap = ?3 WHERE id = ?1 AND snap_n < ?2",
-                    params![room, *n as i64, &bytes[..]],
-                )
-                .and_then(|_| {
-                    exec(
-                        &tx,
-                        "DELETE FROM log WHERE room = ?1 AND n <= ?2",
-                        params![room, *n as i64],
-                    )
-                }),
             Write::Ticket {
                 token,
                 grant,
@@ -677,7 +783,8 @@ fn commit(conn: &mut Connection, batch: &[Write]) -> Result<(), String> {
         };
         r.map_err(|e| e.to_string())?;
     }
-    tx.commit().map_err(|e| e.to_string())
+    tx.commit().map_err(|e| e.to_string())?;
+    Ok(ids)
 }
 
 fn write_webhooks(
@@ -943,6 +1050,11 @@ impl Cluster for DiskBroker {
         Ok(())
     }
 
+    /// Only this process reads its data directory's snapshots.
+    fn snapshot_format(&self) -> crate::SnapshotFormat {
+        crate::SnapshotFormat::MessagePack
+    }
+
     fn webhook_streams(&self) -> Option<&dyn crate::WebhookStreams> {
         Some(self)
     }
@@ -1055,7 +1167,8 @@ pub fn store_size(dir: &Path) -> Result<(u64, u64), String> {
 }
 
 /// Reads the log entry count of a data directory's store (for tests and
-/// tools): rooms and log entries held.
+/// tools): rooms, and journal rows held (those no room needs any more
+/// until compaction deletes them).
 pub fn store_counts(dir: &Path) -> Result<(u64, u64), String> {
     let conn = Connection::open(dir.join(STORE_FILE)).map_err(|e| e.to_string())?;
     let rooms: i64 = conn
@@ -1064,7 +1177,7 @@ pub fn store_counts(dir: &Path) -> Result<(u64, u64), String> {
         .map_err(|e| e.to_string())?
         .unwrap_or(0);
     let log: i64 = conn
-        .query_row("SELECT count(*) FROM log", [], |r| r.get(0))
+        .query_row("SELECT count(*) FROM journal", [], |r| r.get(0))
         .map_err(|e| e.to_string())?;
     Ok((rooms as u64, log as u64))
 }

@@ -169,7 +169,13 @@ fn text(frame: &[u8]) -> String {
 }
 
 fn export_json(room: &Room<u32>) -> String {
-    serde_json::to_string(&room.export(owner)).expect("room state serializes")
+    let state = room.export(owner);
+    // The data directory's snapshots are MessagePack (named fields): the
+    // same state must come back from it.
+    let packed = rmp_serde::to_vec_named(&state).expect("room state packs");
+    let unpacked: RoomState = rmp_serde::from_slice(&packed).expect("room state unpacks");
+    assert_eq!(unpacked, state, "a MessagePack round trip changes nothing");
+    serde_json::to_string(&state).expect("room state serializes")
 }
 
 /// What a node that starts hosting the room does: decode and load the state.

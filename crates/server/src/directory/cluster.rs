@@ -64,7 +64,7 @@ impl ClusterRooms {
         let now = now_ms();
         let room: Room<Sink> = new.build(plaza_broker::new_epoch(), now);
         let info = RoomInfo::new(room.name(), room.config(), now);
-        let snapshot = cluster::encode_state(&room);
+        let snapshot = cluster::encode_state(&room, self.cluster.snapshot_format());
         match self.cluster.create_room(&id, info.encode(), snapshot).await {
             Ok(true) => Ok(info.summary(&id, 0)),
             Ok(false) => Err(room_exists(&id)),

@@ -114,7 +114,6 @@ impl RoomMachine {
         webhooks: Option<Arc<crate::webhooks::Webhooks>>,
     ) -> RoomMachine {
         let compact = CompactLease::new(crate::clock::now_ms());
-        prepare_history(&room, &compact);
         RoomMachine {
             compact,
             room,
@@ -187,9 +186,9 @@ impl RoomMachine {
         let id = self.room.id();
         self.room
             .route_all(&mut self.held, flush::to_local(id, None));
+        // The same key: the members here keep the one their `joined` gave
+        // (the history's compact forms are made when a resume replays them).
         self.room = room;
-        // The same key: the members here keep the one their `joined` gave.
-        prepare_history(&self.room, &self.compact);
         self.locals.retain(|conn, outbox| keep(*conn, outbox));
         self.reconcile_all();
     }
@@ -299,6 +298,12 @@ impl RoomMachine {
                         if outbox.control().is_compact() {
                             if let ServerFrame::Joined(j) | ServerFrame::Resync(j) = &mut frame {
                                 j.compact = Some(self.compact.key());
+                            }
+                            // Made here, not when the room was loaded: a
+                            // room's history may be long, and most of it is
+                            // never replayed to a compact member.
+                            for e in &joined.missed {
+                                self.compact.prepare(e);
                             }
                         }
                         outbox.send(frame.encode());
@@ -796,14 +801,6 @@ impl RoomMachine {
         for (_, outbox) in self.locals.drain() {
             outbox.send(frame.clone());
         }
-    }
-}
-
-/// Makes the compact form of every message in `room`'s history (loaded from
-/// a snapshot, or made before): a resume replays them.
-fn prepare_history(room: &Room<Sink>, compact: &CompactLease) {
-    for e in room.log().last(usize::MAX) {
-        compact.prepare(e);
     }
 }
 

@@ -196,7 +196,7 @@ impl Replica {
             return;
         }
         self.snapshot_at = n;
-        let bytes = encode_state(self.machine().room());
+        let bytes = encode_state(self.machine().room(), self.cluster.snapshot_format());
         self.write_snapshot(n, bytes);
     }
 }

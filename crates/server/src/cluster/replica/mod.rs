@@ -268,10 +268,10 @@ impl Replica {
         if self.applied > self.snapshot_at && self.webhook_writer.is_some() {
             // After the events of every entry applied, by the writer.
             self.send_webhook_cursor();
-            let bytes = encode_state(self.machine().room());
+            let bytes = encode_state(self.machine().room(), self.cluster.snapshot_format());
             self.write_snapshot(self.applied, bytes);
         } else if self.applied > self.snapshot_at {
-            let bytes = encode_state(self.machine().room());
+            let bytes = encode_state(self.machine().room(), self.cluster.snapshot_format());
             if let Err(e) = self
                 .cluster
                 .store_snapshot(&self.id, self.applied, bytes)

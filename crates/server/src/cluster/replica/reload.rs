@@ -19,7 +19,7 @@ impl Replica {
             }
             return Err(ClusterError::Trimmed(self.id.clone()));
         }
-        let state: plaza_core::RoomState = serde_json::from_slice(&bytes)
+        let state = super::super::snapshot::decode_state(&bytes)
             .map_err(|e| ClusterError::Unavailable(format!("unreadable snapshot: {e}")))?;
         state
             .validate()
