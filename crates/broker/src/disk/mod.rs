@@ -49,6 +49,9 @@ pub const STORE_FILE: &str = "plaza.sqlite3";
 /// The lock file that keeps a second process out of a data directory.
 pub const LOCK_FILE: &str = "LOCK";
 
+/// Pages the write-ahead log grows by between automatic checkpoints.
+const WAL_PAGES_PER_CHECKPOINT: i64 = 8192;
+
 /// Appends gathered into one transaction at most.
 const GROUP: usize = 1024;
 
@@ -56,7 +59,11 @@ const GROUP: usize = 1024;
 /// forgets expired tickets.
 const MAINTENANCE_EVERY: Duration = Duration::from_secs(1);
 
-/// Journal rows deleted per maintenance pass at most (a second's worth at
+/// Dead journal rows newer than a row still needed are left for a later
+/// range while there are no more than this many (~25 MB of 370-byte rows).
+const DEAD_ROWS_KEPT: usize = 65_536;
+
+/// Journal rows deleted one by one per maintenance pass at most (a second's worth at
 /// well over the writer's top rate): a pass never holds the writer for long.
 const DEAD_ROWS_PER_PASS: usize = 100_000;
 
@@ -246,8 +253,9 @@ impl DiskBroker {
     }
 
     /// Runs one background compaction pass now (the writer runs one every
-    /// second) and waits for it: expired tickets are forgotten and up to
-    /// 4 MiB of freed pages go back to the file system.
+    /// second) and waits for it: journal rows that no room needs are
+    /// deleted (here all of them, up to 100,000), expired tickets are
+    /// forgotten and up to 4 MiB of freed pages go back to the file system.
     pub async fn compact(&self) {
         let (tx, rx) = oneshot::channel();
         if self.send(Write::Compact(tx)).is_ok() {
@@ -278,6 +286,10 @@ fn open_store(path: &Path, fsync: Fsync) -> rusqlite::Result<Connection> {
     // A checkpoint truncates the write-ahead log to this size: a burst does
     // not leave a large file behind.
     conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
+    // Checkpoints copy each page once however often commits rewrote it (the
+    // journal's last page, a busy room's snapshot): fewer, larger ones copy
+    // less. 8,192 pages is 32 MiB of log between them.
+    conn.pragma_update(None, "wal_autocheckpoint", WAL_PAGES_PER_CHECKPOINT)?;
     let sync = match fsync {
         Fsync::Always => "FULL",
         Fsync::Interval => "NORMAL",
@@ -479,11 +491,12 @@ fn load_tickets(conn: &Connection, now: Millis) -> rusqlite::Result<TicketBook> 
     Ok(book)
 }
 
-/// Background compaction, bounded per pass: forgets expired tickets and
-/// gives freed pages back to the file system. Failures are left to the next
+/// Background compaction, bounded per pass: deletes dead journal rows
+/// (`all_dead_rows`: not only those a range takes), forgets expired tickets
+/// and gives freed pages back to the file system. Failures are left to the next
 /// write to report.
-fn maintain(conn: &mut Connection, journal: &mut JournalRows) {
-    delete_dead_rows(conn, journal);
+fn maintain(conn: &mut Connection, journal: &mut JournalRows, all_dead_rows: bool) {
+    delete_dead_rows(conn, journal, all_dead_rows);
     let before = now_ms().saturating_sub(EXPIRED_TICKET_KEPT_MS) as i64;
     let _ = conn.execute(
         "DELETE FROM tickets WHERE expires_at <= ?1",
@@ -511,23 +524,47 @@ fn maintain(conn: &mut Connection, journal: &mut JournalRows) {
 }
 
 /// Deletes journal rows that no room needs (covered by a snapshot, or of a
-/// deleted room), in journal order so that each page is written once. A
-/// failure keeps them for the next pass: they cost only space.
-fn delete_dead_rows(conn: &mut Connection, journal: &mut JournalRows) {
+/// deleted room). Every row older than the oldest one a room still needs is
+/// dead: those go in one range. Dead rows above it (rooms that moved on
+/// while an older one idles) go one by one, in journal order, once there
+/// are many of them. A failure keeps them for the next pass: they cost only
+/// space.
+fn delete_dead_rows(conn: &mut Connection, journal: &mut JournalRows, all: bool) {
     if journal.dead.is_empty() {
         return;
     }
     journal.dead.sort_unstable();
-    let upto = journal.dead.len().min(DEAD_ROWS_PER_PASS);
+    let oldest_live = journal
+        .rooms
+        .values()
+        .filter_map(|rows| rows.front().map(|(_, id)| *id))
+        .min()
+        .unwrap_or(i64::MAX);
+    let below = journal.dead.partition_point(|id| *id < oldest_live);
+    let one_by_one = if all || journal.dead.len() - below > DEAD_ROWS_KEPT {
+        (journal.dead.len() - below).min(DEAD_ROWS_PER_PASS)
+    } else {
+        0
+    };
+    if below == 0 && one_by_one == 0 {
+        return;
+    }
     let deleted = (|| {
         let tx = conn.transaction()?;
-        for id in &journal.dead[..upto] {
+        if below > 0 {
+            exec(
+                &tx,
+                "DELETE FROM journal WHERE id < ?1",
+                params![journal.dead[below - 1] + 1],
+            )?;
+        }
+        for id in &journal.dead[below..below + one_by_one] {
             exec(&tx, "DELETE FROM journal WHERE id = ?1", params![id])?;
         }
         tx.commit()
     })();
     if deleted.is_ok() {
-        journal.dead.drain(..upto);
+        journal.dead.drain(..below + one_by_one);
     }
 }
 
@@ -545,7 +582,7 @@ fn write_loop(
     let mut last_maintenance = Instant::now();
     loop {
         if last_maintenance.elapsed() >= MAINTENANCE_EVERY {
-            maintain(&mut conn, &mut journal);
+            maintain(&mut conn, &mut journal, false);
             last_maintenance = Instant::now();
         }
         let first = match rx.recv_timeout(MAINTENANCE_EVERY) {
@@ -674,7 +711,7 @@ fn write_loop(
         }
         drop(st);
         if !compactions.is_empty() {
-            maintain(&mut conn, &mut journal);
+            maintain(&mut conn, &mut journal, true);
             last_maintenance = Instant::now();
             for done in compactions {
                 let _ = done.send(());
@@ -1180,4 +1217,58 @@ pub fn store_counts(dir: &Path) -> Result<(u64, u64), String> {
         .query_row("SELECT count(*) FROM journal", [], |r| r.get(0))
         .map_err(|e| e.to_string())?;
     Ok((rooms as u64, log as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn journal_ids(conn: &Connection) -> Vec<i64> {
+        let mut stmt = conn.prepare("SELECT id FROM journal ORDER BY id").unwrap();
+        let ids = stmt.query_map([], |r| r.get(0)).unwrap();
+        ids.map(Result::unwrap).collect()
+    }
+
+    /// Rows older than every row still needed go in one range; newer dead
+    /// rows wait for a later range until there are too many of them.
+    #[test]
+    fn dead_rows_go_by_range_and_one_by_one_when_many() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = open_store(&dir.path().join(STORE_FILE), Fsync::Off).unwrap();
+        let tx = conn.transaction().unwrap();
+        // Room "idle" holds row 3; "busy" has every other row, all dead.
+        let total = 3 + DEAD_ROWS_KEPT as i64 + 10;
+        for id in 1..=total {
+            let room = if id == 3 { "idle" } else { "busy" };
+            tx.execute(
+                "INSERT INTO journal (id, room, n, ts, payload) VALUES (?1, ?2, ?1, 0, x'00')",
+                params![id, room],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+        let mut journal = JournalRows::default();
+        journal
+            .rooms
+            .insert("idle".into(), VecDeque::from([(3, 3)]));
+        journal.dead = (1..=total).filter(|id| *id != 3).rev().collect();
+        // Few dead rows above the idle room's: only the range below it goes.
+        let mut few = JournalRows {
+            rooms: journal.rooms.clone(),
+            dead: journal.dead[journal.dead.len() - 100..].to_vec(),
+        };
+        delete_dead_rows(&mut conn, &mut few, false);
+        assert_eq!(few.dead.len(), 98, "rows 4..=101 wait");
+        assert_eq!(journal_ids(&conn)[..3], [3, 4, 5]);
+        // Past DEAD_ROWS_KEPT, they go one by one (the range ones are gone).
+        journal.dead.retain(|id| *id > 3);
+        delete_dead_rows(&mut conn, &mut journal, false);
+        assert!(journal.dead.is_empty());
+        assert_eq!(journal_ids(&conn), [3]);
+        // The last live row becomes dead: everything goes in a range.
+        journal.trim("idle", 3);
+        delete_dead_rows(&mut conn, &mut journal, false);
+        assert!(journal_ids(&conn).is_empty());
+        assert!(journal.dead.is_empty());
+    }
 }
