@@ -378,6 +378,7 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
     }
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;
     let addr = listener.local_addr()?;
+    let mut data_dir = None;
     let (node, cluster) = if let Some(dir) = config.data_dir.clone() {
         if !config.redis.is_empty() {
             return Err(std::io::Error::other(
@@ -390,6 +391,7 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
         let disk = plaza_broker::DiskBroker::open(&dir, config.fsync, &incarnation)
             .map_err(std::io::Error::other)?;
         tracing::info!(data_dir = %dir.display(), fsync = ?config.fsync, "rooms kept in the data directory");
+        data_dir = Some(disk.clone());
         let tickets: Arc<dyn plaza_broker::TicketStore> = disk.clone();
         let cluster: Arc<dyn Cluster> = disk;
         let node = Node::clustered(config, tickets, cluster);
@@ -452,6 +454,11 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
     if let Some(cluster) = cluster {
         // The others may take this node's remaining members for gone at once.
         cluster.leave().await;
+    }
+    if let Some(disk) = data_dir {
+        // What the rooms wrote last (their final snapshots) is committed
+        // before the process ends.
+        disk.close().await;
     }
     served
 }

@@ -83,7 +83,9 @@ const EXPIRED_TICKET_KEPT_MS: Millis = 60_000;
 pub struct DiskBroker {
     node_id: String,
     state: Arc<Mutex<State>>,
-    writes: Mutex<mpsc::Sender<Write>>,
+    /// `None` once [`close`](DiskBroker::close)d.
+    writes: Mutex<Option<mpsc::Sender<Write>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// A second connection, for reading snapshots beside the writer (WAL
     /// readers do not block it).
     reader: Arc<Mutex<Connection>>,
@@ -223,14 +225,15 @@ impl DiskBroker {
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let (tx, rx) = mpsc::channel();
         let writer_state = state.clone();
-        std::thread::Builder::new()
+        let writer = std::thread::Builder::new()
             .name("plaza-data-dir".into())
             .spawn(move || write_loop(conn, rx, writer_state, journal, fsync, path))
             .map_err(|e| format!("cannot start the data_dir writer: {e}"))?;
         Ok(Arc::new(DiskBroker {
             node_id: node_id.to_owned(),
             state,
-            writes: Mutex::new(tx),
+            writes: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(writer)),
             reader: Arc::new(Mutex::new(reader)),
             _lock: lock,
         }))
@@ -248,8 +251,21 @@ impl DiskBroker {
         self.writes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .ok_or_else(|| unavailable("the data directory is closed"))?
             .send(w)
             .map_err(|_| unavailable("the writer stopped"))
+    }
+
+    /// Writes everything sent before it, then stops the writer and closes
+    /// the store: the commands that need it are refused from then on. The
+    /// directory's lock is released when the broker is dropped.
+    pub async fn close(&self) {
+        self.writes.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(writer) = writer {
+            let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+        }
     }
 
     /// Runs one background compaction pass now (the writer runs one every

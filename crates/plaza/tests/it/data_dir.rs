@@ -373,6 +373,14 @@ async fn a_full_disk_refuses_then_recovers_and_loses_nothing_acknowledged() {
     }
     let (id, answer) = refused.expect("the file size limit is reached");
     assert_eq!(answer["code"], "broker_unavailable", "{answer}");
+    // A ticket needs the store too: refused with the same code (HTTP 503),
+    // not handed out unwritten.
+    let mint = || crate::support::http_post(&addr, "/v1/rooms/full/tickets", r#"{"name": "t"}"#);
+    let refused_ticket = mint();
+    assert!(
+        refused_ticket.starts_with("HTTP/1.1 503") && refused_ticket.contains("broker_unavailable"),
+        "{refused_ticket}"
+    );
     // Space returns: the same message is taken once the node has written again.
     let more = libc::rlimit {
         rlim_cur: libc::RLIM_INFINITY,
@@ -393,6 +401,8 @@ async fn a_full_disk_refuses_then_recovers_and_loses_nothing_acknowledged() {
     }
     assert!(taken, "the node takes commands again once space returns");
     acked.push(id);
+    let ticket = mint();
+    assert!(ticket.starts_with("HTTP/1.1 201"), "{ticket}");
     node.kill().unwrap();
     node.wait().unwrap();
     let mut node = serve(port, dir.path()).await;
