@@ -7,7 +7,7 @@
 //!
 //! | key | type | holds |
 //! | --- | --- | --- |
-//! | `plaza:room:{lobby}` | hash | `meta` (opaque bytes), `n` (last log position), `ts` (last timestamp), `wh` (the last log position whose webhooks are enqueued) |
+//! | `plaza:room:{lobby}` | hash | `meta` (opaque bytes), `n` (last log position), `ts` (last timestamp), `wh` (the last log position whose webhooks are enqueued), `r` (the last log position reads return; only once a node used [`BrokerAck::Replicas`] in the room) |
 //! | `plaza:room:{lobby}:log` | stream | one entry per log position, id `<n>-0`, fields `ts` and `p` (payload) |
 //! | `plaza:room:{lobby}:snap` | hash | `n` (log position) and `data` (snapshot bytes) |
 //! | `plaza:rooms` | set | every room id |
