@@ -51,6 +51,9 @@ fn ws_url(http: &str, room: &str) -> String {
     format!("{}/v1/ws?room={room}", http.replacen("http://", "ws://", 1))
 }
 
+/// A stream entry as XRANGE gives it: id, then field and value pairs.
+type StreamEntry = (String, Vec<(String, Vec<u8>)>);
+
 /// The id of `m`'s `i`th message: fixed width, so no id is part of another.
 fn id(m: &Member, i: usize) -> String {
     format!("{}-{i:05}", m.name)
@@ -191,7 +194,7 @@ async fn a_sentinel_failover_with_primary_acks_reports_what_was_lost() {
     let server = &cluster.sentinels().unwrap().servers()[new];
     let client = redis::Client::open(server.url()).unwrap();
     let mut conn = client.get_connection().unwrap();
-    let log: Vec<(String, Vec<(String, Vec<u8>)>)> = redis::cmd("XRANGE")
+    let log: Vec<StreamEntry> = redis::cmd("XRANGE")
         .arg(format!("plaza:room:{{{room}}}:log"))
         .arg("-")
         .arg("+")
