@@ -168,26 +168,37 @@ async fn a_sentinel_failover_with_replicas_1_loses_nothing_acknowledged() {
 async fn a_sentinel_failover_with_primary_acks_reports_what_was_lost() {
     let (mut cluster, _dir) = start("sentinel-primary", "primary");
     let room = "lossy";
-    let url = ws_url(&cluster.node(0).url(), room);
-    let mut a = Member::join(&url, room, "a").await;
-    // A burst, all in flight at once: the primary dies while Redis is busy
-    // with it, which is when a replica lags most.
-    const N: usize = 400;
-    for i in 0..N {
-        let id = id(&a, i);
-        a.publish(&id, json!(id)).await;
+    let mut publishers = Vec::new();
+    for (name, node) in [("a", 0), ("b", 1)] {
+        let url = ws_url(&cluster.node(node).url(), room);
+        publishers.push(Member::join(&url, room, name).await);
     }
-    a.pump_until(LIMIT, |a| a.acked.len() >= N / 4).await;
+    // Bursts from both nodes, all in flight at once (within the rate
+    // limit's burst): the primary dies while Redis is busy with them, which
+    // is when a replica lags most.
+    const N: usize = 400;
+    for m in publishers.iter_mut() {
+        for i in 0..N {
+            let id = id(m, i);
+            m.publish(&id, json!(id)).await;
+        }
+    }
+    publishers[0]
+        .pump_until(LIMIT, |a| a.acked.len() >= N / 8)
+        .await;
+    let acked_before = publishers[0].acked.len();
     let old = kill_primary(&mut cluster);
     // Every publish is answered, acknowledged or failed (broker_unavailable),
     // except those that landed on the old primary only and were lost with
     // it: nothing answers those. Ten seconds after the promotion, what is
     // still unanswered counts as such.
     let new = promoted(&cluster, old).await;
-    let answered = |a: &Member| a.acked.len() + a.errors.len() >= N;
-    let _ = tokio::time::timeout(Duration::from_secs(10), a.pump_until(LIMIT, answered)).await;
-    for e in &a.errors {
-        assert_eq!(e["code"], "broker_unavailable", "{e}");
+    let answered = |m: &Member| m.acked.len() + m.errors.len() >= N;
+    for m in publishers.iter_mut() {
+        let _ = tokio::time::timeout(Duration::from_secs(10), m.pump_until(LIMIT, answered)).await;
+        for e in &m.errors {
+            assert_eq!(e["code"], "broker_unavailable", "{e}");
+        }
     }
 
     // What the promoted replica's log holds of the acknowledged publishes.
@@ -210,16 +221,17 @@ async fn a_sentinel_failover_with_primary_acks_reports_what_was_lost() {
             .filter(|p| p.windows(id.len()).any(|w| w == id.as_bytes()))
             .count()
     };
-    let acked: BTreeSet<&String> = a.acked.keys().collect();
+    let acked: BTreeSet<&String> = publishers.iter().flat_map(|m| m.acked.keys()).collect();
+    let failed: usize = publishers.iter().map(|m| m.errors.len()).sum();
     let lost: Vec<&&String> = acked.iter().filter(|id| in_log(id) == 0).collect();
     println!(
-        "primary: server {old} killed after {} acknowledgements, server {new} promoted; of {N} \
-         publishes {} were acknowledged, {} failed (broker_unavailable), {} unanswered; \
-         acknowledged but missing from the new primary's log: {} {lost:?}",
-        N / 4,
+        "primary: server {old} killed when a had {acked_before} of its {N} acknowledgements, \
+         server {new} promoted; of {} publishes {} were acknowledged, {failed} failed \
+         (broker_unavailable), {} unanswered; acknowledged but missing from the new \
+         primary's log: {} {lost:?}",
+        2 * N,
         acked.len(),
-        a.errors.len(),
-        N - acked.len() - a.errors.len(),
+        (2 * N).saturating_sub(acked.len() + failed),
         lost.len()
     );
     // No entry is in the log twice, lost or not.
