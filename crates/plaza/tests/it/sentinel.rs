@@ -5,19 +5,25 @@
 //!
 //! With `--broker-ack replicas:1` every acknowledged event must reach every
 //! member exactly once, in order, and publishing resumes. With `primary`,
-//! what the failover lost is reported: only the recovery is guaranteed.
+//! what the failover lost is reported: only the recovery is guaranteed. And
+//! `replicas:1` with no replica at all refuses writes promptly.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::cluster_support::{assert_exactly_once, Member};
+use crate::cluster_support::{assert_exactly_once, next_frame, Member};
 use plaza_launch::{ClusterOptions, LbKind, LocalCluster};
 use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn start(name: &str, ack: &str) -> (LocalCluster, tempfile::TempDir) {
+    start_with(name, ack, true)
+}
+
+/// [`start`], on Sentinels or (`sentinel` false) one Redis without replicas.
+fn start_with(name: &str, ack: &str, sentinel: bool) -> (LocalCluster, tempfile::TempDir) {
     let dir = tempfile::Builder::new()
         .prefix(&format!("plaza-{name}-"))
         .tempdir()
@@ -34,7 +40,7 @@ fn start(name: &str, ack: &str) -> (LocalCluster, tempfile::TempDir) {
             ack.into(),
         ],
         embedded: false,
-        redis_sentinel: true,
+        redis_sentinel: sentinel,
         cpu_quotas: Default::default(),
         lb_workers: None,
         node_ports: None,
@@ -250,4 +256,35 @@ async fn a_sentinel_failover_with_primary_acks_reports_what_was_lost() {
     b.pump_until(LIMIT, |b| b.received.len() == 5).await;
     c.pump_until(LIMIT, |c| c.received.len() == 5).await;
     assert_exactly_once(&[&b, &c]);
+}
+
+/// `replicas:1` on a Redis without replicas: a client's first write, its
+/// join, is refused with `broker_unavailable` once WAIT's second is up,
+/// rather than left waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_1_without_a_replica_refuses_with_broker_unavailable_rather_than_hanging() {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let (cluster, _dir) = start_with("no-replica", "replicas:1", false);
+    let room = "alone";
+    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url(&cluster.node(0).url(), room))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let join = json!({"type": "join", "room": room, "name": "a"});
+    ws.send(Message::text(join.to_string())).await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), next_frame(&mut ws))
+        .await
+        .expect("an answer, not a hang")
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(answer["type"], "error", "{answer}");
+    assert_eq!(answer["code"], "broker_unavailable", "{answer}");
+    let message = answer["message"].as_str().unwrap();
+    assert!(message.contains("only 0 of 1 replicas"), "{answer}");
+    // WAIT's timeout is 1 s (Redis checks it ten times a second).
+    assert!(
+        took >= Duration::from_millis(900),
+        "answered after {took:?}"
+    );
 }
