@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
 use crate::proc::check_port_free;
-use crate::{LbKind, LbOptions, LoadBalancer, NodeOptions, NodeProcess, RedisProcess};
+use crate::{
+    LbKind, LbOptions, LoadBalancer, NodeOptions, NodeProcess, RedisProcess, RedisSentinels,
+};
 
 /// What [`LocalCluster::start`] starts.
 #[derive(Debug, Clone)]
@@ -26,6 +28,10 @@ pub struct ClusterOptions {
     /// Start no Redis and run the nodes without `--redis`, each with its own in-memory broker:
     /// rooms are then per node, which only suits trying the load balancer's routing.
     pub embedded: bool,
+    /// Instead of one Redis, a primary with two replicas watched by three Sentinels
+    /// ([`RedisSentinels`]); the nodes get `--redis redis+sentinel://…`. Refused with
+    /// `embedded` and with a Redis CPU quota.
+    pub redis_sentinel: bool,
     /// CPU quotas (cgroup v1) for the cluster's processes; the default: none.
     pub cpu_quotas: CpuQuotas,
     /// nginx's worker processes; `None`: `auto` (one per CPU). Refused with HAProxy.
@@ -56,11 +62,13 @@ pub struct LocalCluster {
     lb: LoadBalancer,
     nodes: Vec<NodeProcess>,
     redis: Option<RedisProcess>,
+    sentinels: Option<RedisSentinels>,
     dir: PathBuf,
 }
 
 impl LocalCluster {
-    /// Starts Redis (unless `embedded`), the nodes (`--redis` its URL), then the load
+    /// Starts Redis (unless `embedded`; with Sentinels if `redis_sentinel`), the nodes
+    /// (`--redis` its URL), then the load
     /// balancer in front of them, each waited for until it is ready.
     pub fn start(opts: ClusterOptions) -> io::Result<LocalCluster> {
         if opts.nodes == 0 {
@@ -91,25 +99,40 @@ impl LocalCluster {
                 ));
             }
         }
+        if opts.redis_sentinel && (opts.embedded || opts.cpu_quotas.redis.is_some()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "Redis with Sentinels goes with neither embedded nodes nor a Redis CPU quota",
+            ));
+        }
         if opts.listen_port != 0 {
             // Before anything starts: a taken port would otherwise show only at the end.
             check_port_free(opts.listen_port, &format!("{} cannot listen", opts.lb))?;
         }
         std::fs::create_dir_all(&opts.dir)?;
         let dir = opts.dir.canonicalize()?;
-        let redis = match opts.embedded {
+        let sentinels = match opts.redis_sentinel {
+            true => Some(RedisSentinels::start(&dir.join("redis"))?),
+            false => None,
+        };
+        let redis = match opts.embedded || opts.redis_sentinel {
             true => None,
             false => Some(RedisProcess::start_with_quota(
                 &dir.join("redis"),
                 opts.cpu_quotas.redis,
             )?),
         };
+        let redis_url = match (&redis, &sentinels) {
+            (Some(r), _) => Some(r.url()),
+            (None, Some(s)) => Some(s.url()),
+            (None, None) => None,
+        };
         let mut nodes = Vec::with_capacity(opts.nodes);
         for i in 1..=opts.nodes {
             let node = NodeProcess::start(
                 &opts.plaza_bin,
                 NodeOptions {
-                    redis_url: redis.as_ref().map(RedisProcess::url),
+                    redis_url: redis_url.clone(),
                     extra_args: opts.node_args.clone(),
                     log_dir: Some(dir.join("nodes")),
                     cpu_quota: opts.cpu_quotas.node,
@@ -137,6 +160,7 @@ impl LocalCluster {
             lb,
             nodes,
             redis,
+            sentinels,
             dir,
         })
     }
@@ -164,6 +188,16 @@ impl LocalCluster {
     /// Redis, to kill or restart it (`None` in embedded mode).
     pub fn redis_mut(&mut self) -> Option<&mut RedisProcess> {
         self.redis.as_mut()
+    }
+
+    /// The Redis servers and their Sentinels, when started with `redis_sentinel`.
+    pub fn sentinels(&self) -> Option<&RedisSentinels> {
+        self.sentinels.as_ref()
+    }
+
+    /// The Redis servers and their Sentinels, to kill a server.
+    pub fn sentinels_mut(&mut self) -> Option<&mut RedisSentinels> {
+        self.sentinels.as_mut()
     }
 
     /// The nodes, in start order (`node-1` first).
@@ -216,6 +250,9 @@ impl LocalCluster {
         }
         if let Some(r) = &mut self.redis {
             note(r.stop());
+        }
+        if let Some(s) = &mut self.sentinels {
+            note(s.stop().map(|()| ExitStatus::default()));
         }
         first_err.map_or(Ok(()), Err)
     }

@@ -1,4 +1,5 @@
-//! Starts the processes of a Plaza cluster on loopback — `redis-server`, `plaza serve` nodes and
+//! Starts the processes of a Plaza cluster on loopback — `redis-server` (alone, or a primary
+//! with replicas watched by Sentinels), `plaza serve` nodes and
 //! nginx or HAProxy in front — for development (`plaza cluster up`), tests and benchmarks.
 //!
 //! Every process runs in the foreground as a child of the caller, in its own process group (so
@@ -23,6 +24,7 @@ mod lb;
 mod node;
 mod proc;
 mod redis;
+mod sentinel;
 
 pub use cgroup::{CpuQuota, CPU_CGROUP};
 pub use cluster::{ClusterOptions, CpuQuotas, LocalCluster};
@@ -32,6 +34,7 @@ pub use lb::{render_config, LbKind, LbOptions, LoadBalancer};
 pub use node::{NodeOptions, NodeProcess};
 pub use proc::tie_children_to_this_thread;
 pub use redis::RedisProcess;
+pub use sentinel::{RedisSentinels, DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS, SENTINEL_MASTER_NAME};
 
 use std::io;
 use std::net::{Ipv4Addr, TcpListener};

@@ -20,6 +20,8 @@ pub struct RedisProcess {
     host: Host,
     port: u16,
     dir: PathBuf,
+    /// More `redis-server` arguments (a replica's `--replicaof`), kept across restarts.
+    extra: Vec<String>,
 }
 
 impl RedisProcess {
@@ -33,15 +35,36 @@ impl RedisProcess {
     /// As [`start`](Self::start), in a cgroup of its own allowed `cpu_quota` CPUs (see
     /// [`CpuQuota`]) if given; a restarted Redis joins the same group.
     pub fn start_with_quota(dir: &Path, cpu_quota: Option<f64>) -> io::Result<RedisProcess> {
-        RedisProcess::start_inner(dir, cpu_quota, Host::loopback())
+        RedisProcess::start_inner(dir, cpu_quota, Host::loopback(), Vec::new())
     }
 
     /// As [`start`](Self::start), bound to `host`'s address in its network namespace.
     pub fn start_on(dir: &Path, host: Host) -> io::Result<RedisProcess> {
-        RedisProcess::start_inner(dir, None, host)
+        RedisProcess::start_inner(dir, None, host, Vec::new())
     }
 
-    fn start_inner(dir: &Path, cpu_quota: Option<f64>, host: Host) -> io::Result<RedisProcess> {
+    /// As [`start`](Self::start), with more `redis-server` arguments (e.g. `--replicaof HOST
+    /// PORT`), kept for [`restart`](Self::restart). Ready when it answers PING, which a
+    /// replica does before it has synced.
+    pub fn start_with_args(dir: &Path, args: Vec<String>) -> io::Result<RedisProcess> {
+        RedisProcess::start_inner(dir, None, Host::loopback(), args)
+    }
+
+    /// Polls `probe` until it answers `Ok` (see `Proc::wait_ready`).
+    pub(crate) fn wait_until(
+        &mut self,
+        what: &str,
+        probe: impl FnMut() -> Result<(), String>,
+    ) -> io::Result<()> {
+        self.proc.wait_ready(what, probe).map_err(io::Error::from)
+    }
+
+    fn start_inner(
+        dir: &Path,
+        cpu_quota: Option<f64>,
+        host: Host,
+        extra: Vec<String>,
+    ) -> io::Result<RedisProcess> {
         let quota = cpu_quota
             .map(|cpus| CpuQuota::create_unique("redis", cpus))
             .transpose()?;
@@ -51,7 +74,7 @@ impl RedisProcess {
         loop {
             attempt += 1;
             let port = crate::free_port()?;
-            match launch(&dir, &host, port, quota.as_ref()) {
+            match launch(&dir, &host, port, quota.as_ref(), &extra) {
                 Ok(proc) => {
                     return Ok(RedisProcess {
                         proc,
@@ -59,6 +82,7 @@ impl RedisProcess {
                         host,
                         port,
                         dir,
+                        extra,
                     })
                 }
                 Err(NotReady::Exited(_)) if attempt < START_ATTEMPTS => continue,
@@ -114,12 +138,24 @@ impl RedisProcess {
     /// port and directory, and waits until it answers PING, i.e. has reloaded its data.
     pub fn restart(&mut self) -> io::Result<()> {
         self.proc.stop()?;
-        self.proc = launch(&self.dir, &self.host, self.port, self.quota.as_ref())?;
+        self.proc = launch(
+            &self.dir,
+            &self.host,
+            self.port,
+            self.quota.as_ref(),
+            &self.extra,
+        )?;
         Ok(())
     }
 }
 
-fn launch(dir: &Path, host: &Host, port: u16, quota: Option<&CpuQuota>) -> Result<Proc, NotReady> {
+fn launch(
+    dir: &Path,
+    host: &Host,
+    port: u16,
+    quota: Option<&CpuQuota>,
+    extra: &[String],
+) -> Result<Proc, NotReady> {
     let bin = find_program("redis-server", "PLAZA_REDIS_SERVER", "redis-server")
         .map_err(NotReady::Failed)?;
     let addr = host.addr(port);
@@ -132,7 +168,8 @@ fn launch(dir: &Path, host: &Host, port: u16, quota: Option<&CpuQuota>) -> Resul
         "--dir",
     ])
     .arg(dir)
-    .args(["--appendonly", "yes", "--save", "", "--daemonize", "no"]);
+    .args(["--appendonly", "yes", "--save", "", "--daemonize", "no"])
+    .args(extra);
     if host.ip != Ipv4Addr::LOCALHOST {
         // Protected mode refuses clients from other hosts when no password is set.
         cmd.args(["--protected-mode", "no"]);
@@ -148,7 +185,7 @@ fn launch(dir: &Path, host: &Host, port: u16, quota: Option<&CpuQuota>) -> Resul
 }
 
 /// One PING in RESP; `+PONG` means ready (a loading server answers `-LOADING`).
-fn ping(addr: SocketAddr) -> Result<(), String> {
+pub(crate) fn ping(addr: SocketAddr) -> Result<(), String> {
     let attempt = || -> io::Result<String> {
         let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
         s.set_read_timeout(Some(Duration::from_secs(2)))?;

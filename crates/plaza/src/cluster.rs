@@ -42,6 +42,11 @@ struct UpArgs {
     /// load balancer's routing.
     #[arg(long)]
     embedded: bool,
+    /// Instead of one Redis: a primary, two replicas and three Sentinels (redis-server
+    /// --sentinel) on loopback, the nodes given --redis redis+sentinel://…; a primary silent
+    /// for 1 s is failed over. Try `-- --broker-ack replicas:1` with it.
+    #[arg(long, conflicts_with = "embedded")]
+    redis_sentinel: bool,
     /// Run each node in a cgroup of its own capped at this many CPUs (e.g. 0.25; cgroup v1
     /// CPU quota, needs a writable /sys/fs/cgroup/cpu). The cgroups are removed on exit.
     #[arg(long, value_name = "CPUS", value_parser = parse_cpus)]
@@ -129,6 +134,7 @@ fn run_up(args: UpArgs) -> Result<(), String> {
         dir: dir.clone(),
         node_args: args.node_args,
         embedded: args.embedded,
+        redis_sentinel: args.redis_sentinel,
         cpu_quotas: CpuQuotas {
             node: args.node_cpu_quota,
             redis: args.redis_cpu_quota,
@@ -174,8 +180,8 @@ fn print_cluster(c: &LocalCluster) {
         lb.addr(),
         pid(lb.pid(), lb.cpu_quota())
     );
-    match c.redis() {
-        Some(r) => {
+    match (c.redis(), c.sentinels()) {
+        (Some(r), _) => {
             let _ = writeln!(
                 out,
                 "  redis          {}{}",
@@ -183,7 +189,19 @@ fn print_cluster(c: &LocalCluster) {
                 pid(r.pid(), r.cpu_quota())
             );
         }
-        None => {
+        (None, Some(s)) => {
+            let _ = writeln!(out, "  redis          {}", s.url());
+            for (i, r) in s.servers().iter().enumerate() {
+                let role = if i == 0 { "primary" } else { "replica" };
+                let _ = writeln!(out, "    {role:<12} {}{}", r.url(), pid(r.pid(), None));
+            }
+            let pids = s.sentinel_pids();
+            for (i, addr) in s.sentinel_addrs().iter().enumerate() {
+                let p = pid(pids.get(i).copied(), None);
+                let _ = writeln!(out, "    sentinel     {addr}{p}");
+            }
+        }
+        (None, None) => {
             let _ = writeln!(out, "  redis          none (embedded nodes)");
         }
     }

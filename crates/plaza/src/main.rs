@@ -175,11 +175,20 @@ struct ServeArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     room_linger_ms: Option<u64>,
-    /// Cluster mode: the Redis URL the nodes share, e.g. redis://127.0.0.1:6379/
-    /// [default: none, embedded mode].
+    /// Cluster mode: the Redis URL the nodes share, e.g. redis://127.0.0.1:6379/, or the
+    /// Sentinels that watch its primary, e.g.
+    /// redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster [default: none, embedded
+    /// mode].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     redis: Option<String>,
+    /// Cluster mode: when an append to Redis counts as done: primary (the primary has it;
+    /// a failover may lose the last ones) or replicas:N (WAIT confirmed N replicas have it,
+    /// N from 1 to 16; members see only confirmed entries, and an append not confirmed
+    /// within 1 s fails with broker_unavailable) [default: primary].
+    #[arg(long, value_name = "MODE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    broker_ack: Option<String>,
     /// A web app directory (e.g. a Vite build's dist/) to serve: GET / answers its
     /// index.html, any path that is no API route a file in it; it must hold an
     /// index.html [default: none, the built-in demo page at /].
@@ -378,6 +387,12 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
     }
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;
     let addr = listener.local_addr()?;
+    if config.redis.is_empty() && config.broker_ack != plaza_broker::BrokerAck::Primary {
+        return Err(std::io::Error::other(format!(
+            "broker_ack {} is for cluster mode (with redis): embedded mode has no replicas",
+            config.broker_ack
+        )));
+    }
     let mut data_dir = None;
     let (node, cluster) = if let Some(dir) = config.data_dir.clone() {
         if !config.redis.is_empty() {
@@ -399,7 +414,9 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
     } else if config.redis.is_empty() {
         (Node::new(config, Arc::new(MemoryTicketStore::new())), None)
     } else {
-        let redis = RedisBroker::connect(&config.redis, &config.node_id)
+        let redis_config = plaza_broker::RedisConfig::new(&config.redis, &config.node_id)
+            .with_ack(config.broker_ack);
+        let redis = RedisBroker::connect_with(redis_config)
             .await
             .map_err(|e| std::io::Error::other(format!("cluster mode: {e}")))?;
         let cluster: Arc<dyn Cluster> = redis.clone();

@@ -76,8 +76,15 @@ pub struct ServerConfig {
     /// member here left (members often come back soon).
     pub room_linger_ms: u64,
     /// Cluster mode: the Redis URL (e.g. `redis://127.0.0.1:6379/`) that the
-    /// nodes share; empty for embedded mode.
+    /// nodes share, or the Sentinels that watch it
+    /// (`redis+sentinel://host1:26379,host2:26379/mymaster`); empty for
+    /// embedded mode.
     pub redis: String,
+    /// Cluster mode: when an append to Redis counts as done, `primary`
+    /// (the primary has it) or `replicas:N` (`WAIT` confirmed N replicas
+    /// have it, N from 1 to [`plaza_broker::MAX_ACK_REPLICAS`]; members only
+    /// see confirmed entries). The same on every node.
+    pub broker_ack: plaza_broker::BrokerAck,
     /// Web pages (origins, `https://app.example.org`) that may open a
     /// WebSocket or a transport session; empty (the default) or `*`: any.
     /// Requests without `Origin` (not from a browser) are not concerned.
@@ -270,6 +277,7 @@ impl Default for ServerConfig {
             node_id: String::new(),
             room_linger_ms: 30_000,
             redis: String::new(),
+            broker_ack: plaza_broker::BrokerAck::Primary,
             web_dir: None,
             data_dir: None,
             fsync: plaza_broker::Fsync::Always,

@@ -131,6 +131,9 @@ impl Cluster for RedisBroker {
         };
         let mut pipe = ::redis::pipe();
         pipe.cmd("EXISTS").arg(self.keys.room(room));
+        // The last entry confirmed by WAIT (broker_ack replicas:N), before
+        // the range: every entry up to it is replicated.
+        pipe.cmd("HGET").arg(self.keys.room(room)).arg("r");
         // COUNT at least 1, so a trimmed start is seen even for limit 0.
         pipe.cmd("XRANGE")
             .arg(self.keys.log(room))
@@ -138,13 +141,17 @@ impl Cluster for RedisBroker {
             .arg("+")
             .arg("COUNT")
             .arg(limit.max(1));
-        let (exists, range): (bool, Value) = self.query_pipe(&pipe).await?;
+        let (exists, confirmed, range): (bool, Option<u64>, Value) = self.query_pipe(&pipe).await?;
         if !exists {
             return Err(not_found(room));
         }
         let mut entries = parse_entries(range).map_err(unavailable)?;
         if entries.first().is_some_and(|e| e.n != first) {
             return Err(ClusterError::Trimmed(room.to_owned()));
+        }
+        if let Some(confirmed) = confirmed {
+            // Not yet known to be on enough replicas: nobody sees it yet.
+            entries.retain(|e| e.n <= confirmed);
         }
         entries.truncate(limit);
         Ok(entries)

@@ -1,11 +1,15 @@
 use std::time::Duration;
 
+use super::BrokerAck;
 use crate::memory_cluster::DEFAULT_LOG_CAPACITY;
 
 /// How a [`super::RedisBroker`] connects and lays out its keys.
 #[derive(Clone)]
 pub struct RedisConfig {
-    /// `redis://[user:password@]host:port[/db]`. The broker picks the wire
+    /// `redis://[user:password@]host:port[/db]`, or the Sentinels watching
+    /// the primary:
+    /// `redis+sentinel://[user:password@]host:port[,host:port…]/master_name[/db]`
+    /// (the credentials are the data nodes'). The broker picks the wire
     /// protocol of each connection itself.
     pub url: String,
     /// This node's id, unique in the cluster.
@@ -19,6 +23,8 @@ pub struct RedisConfig {
     /// The longest any call waits for Redis before failing with
     /// [`crate::ClusterError::Unavailable`]. Default 2 s.
     pub timeout: Duration,
+    /// When an append counts as done. Default [`BrokerAck::Primary`].
+    pub ack: BrokerAck,
 }
 
 impl RedisConfig {
@@ -30,6 +36,7 @@ impl RedisConfig {
             key_prefix: "plaza:".into(),
             log_capacity: DEFAULT_LOG_CAPACITY,
             timeout: Duration::from_secs(2),
+            ack: BrokerAck::Primary,
         }
     }
 
@@ -50,6 +57,19 @@ impl RedisConfig {
         self.timeout = timeout;
         self
     }
+
+    /// With appends done as `ack` says.
+    pub fn with_ack(mut self, ack: BrokerAck) -> Self {
+        self.ack = ack;
+        self
+    }
+
+    /// How long `WAIT` waits for replicas under [`BrokerAck::Replicas`]:
+    /// half the call timeout, so that its answer (a count, maybe short)
+    /// arrives well within the connection's response timeout.
+    pub fn ack_wait(&self) -> Duration {
+        (self.timeout / 2).max(Duration::from_millis(1))
+    }
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -60,6 +80,7 @@ impl std::fmt::Debug for RedisConfig {
             .field("key_prefix", &self.key_prefix)
             .field("log_capacity", &self.log_capacity)
             .field("timeout", &self.timeout)
+            .field("ack", &self.ack)
             .finish_non_exhaustive()
     }
 }

@@ -1,26 +1,24 @@
 //! How each of a node's connections is made.
 
+use std::sync::RwLock;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::io::tcp::TcpSettings;
-use ::redis::{AsyncConnectionConfig, Client, ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
+use ::redis::{AsyncConnectionConfig, Client, ConnectionInfo, ProtocolVersion};
 
 use super::errors::unavailable;
 use super::RedisConfig;
 use crate::ClusterError;
 
-/// A client for `config.url` speaking `protocol`, whatever the URL asks for:
-/// replies are parsed assuming that protocol.
+/// A client for the server at `info` speaking `protocol`, whatever the URL
+/// asks for: replies are parsed assuming that protocol.
 pub(super) fn client(
+    info: &ConnectionInfo,
     config: &RedisConfig,
     protocol: ProtocolVersion,
 ) -> Result<Client, ClusterError> {
-    let info: ConnectionInfo = config
-        .url
-        .as_str()
-        .into_connection_info()
-        .map_err(unavailable)?;
+    let info = info.clone();
     let redis = info.redis_settings().clone().set_protocol(protocol);
     let info = info
         .set_redis_settings(redis)
@@ -56,11 +54,12 @@ pub(super) fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
         .set_response_timeout(Some(config.timeout))
 }
 
-/// The connection for ordinary commands.
+/// The connection for ordinary commands, to the primary at `info`.
 pub(super) async fn command_manager(
+    info: &ConnectionInfo,
     config: &RedisConfig,
 ) -> Result<ConnectionManager, ClusterError> {
-    let client = client(config, ProtocolVersion::RESP2)?;
+    let client = client(info, config, ProtocolVersion::RESP2)?;
     let connect = ConnectionManager::new_with_config(client, manager_config(config));
     super::errors::guarded(config.timeout, connect).await
 }
@@ -70,4 +69,24 @@ pub(super) fn plain_config(config: &RedisConfig) -> AsyncConnectionConfig {
     AsyncConnectionConfig::new()
         .set_connection_timeout(Some(connection_timeout(config)))
         .set_response_timeout(Some(config.timeout))
+}
+
+/// The command connection, replaced when a failover names a new primary
+/// (a connection manager reconnects to one address only).
+pub(super) struct Commands(RwLock<ConnectionManager>);
+
+impl Commands {
+    pub(super) fn new(conn: ConnectionManager) -> Self {
+        Self(RwLock::new(conn))
+    }
+
+    /// The current connection (a cheap clone).
+    pub(super) fn get(&self) -> ConnectionManager {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Calls from now on go to `conn`; calls in flight finish on the old one.
+    pub(super) fn replace(&self, conn: ConnectionManager) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = conn;
+    }
 }

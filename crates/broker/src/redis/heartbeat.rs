@@ -1,11 +1,13 @@
 //! The node's heartbeat key, renewed every [`NODE_HEARTBEAT_MS`].
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ::redis::aio::ConnectionManager;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::connect::Commands;
 use super::errors::on_manager;
 use super::RedisConfig;
 use crate::{ClusterError, NODE_HEARTBEAT_MS, NODE_TTL_MS};
@@ -32,7 +34,7 @@ pub(super) async fn beat(
 /// Renews the key until `stop`. A missed beat is only logged: the next one
 /// may succeed well before the key expires.
 pub(super) fn start(
-    conn: ConnectionManager,
+    conn: Arc<Commands>,
     key: String,
     config: &RedisConfig,
     stop: CancellationToken,
@@ -50,7 +52,7 @@ pub(super) fn start(
             }
             // Not raced against `stop`: `leave` waits for this task, so no
             // beat can land after its DEL.
-            if let Err(e) = beat(&conn, &key, timeout).await {
+            if let Err(e) = beat(&conn.get(), &key, timeout).await {
                 tracing::warn!("heartbeat of {key} failed: {e}");
             }
         }

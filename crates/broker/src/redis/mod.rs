@@ -7,7 +7,7 @@
 //!
 //! | key | type | holds |
 //! | --- | --- | --- |
-//! | `plaza:room:{lobby}` | hash | `meta` (opaque bytes), `n` (last log position), `ts` (last timestamp), `wh` (the last log position whose webhooks are enqueued) |
+//! | `plaza:room:{lobby}` | hash | `meta` (opaque bytes), `n` (last log position), `ts` (last timestamp), `wh` (the last log position whose webhooks are enqueued), `r` (the last log position reads return; only once a node used [`BrokerAck::Replicas`] in the room) |
 //! | `plaza:room:{lobby}:log` | stream | one entry per log position, id `<n>-0`, fields `ts` and `p` (payload) |
 //! | `plaza:room:{lobby}:snap` | hash | `n` (log position) and `data` (snapshot bytes) |
 //! | `plaza:rooms` | set | every room id |
@@ -31,12 +31,33 @@
 //! per round trip), and one RESP3 connection for pub/sub. Background tasks
 //! (appends, heartbeat, pub/sub dispatch and ping) end when the broker is
 //! dropped or [`Cluster::leave`](crate::Cluster::leave) is called.
+//!
+//! # Sentinel
+//!
+//! With a `redis+sentinel://` URL the primary is the server the Sentinels
+//! name. A task asks them every [`failover::FOLLOW_INTERVAL`]; when they
+//! name another server (a failover), it opens the command and pub/sub
+//! connections to it, the append task opens its own on its next batch, and
+//! the lost subscriptions are made again, which tells each room
+//! [`LogNotice::Resubscribed`](crate::LogNotice::Resubscribed): it reads the
+//! log from where it is.
+//!
+//! # Acknowledgements
+//!
+//! With [`BrokerAck::Replicas`] the append script only writes; after the
+//! batch, `WAIT` counts the replicas that have it, and only then a second
+//! script per entry publishes it and moves the room's `r` field (the last
+//! entry confirmed) past it. Log reads stop at `r`, so no member sees an
+//! entry before it is replicated, whether by pub/sub or by reading the log.
 
+mod ack;
 mod appender;
 mod cluster;
 mod config;
 mod connect;
+mod endpoint;
 mod errors;
+mod failover;
 mod heartbeat;
 mod keys;
 mod scripts;
@@ -50,13 +71,18 @@ use std::sync::{Arc, Mutex};
 
 use ::redis::aio::ConnectionManager;
 use ::redis::{Cmd, FromRedisValue, Pipeline, ScriptInvocation};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub use ack::{BrokerAck, MAX_ACK_REPLICAS};
 pub use config::RedisConfig;
+pub use endpoint::SENTINEL_SCHEME;
 
 use crate::ClusterError;
 use appender::Appender;
+use connect::Commands;
+use endpoint::Source;
 use errors::on_manager;
 use keys::Keys;
 use subscriber::Subscriber;
@@ -66,9 +92,9 @@ use subscriber::Subscriber;
 pub struct RedisBroker {
     config: RedisConfig,
     keys: Keys,
-    commands: ConnectionManager,
+    commands: Arc<Commands>,
     appender: Appender,
-    subscriber: Subscriber,
+    subscriber: Arc<Subscriber>,
     heartbeat: Mutex<Option<JoinHandle<()>>>,
     left: AtomicBool,
     stop: CancellationToken,
@@ -83,20 +109,43 @@ impl RedisBroker {
     }
 
     /// Connects as `config` says. Fails with [`ClusterError::Unavailable`] if
-    /// Redis cannot be reached now; afterwards the connections are
-    /// re-established on their own.
+    /// Redis (or, with Sentinels, a primary) cannot be reached now;
+    /// afterwards the connections are re-established on their own, to the
+    /// new primary after a failover.
     pub async fn connect_with(config: RedisConfig) -> Result<Arc<Self>, ClusterError> {
         let keys = Keys::new(&config.key_prefix);
         let stop = CancellationToken::new();
         // Stops the tasks already started if a later step fails.
         let started = stop.clone().drop_guard();
-        let commands = connect::command_manager(&config).await?;
-        let appender = Appender::start(&config, stop.child_token()).await?;
-        let subscriber = Subscriber::start(&config, stop.child_token()).await?;
+        let (primary, sentinels) = match Source::parse(&config.url)? {
+            Source::Fixed(info) => (info, None),
+            Source::Sentinel(sentinels) => {
+                let mut sentinels = sentinels.connect()?;
+                (sentinels.find(config.timeout).await?, Some(sentinels))
+            }
+        };
+        // With a fixed primary the sender is dropped: nothing ever changes.
+        let (primary_tx, primary_rx) = watch::channel(primary.clone());
+        let commands = Arc::new(Commands::new(
+            connect::command_manager(&primary, &config).await?,
+        ));
+        let appender = Appender::start(&config, primary_rx, stop.child_token()).await?;
+        let subscriber = Arc::new(Subscriber::start(&config, &primary, stop.child_token()).await?);
         let node_key = keys.node(&config.node_id);
         // The first beat before returning: a node is alive as soon as it exists.
-        heartbeat::beat(&commands, &node_key, config.timeout).await?;
-        let heartbeat = heartbeat::start(commands.clone(), node_key, &config, stop.child_token());
+        heartbeat::beat(&commands.get(), &node_key, config.timeout).await?;
+        let heartbeat =
+            heartbeat::start(Arc::clone(&commands), node_key, &config, stop.child_token());
+        if let Some(sentinels) = sentinels {
+            tokio::spawn(failover::follow(
+                sentinels,
+                primary_tx,
+                Arc::clone(&commands),
+                Arc::clone(&subscriber),
+                config.clone(),
+                stop.child_token(),
+            ));
+        }
         started.disarm();
         Ok(Arc::new(Self {
             config,
@@ -113,13 +162,13 @@ impl RedisBroker {
     /// Sends `cmd` on the command connection.
     async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, ClusterError> {
         let call = |mut conn: ConnectionManager| async move { cmd.query_async(&mut conn).await };
-        on_manager(self.config.timeout, &self.commands, call).await
+        on_manager(self.config.timeout, &self.commands.get(), call).await
     }
 
     /// Sends `pipe` on the command connection.
     async fn query_pipe<T: FromRedisValue>(&self, pipe: &Pipeline) -> Result<T, ClusterError> {
         let call = |mut conn: ConnectionManager| async move { pipe.query_async(&mut conn).await };
-        on_manager(self.config.timeout, &self.commands, call).await
+        on_manager(self.config.timeout, &self.commands.get(), call).await
     }
 
     /// Runs a script on the command connection (EVALSHA, loading the script
@@ -130,7 +179,7 @@ impl RedisBroker {
     ) -> Result<T, ClusterError> {
         let call =
             |mut conn: ConnectionManager| async move { script.invoke_async(&mut conn).await };
-        on_manager(self.config.timeout, &self.commands, call).await
+        on_manager(self.config.timeout, &self.commands.get(), call).await
     }
 
     /// Fails every call after [`Cluster::leave`](crate::Cluster::leave): other
@@ -153,7 +202,7 @@ impl RedisBroker {
             async move { ping.query_async::<String>(&mut conn).await }
         };
         matches!(
-            on_manager(READY_TIMEOUT, &self.commands, call).await,
+            on_manager(READY_TIMEOUT, &self.commands.get(), call).await,
             Ok(pong) if pong == "PONG"
         )
     }

@@ -6,6 +6,8 @@ use ::redis::Script;
 
 pub(super) static APPEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("append.lua")));
+pub(super) static PUBLISH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("publish.lua")));
 pub(super) static CREATE_ROOM: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("create_room.lua")));
 pub(super) static DELETE_ROOM: LazyLock<Script> =

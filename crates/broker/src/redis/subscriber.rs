@@ -12,6 +12,14 @@
 //! hears `Resubscribed` exactly when Redis confirmed its channel again after
 //! a gap in which entries may have been missed.
 //!
+//! # A new primary
+//!
+//! After a Sentinel failover, [`Subscriber::reconnect`] replaces the
+//! connection with one to the new primary and marks every subscription lost;
+//! the ping task then subscribes them there, as after an outage. Pushes carry
+//! the generation of the connection they came on, so late ones from the old
+//! connection (its confirmations, its disconnection) are ignored.
+//!
 //! The redis crate's own automatic resubscription is not used: in 1.8 it
 //! sends one SUBSCRIBE for all channels but waits for one confirmation only,
 //! so the others would be taken as replies to the next commands on the
@@ -19,11 +27,12 @@
 //! confirmation).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use ::redis::aio::ConnectionManager;
-use ::redis::{ProtocolVersion, PushInfo, PushKind, Value};
+use ::redis::{ConnectionInfo, ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -36,35 +45,103 @@ use crate::{ClusterError, LogListener, LogNotice};
 /// stays silent, and reconnecting after an outage is driven by these pings.
 pub(super) const PING_INTERVAL: Duration = Duration::from_secs(1);
 
+/// A push, with the generation of the connection it came on.
+type Push = (u64, PushInfo);
+
+/// The current subscriber connection and its generation.
+struct Link {
+    conn: RwLock<ConnectionManager>,
+    /// Counts connections replaced by [`Subscriber::reconnect`].
+    generation: AtomicU64,
+    pushes: mpsc::UnboundedSender<Push>,
+}
+
+impl Link {
+    fn conn(&self) -> ConnectionManager {
+        self.conn.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+}
+
+/// A RESP3 connection to `primary` whose pushes go to `pushes`, tagged
+/// `generation`.
+async fn open(
+    primary: &ConnectionInfo,
+    config: &RedisConfig,
+    generation: u64,
+    pushes: mpsc::UnboundedSender<Push>,
+) -> Result<ConnectionManager, ClusterError> {
+    let client = connect::client(primary, config, ProtocolVersion::RESP3)?;
+    let tag = move |push: PushInfo| pushes.send((generation, push));
+    let settings = connect::manager_config(config).set_push_sender(tag);
+    guarded(
+        config.timeout,
+        ConnectionManager::new_with_config(client, settings),
+    )
+    .await
+}
+
 /// Handle of the subscriber connection and its tasks.
 pub(super) struct Subscriber {
-    conn: ConnectionManager,
+    link: Arc<Link>,
     subs: Arc<Subscriptions>,
     timeout: Duration,
 }
 
 impl Subscriber {
-    /// Connects and starts the dispatch and ping tasks; they end with `stop`.
+    /// Connects to `primary` and starts the dispatch and ping tasks; they
+    /// end with `stop`.
     pub(super) async fn start(
         config: &RedisConfig,
+        primary: &ConnectionInfo,
         stop: CancellationToken,
     ) -> Result<Self, ClusterError> {
-        let client = connect::client(config, ProtocolVersion::RESP3)?;
         let (pushes, rx) = mpsc::unbounded_channel();
-        let settings = connect::manager_config(config).set_push_sender(pushes);
-        let conn = guarded(
-            config.timeout,
-            ConnectionManager::new_with_config(client, settings),
-        )
-        .await?;
+        let conn = open(primary, config, 0, pushes.clone()).await?;
+        let link = Arc::new(Link {
+            conn: RwLock::new(conn),
+            generation: AtomicU64::new(0),
+            pushes,
+        });
         let subs = Arc::new(Subscriptions::default());
-        tokio::spawn(dispatch(rx, Arc::clone(&subs), stop.clone()));
-        tokio::spawn(ping(conn.clone(), Arc::clone(&subs), config.timeout, stop));
+        tokio::spawn(dispatch(
+            rx,
+            Arc::clone(&link),
+            Arc::clone(&subs),
+            stop.clone(),
+        ));
+        tokio::spawn(ping(
+            Arc::clone(&link),
+            Arc::clone(&subs),
+            config.timeout,
+            stop,
+        ));
         Ok(Self {
-            conn,
+            link,
             subs,
             timeout: config.timeout,
         })
+    }
+
+    /// Moves to a connection to `primary` (a failover): every subscription
+    /// is lost, and the ping task makes them again there.
+    pub(super) async fn reconnect(
+        &self,
+        primary: &ConnectionInfo,
+        config: &RedisConfig,
+    ) -> Result<(), ClusterError> {
+        let generation = self.link.generation() + 1;
+        let conn = open(primary, config, generation, self.link.pushes.clone()).await?;
+        {
+            let mut current = self.link.conn.write().unwrap_or_else(|p| p.into_inner());
+            *current = conn;
+            self.link.generation.store(generation, Ordering::Release);
+        }
+        self.subs.connection_lost();
+        Ok(())
     }
 
     /// Subscribes `channel`; returns once Redis confirmed it.
@@ -75,7 +152,13 @@ impl Subscriber {
     ) -> Result<(), ClusterError> {
         let key = channel.clone().into_bytes();
         let earlier = self.subs.insert(key.clone(), listener);
-        let result = guarded(self.timeout, self.conn.clone().subscribe(&channel)).await;
+        let generation = self.link.generation();
+        let result = guarded(self.timeout, self.link.conn().subscribe(&channel)).await;
+        if result.is_ok() && self.link.generation() != generation {
+            // Confirmed on a connection replaced meanwhile: made again on
+            // the new one by the ping task.
+            self.subs.mark_lost(&key);
+        }
         if result.is_err() {
             // A failed call changes nothing: an earlier subscription stays
             // (and is restored by the ping task if it was lost).
@@ -95,7 +178,7 @@ impl Subscriber {
     /// it fails, the connection is gone and took the subscription with it.
     pub(super) async fn unsubscribe(&self, channel: String) {
         if self.subs.remove(channel.as_bytes()) {
-            let _ = guarded(self.timeout, self.conn.clone().unsubscribe(&channel)).await;
+            let _ = guarded(self.timeout, self.link.conn().unsubscribe(&channel)).await;
         }
     }
 }
@@ -170,6 +253,12 @@ impl Subscriptions {
         }
     }
 
+    fn mark_lost(&self, channel: &[u8]) {
+        if let Some(sub) = self.lock().get_mut(channel) {
+            sub.state = State::Lost;
+        }
+    }
+
     fn lost(&self) -> Vec<Vec<u8>> {
         self.lock()
             .iter()
@@ -182,12 +271,13 @@ impl Subscriptions {
 /// Hands the connection's pushes to the listeners, in the order Redis sent
 /// them. Listeners are called without holding the subscription lock.
 async fn dispatch(
-    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
+    mut pushes: mpsc::UnboundedReceiver<Push>,
+    link: Arc<Link>,
     subs: Arc<Subscriptions>,
     stop: CancellationToken,
 ) {
     loop {
-        let push = tokio::select! {
+        let (generation, push) = tokio::select! {
             biased;
             _ = stop.cancelled() => return,
             push = pushes.recv() => match push {
@@ -195,6 +285,11 @@ async fn dispatch(
                 None => return,
             },
         };
+        if generation != link.generation() {
+            // From a connection replaced since: its subscriptions are lost
+            // already, and made again on the current one.
+            continue;
+        }
         let channel = match push.data.first() {
             Some(Value::BulkString(c)) => c.as_slice(),
             _ => &[],
@@ -230,7 +325,7 @@ async fn dispatch(
 /// manager reconnect; a successful one after a loss resubscribes the lost
 /// channels.
 async fn ping(
-    mut conn: ConnectionManager,
+    link: Arc<Link>,
     subs: Arc<Subscriptions>,
     timeout: Duration,
     stop: CancellationToken,
@@ -243,6 +338,7 @@ async fn ping(
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
+        let mut conn = link.conn();
         let pong = guarded(
             timeout,
             ::redis::cmd("PING").query_async::<Value>(&mut conn),

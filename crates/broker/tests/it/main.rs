@@ -5,4 +5,5 @@ mod support;
 mod cluster_conformance;
 mod disk_broker;
 mod memory_cluster;
+mod redis_ack;
 mod redis_broker;

@@ -166,6 +166,46 @@ fn a_number_out_of_bounds_stops_serve_naming_it_and_its_limits() {
 }
 
 #[test]
+fn a_bad_broker_ack_stops_serve_naming_its_forms_and_bounds() {
+    let serve = |args: &[&str], env: &[(&str, &str)]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_plaza"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let forms = "broker_ack must be primary or replicas:N with N from 1 to 16";
+    for (args, env, bad) in [
+        (&["--broker-ack", "replicas:17"][..], &[][..], "replicas:17"),
+        (&[], &[("PLAZA_BROKER_ACK", "replicas:0")][..], "replicas:0"),
+        (&["--broker-ack", "all"], &[], "all"),
+    ] {
+        let (code, stderr) = serve(args, env);
+        assert_eq!(code, Some(2), "{args:?} {env:?}: {stderr}");
+        assert!(
+            stderr.starts_with("plaza: invalid configuration"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("{forms}, not {bad:?}")),
+            "{args:?} {env:?}: {stderr}"
+        );
+    }
+    // Well formed, but there is nothing to replicate to without Redis.
+    let (code, stderr) = serve(&["--broker-ack", "replicas:1"], &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("broker_ack replicas:1 is for cluster mode"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn web_dir_that_cannot_be_served_stops_serve_naming_it() {
     let out = Command::new(env!("CARGO_BIN_EXE_plaza"))
         .args([

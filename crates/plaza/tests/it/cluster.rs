@@ -34,6 +34,7 @@ fn start_behind(nodes: usize, lb: LbKind, name: &str) -> (LocalCluster, tempfile
         cpu_quotas: Default::default(),
         lb_workers: None,
         node_ports: None,
+        redis_sentinel: false,
     })
     .unwrap_or_else(|e| {
         panic!(

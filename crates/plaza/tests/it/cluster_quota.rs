@@ -200,6 +200,7 @@ fn a_restarted_node_keeps_its_quota() {
         },
         lb_workers: Some(1),
         node_ports: None,
+        redis_sentinel: false,
     };
     if !has_cpu_controller() {
         let err = LocalCluster::start(opts)
