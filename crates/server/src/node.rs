@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::directory::{CreateRoom, RoomDirectory, RoomSummary};
 use crate::metrics::NodeMetrics;
 use crate::outbox::ConnectionControl;
-use crate::room::RoomHandle;
+use crate::room::{Intent, RoomCommand, RoomHandle};
 use crate::status::Status;
 use crate::webhooks::{WebhookEvent, WebhookKind, Webhooks};
 use crate::ServerConfig;
@@ -294,6 +294,51 @@ impl Node {
         self.rooms.existing(id).await
     }
 
+    /// Hands `cmd` to room `id`'s task. In cluster mode the task found may
+    /// be a replica that just stopped hosting: its mailbox closed before
+    /// `cmd` was queued, so the command was never seen and goes to the
+    /// room's next replica (found again, a few times at most). A room that
+    /// is gone answers `room_not_found`.
+    async fn send_to_room(&self, id: &str, mut cmd: RoomCommand) -> Result<(), RoomError> {
+        for _ in 0..3 {
+            match self.existing_room(id).await?.send(cmd).await {
+                Ok(()) => return Ok(()),
+                Err(unsent) => cmd = unsent,
+            }
+        }
+        Err(crate::room::answer::room_deleted(id))
+    }
+
+    /// A server API change to room `id` (see [`Intent`]), and its JSON answer.
+    pub(crate) async fn room_call(
+        &self,
+        id: &str,
+        intent: Intent,
+    ) -> Result<serde_json::Value, RoomError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let cmd = RoomCommand::client(intent, crate::room::Pending::server(reply));
+        self.send_to_room(id, cmd).await?;
+        answer
+            .await
+            .unwrap_or_else(|_| Err(crate::room::answer::room_deleted(id)))
+    }
+
+    /// Runs `look` on room `id`'s task and gives back what it returns.
+    pub(crate) async fn read_room<T: Send + 'static>(
+        &self,
+        id: &str,
+        look: impl FnOnce(&plaza_core::Room<crate::room::Sink>) -> T + Send + 'static,
+    ) -> Result<T, RoomError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let cmd = RoomCommand::Read(Box::new(move |room| {
+            let _ = reply.send(look(room));
+        }));
+        self.send_to_room(id, cmd).await?;
+        answer
+            .await
+            .map_err(|_| crate::room::answer::room_deleted(id))
+    }
+
     /// Whether this node holds room `id` now.
     pub(crate) fn hosts(&self, id: &str) -> bool {
         self.rooms.held_handles().iter().any(|h| h.id() == id)
@@ -331,8 +376,16 @@ impl Node {
         session: &str,
         message: Option<String>,
     ) -> Result<(), RoomError> {
-        let handle = self.rooms.existing(room).await?;
-        handle.kick(session.to_owned(), message).await
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let kick = Intent::Kick {
+            session: session.to_owned(),
+            message,
+        };
+        let cmd = RoomCommand::client(kick, crate::room::Pending::admin(reply));
+        self.send_to_room(room, cmd).await?;
+        answer
+            .await
+            .unwrap_or_else(|_| Err(crate::room::answer::room_deleted(room)))
     }
 
     /// The connected members of `room`, ordered by session id.
@@ -340,11 +393,12 @@ impl Node {
         &self,
         room: &str,
     ) -> Result<Vec<plaza_protocol::server::MemberInfo>, RoomError> {
-        let handle = self.rooms.existing(room).await?;
-        handle
-            .members()
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.send_to_room(room, RoomCommand::Members { reply })
+            .await?;
+        answer
             .await
-            .ok_or_else(|| crate::room::answer::room_deleted(room))
+            .map_err(|_| crate::room::answer::room_deleted(room))
     }
 
     /// Deletes a room: its members (on every node) get a `closed` frame.

@@ -246,7 +246,7 @@ pub(crate) async fn direct(
         event: req.event,
         data: req.data,
     };
-    let answer = node.existing_room(&id).await?.server_call(intent).await?;
+    let answer = node.room_call(&id, intent).await?;
     Ok(Json(with_room(&id, answer)).into_response())
 }
 
@@ -337,9 +337,8 @@ pub(crate) async fn state(
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    let handle = node.existing_room(&id).await?;
-    let state = handle
-        .read(|room| {
+    let state = node
+        .read_room(&id, |room| {
             let snapshot = room.snapshot(now_ms());
             json!({
                 "room": room.id(),
@@ -350,8 +349,7 @@ pub(crate) async fn state(
                 "members": room.members_info(),
             })
         })
-        .await
-        .ok_or_else(|| crate::room::answer::room_deleted(&id))?;
+        .await?;
     Ok(Json(state).into_response())
 }
 
@@ -383,9 +381,8 @@ pub(crate) async fn history(
         last: q.last,
         since: q.since,
     };
-    let handle = node.existing_room(&id).await?;
-    let answer = handle
-        .read(move |room| {
+    let answer = node
+        .read_room(&id, move |room| {
             let h = room.history(&request);
             json!({
                 "room": room.id(),
@@ -394,8 +391,7 @@ pub(crate) async fn history(
                 "complete": h.complete,
             })
         })
-        .await
-        .ok_or_else(|| crate::room::answer::room_deleted(&id))?;
+        .await?;
     Ok(Json(answer).into_response())
 }
 
@@ -499,14 +495,12 @@ impl Node {
         room: &str,
         params: ServerPublish,
     ) -> Result<Value, RoomError> {
-        let handle = self.existing_room(room).await?;
-        handle.server_call(Intent::ServerPublish { params }).await
+        self.room_call(room, Intent::ServerPublish { params }).await
     }
 
     /// Applies an entity change of the application's backend to `room`.
     pub(crate) async fn server_request(&self, room: &str, op: Op) -> Result<Value, RoomError> {
-        let handle = self.existing_room(room).await?;
-        handle.server_call(Intent::ServerRequest { op }).await
+        self.room_call(room, Intent::ServerRequest { op }).await
     }
 
     /// Has every node act on `call`: in cluster mode through the broker's

@@ -142,13 +142,6 @@ impl RoomHandle {
         }
     }
 
-    /// The connected members, ordered by session id; `None` if the room is gone.
-    pub(crate) async fn members(&self) -> Option<Vec<plaza_protocol::server::MemberInfo>> {
-        let (reply, answer) = oneshot::channel();
-        self.0.tx.send(RoomCommand::Members { reply }).await.ok()?;
-        answer.await.ok()
-    }
-
     /// Removes a member for good, telling it `message`; an error if there
     /// is no such session (or the room is gone).
     pub(crate) async fn kick(
@@ -177,21 +170,6 @@ impl RoomHandle {
         }));
         self.0.tx.send(cmd).await.ok()?;
         answer.await.ok()
-    }
-
-    /// Hands a server API change to the room (see [`Intent`]) and waits for
-    /// its JSON answer.
-    pub(crate) async fn server_call(
-        &self,
-        intent: Intent,
-    ) -> Result<serde_json::Value, plaza_core::RoomError> {
-        let (reply, answer) = oneshot::channel();
-        let cmd = RoomCommand::client(intent, Pending::server(reply));
-        let gone = || answer::room_deleted(&self.0.id);
-        if self.0.tx.send(cmd).await.is_err() {
-            return Err(gone());
-        }
-        answer.await.unwrap_or_else(|_| Err(gone()))
     }
 
     /// Whether both handles are of the same room task.
