@@ -18,6 +18,23 @@ pub(crate) const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 /// by [`crate::free_port`] may have been taken in between).
 pub(crate) const START_ATTEMPTS: usize = 3;
 
+/// Runs `launch` on a free port, trying a fresh one (up to
+/// [`START_ATTEMPTS`]) when the process exits before it is ready.
+pub(crate) fn on_a_free_port(
+    mut launch: impl FnMut(u16) -> Result<Proc, NotReady>,
+) -> std::io::Result<(Proc, u16)> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let port = crate::free_port()?;
+        match launch(port) {
+            Ok(proc) => return Ok((proc, port)),
+            Err(NotReady::Exited(_)) if attempt < START_ATTEMPTS => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 thread_local! {
     /// Whether processes this thread starts die with it (see [`tie_children_to_this_thread`]).
     static TIED: Cell<bool> = const { Cell::new(false) };

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
-use crate::proc::{find_program, NotReady, Proc, START_ATTEMPTS};
+use crate::proc::{find_program, on_a_free_port, NotReady, Proc};
 use crate::{CpuQuota, Host};
 
 /// A `redis-server` on 127.0.0.1 with its data (the append-only file) in a directory of the
@@ -70,25 +70,16 @@ impl RedisProcess {
             .transpose()?;
         std::fs::create_dir_all(dir)?;
         let dir = dir.canonicalize()?;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let port = crate::free_port()?;
-            match launch(&dir, &host, port, quota.as_ref(), &extra) {
-                Ok(proc) => {
-                    return Ok(RedisProcess {
-                        proc,
-                        quota,
-                        host,
-                        port,
-                        dir,
-                        extra,
-                    })
-                }
-                Err(NotReady::Exited(_)) if attempt < START_ATTEMPTS => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
+        let (proc, port) =
+            on_a_free_port(|port| launch(&dir, &host, port, quota.as_ref(), &extra))?;
+        Ok(RedisProcess {
+            proc,
+            quota,
+            host,
+            port,
+            dir,
+            extra,
+        })
     }
 
     /// `redis://IP:PORT/` (IP 127.0.0.1 unless started [on](Self::start_on) another

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::proc::{find_program, NotReady, Proc, START_ATTEMPTS};
+use crate::proc::{find_program, on_a_free_port, NotReady, Proc};
 use crate::redis::ping;
 use crate::{Host, RedisProcess};
 
@@ -182,22 +182,12 @@ impl SentinelProcess {
     fn start(dir: &Path, primary: SocketAddr) -> io::Result<SentinelProcess> {
         std::fs::create_dir_all(dir)?;
         let dir = dir.canonicalize()?;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let port = crate::free_port()?;
-            match launch(&dir, port, primary) {
-                Ok(proc) => {
-                    return Ok(SentinelProcess {
-                        proc,
-                        port,
-                        _dir: dir,
-                    })
-                }
-                Err(NotReady::Exited(_)) if attempt < START_ATTEMPTS => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
+        let (proc, port) = on_a_free_port(|port| launch(&dir, port, primary))?;
+        Ok(SentinelProcess {
+            proc,
+            port,
+            _dir: dir,
+        })
     }
 
     fn addr(&self) -> SocketAddr {

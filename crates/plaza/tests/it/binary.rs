@@ -119,20 +119,23 @@ fn a_bad_webhook_target_stops_serve_naming_it() {
     }
 }
 
+/// Runs `plaza serve` with `args` and `env` until it exits (a refused
+/// configuration): its exit code and what it printed on stderr.
+fn serve(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_plaza"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn a_number_out_of_bounds_stops_serve_naming_it_and_its_limits() {
-    let serve = |args: &[&str], env: &[(&str, &str)]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_plaza"))
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(args)
-            .envs(env.iter().copied())
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
     for (args, env, says) in [
         (
             &["--max-members", "0"][..],
@@ -167,18 +170,6 @@ fn a_number_out_of_bounds_stops_serve_naming_it_and_its_limits() {
 
 #[test]
 fn a_bad_broker_ack_stops_serve_naming_its_forms_and_bounds() {
-    let serve = |args: &[&str], env: &[(&str, &str)]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_plaza"))
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(args)
-            .envs(env.iter().copied())
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
     let forms = "broker_ack must be primary or replicas:N with N from 1 to 16";
     for (args, env, bad) in [
         (&["--broker-ack", "replicas:17"][..], &[][..], "replicas:17"),

@@ -4,11 +4,10 @@
 //! publish; every acknowledged message must reach every member exactly once,
 //! and a delivery policy holds across nodes and survives its node's death.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cluster_support::{assert_exactly_once, next_frame, Member};
-use plaza_launch::{ClusterOptions, LbKind, LocalCluster};
+use crate::cluster_support::{assert_exactly_once, next_frame, start_cluster, ws_url, Member};
+use plaza_launch::{LbKind, LocalCluster};
 use serde_json::{json, Value};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -19,33 +18,7 @@ fn start(nodes: usize, name: &str) -> (LocalCluster, tempfile::TempDir) {
 
 /// [`start`] behind the balancer `lb`.
 fn start_behind(nodes: usize, lb: LbKind, name: &str) -> (LocalCluster, tempfile::TempDir) {
-    let dir = tempfile::Builder::new()
-        .prefix(&format!("plaza-{name}-"))
-        .tempdir()
-        .unwrap();
-    let cluster = LocalCluster::start(ClusterOptions {
-        plaza_bin: PathBuf::from(env!("CARGO_BIN_EXE_plaza")),
-        nodes,
-        lb,
-        listen_port: 0,
-        dir: dir.path().to_owned(),
-        node_args: vec!["--auto-create-rooms".into()],
-        embedded: false,
-        cpu_quotas: Default::default(),
-        lb_workers: None,
-        node_ports: None,
-        redis_sentinel: false,
-    })
-    .unwrap_or_else(|e| {
-        panic!(
-            "cannot start the cluster (run scripts/test.sh to install redis-server and nginx): {e}"
-        )
-    });
-    (cluster, dir)
-}
-
-fn ws_url(http: &str, room: &str) -> String {
-    format!("{}/v1/ws?room={room}", http.replacen("http://", "ws://", 1))
+    start_cluster(name, nodes, lb, &[], false)
 }
 
 /// Publishes `count` messages as `m`, `ids` prefixed with its name, reading

@@ -9,11 +9,10 @@
 //! `replicas:1` with no replica at all refuses writes promptly.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::cluster_support::{assert_exactly_once, next_frame, Member};
-use plaza_launch::{ClusterOptions, LbKind, LocalCluster};
+use crate::cluster_support::{assert_exactly_once, next_frame, start_cluster, ws_url, Member};
+use plaza_launch::{LbKind, LocalCluster};
 use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -24,37 +23,7 @@ fn start(name: &str, ack: &str) -> (LocalCluster, tempfile::TempDir) {
 
 /// [`start`], on Sentinels or (`sentinel` false) one Redis without replicas.
 fn start_with(name: &str, ack: &str, sentinel: bool) -> (LocalCluster, tempfile::TempDir) {
-    let dir = tempfile::Builder::new()
-        .prefix(&format!("plaza-{name}-"))
-        .tempdir()
-        .unwrap();
-    let cluster = LocalCluster::start(ClusterOptions {
-        plaza_bin: PathBuf::from(env!("CARGO_BIN_EXE_plaza")),
-        nodes: 2,
-        lb: LbKind::Nginx,
-        listen_port: 0,
-        dir: dir.path().to_owned(),
-        node_args: vec![
-            "--auto-create-rooms".into(),
-            "--broker-ack".into(),
-            ack.into(),
-        ],
-        embedded: false,
-        redis_sentinel: sentinel,
-        cpu_quotas: Default::default(),
-        lb_workers: None,
-        node_ports: None,
-    })
-    .unwrap_or_else(|e| {
-        panic!(
-            "cannot start the cluster (run scripts/test.sh to install redis-server and nginx): {e}"
-        )
-    });
-    (cluster, dir)
-}
-
-fn ws_url(http: &str, room: &str) -> String {
-    format!("{}/v1/ws?room={room}", http.replacen("http://", "ws://", 1))
+    start_cluster(name, 2, LbKind::Nginx, &["--broker-ack", ack], sentinel)
 }
 
 /// A stream entry as XRANGE gives it: id, then field and value pairs.

@@ -14,6 +14,49 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
+/// Starts `nodes` nodes of this build (with `--auto-create-rooms` and
+/// `node_args`) behind `lb`, on one Redis or (`redis_sentinel`) on a
+/// Sentinel-watched primary with replicas, in a fresh directory named
+/// after `name`.
+pub fn start_cluster(
+    name: &str,
+    nodes: usize,
+    lb: plaza_launch::LbKind,
+    node_args: &[&str],
+    redis_sentinel: bool,
+) -> (plaza_launch::LocalCluster, tempfile::TempDir) {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("plaza-{name}-"))
+        .tempdir()
+        .unwrap();
+    let mut args = vec!["--auto-create-rooms".to_owned()];
+    args.extend(node_args.iter().map(|a| (*a).to_owned()));
+    let cluster = plaza_launch::LocalCluster::start(plaza_launch::ClusterOptions {
+        plaza_bin: std::path::PathBuf::from(env!("CARGO_BIN_EXE_plaza")),
+        nodes,
+        lb,
+        listen_port: 0,
+        dir: dir.path().to_owned(),
+        node_args: args,
+        embedded: false,
+        cpu_quotas: Default::default(),
+        lb_workers: None,
+        node_ports: None,
+        redis_sentinel,
+    })
+    .unwrap_or_else(|e| {
+        panic!(
+            "cannot start the cluster (run scripts/test.sh to install redis-server and nginx): {e}"
+        )
+    });
+    (cluster, dir)
+}
+
+/// The WebSocket URL of `room` at the node or balancer `http`.
+pub fn ws_url(http: &str, room: &str) -> String {
+    format!("{}/v1/ws?room={room}", http.replacen("http://", "ws://", 1))
+}
+
 /// One member of a room, resuming wherever `url` leads it.
 pub struct Member {
     pub name: String,
