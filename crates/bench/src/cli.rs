@@ -41,6 +41,14 @@ enum BenchCommand {
     /// Exit status: 0 when every room came back whole, 1 when one did not,
     /// 2 when the run could not be made.
     Restart(Box<crate::restart::RestartArgs>),
+    /// Appends per second a Redis deployment (one server, Sentinels or a
+    /// Redis Cluster) takes through Plaza's broker, with their latency and
+    /// the CPU of the Redis processes: N rooms, M brokers standing for
+    /// nodes, each append delivered to its room's host.
+    ///
+    /// Exit status: 0 when every acknowledged append was delivered, 1 when
+    /// one was not, 2 when the run could not be made.
+    Broker(Box<crate::broker_load::BrokerArgs>),
 }
 
 #[derive(Args)]
@@ -176,6 +184,7 @@ pub fn main(args: BenchArgs) -> ExitCode {
             }
         },
         BenchCommand::Restart(a) => crate::restart::main(*a),
+        BenchCommand::Broker(a) => crate::broker_load::main(*a),
         BenchCommand::ReferenceServer(a) => match reference_server(a) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -23,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+pub mod broker_load;
 pub mod chart;
 pub mod cli;
 pub mod compare;

@@ -124,9 +124,11 @@ pub trait Cluster: Send + Sync + 'static {
     /// Appends to a room's log and notifies its subscribers, in one step.
     ///
     /// Not an `async fn` on purpose: the append is queued when this is
-    /// *called*, and appends from one node land in the order of the calls, so
-    /// a client's messages keep their order even though the caller awaits the
-    /// returned future elsewhere (it does not borrow `self`).
+    /// *called*, and one node's appends to one room land in the order of the
+    /// calls, so a client's messages keep their order even though the caller
+    /// awaits the returned future elsewhere (it does not borrow `self`).
+    /// Appends to different rooms have no order between them: on a Redis
+    /// Cluster they may go to different servers.
     fn append(&self, room: &str, payload: Bytes) -> AppendFuture;
 
     /// Up to `limit` entries after position `after`, oldest first. Empty when

@@ -19,7 +19,9 @@ mod memory_tickets;
 mod redis;
 mod webhook_streams;
 
-pub use self::redis::{BrokerAck, RedisBroker, RedisConfig, MAX_ACK_REPLICAS, SENTINEL_SCHEME};
+pub use self::redis::{
+    BrokerAck, RedisBroker, RedisConfig, CLUSTER_SCHEME, MAX_ACK_REPLICAS, SENTINEL_SCHEME,
+};
 pub use cluster::{
     AppendFuture, Cluster, ClusterError, LogEntry, LogListener, LogNotice, LogPosition,
     SnapshotFormat, NODE_HEARTBEAT_MS, NODE_TTL_MS,

@@ -175,9 +175,10 @@ struct ServeArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     room_linger_ms: Option<u64>,
-    /// Cluster mode: the Redis URL the nodes share, e.g. redis://127.0.0.1:6379/, or the
+    /// Cluster mode: the Redis URL the nodes share, e.g. redis://127.0.0.1:6379/; the
     /// Sentinels that watch its primary, e.g.
-    /// redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster [default: none, embedded
+    /// redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster; or some servers of a Redis
+    /// Cluster, e.g. redis+cluster://10.0.0.1:7000,10.0.0.2:7000 [default: none, embedded
     /// mode].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -76,9 +76,10 @@ pub struct ServerConfig {
     /// member here left (members often come back soon).
     pub room_linger_ms: u64,
     /// Cluster mode: the Redis URL (e.g. `redis://127.0.0.1:6379/`) that the
-    /// nodes share, or the Sentinels that watch it
-    /// (`redis+sentinel://host1:26379,host2:26379/mymaster`); empty for
-    /// embedded mode.
+    /// nodes share, the Sentinels that watch it
+    /// (`redis+sentinel://host1:26379,host2:26379/mymaster`), or seed servers
+    /// of a Redis Cluster (`redis+cluster://host1:7000,host2:7000`); empty
+    /// for embedded mode.
     pub redis: String,
     /// Cluster mode: when an append to Redis counts as done, `primary`
     /// (the primary has it) or `replicas:N` (`WAIT` confirmed N replicas

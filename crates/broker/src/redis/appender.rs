@@ -1,30 +1,39 @@
-//! The append task: one connection, one batch in flight, so one node's
-//! appends reach Redis in the order they were called while many share a
-//! round trip.
+//! The append task: one batch in flight, so one node's appends to a room
+//! reach Redis in the order they were called while many share a round
+//! trip. A batch's entries for one room go in one `append.lua` call.
 //!
-//! With [`BrokerAck::Replicas`](super::BrokerAck::Replicas) a batch takes two round trips: the appends
-//! (written, not published) followed by `WAIT N` in one pipeline, then, if
-//! WAIT counted N replicas, one `publish.lua` per entry. An entry WAIT did
-//! not confirm fails as unavailable and is never published by this node;
-//! it stays in the log, hidden from reads until a later entry of its room is
-//! confirmed (its replication then is too).
+//! On one server a batch is one pipeline on the task's own connection. On a
+//! Redis Cluster each room's call goes on its own to its slot's primary, all
+//! at once, and a call redirected elsewhere is made again there (a
+//! redirection means it did not run; see [`super::errors::on_conn`]).
+//!
+//! With [`BrokerAck::Replicas`](super::BrokerAck::Replicas) a call is
+//! followed by `WAIT N` on the same connection (on a Redis Cluster, in the
+//! same pipeline, so on that slot's primary), then, if WAIT counted N
+//! replicas, by one `publish.lua` per room. Entries WAIT did not confirm
+//! fail as unavailable and are never published by this node; they stay in
+//! the log, hidden from reads until a later entry of their room is confirmed
+//! (their replication then is too).
 
 use std::time::Duration;
 
 use ::redis::aio::MultiplexedConnection;
+use ::redis::cluster_async::ClusterConnection;
 use ::redis::{
-    AsyncConnectionConfig, Client, ConnectionInfo, ProtocolVersion, ServerErrorKind, Value,
+    AsyncConnectionConfig, Client, Pipeline, ProtocolVersion, RedisResult, ServerErrorKind, Value,
 };
 use bytes::Bytes;
+use futures_util::future::join_all;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::errors::{guarded, unavailable};
+use super::connect::{self, Conn, Servers};
+use super::errors::{guarded, on_conn, unavailable};
 use super::scripts::{APPEND, PUBLISH};
-use super::{connect, RedisConfig};
+use super::RedisConfig;
 use crate::{AppendFuture, ClusterError, LogPosition};
 
-/// Appends sent in one pipeline at most.
+/// Appends taken into one batch at most.
 const MAX_BATCH: usize = 512;
 
 type Reply = oneshot::Sender<Result<LogPosition, ClusterError>>;
@@ -43,6 +52,39 @@ struct Queued {
     reply: Reply,
 }
 
+/// A batch's appends to one room, in call order.
+struct Group {
+    entries: Vec<Queued>,
+}
+
+impl Group {
+    fn request(&self) -> &AppendRequest {
+        &self.entries[0].request
+    }
+
+    fn fail(self, e: &ClusterError) {
+        for q in self.entries {
+            let _ = q.reply.send(Err(e.clone()));
+        }
+    }
+}
+
+/// `batch` by room, each room's appends in call order.
+fn by_room(batch: Vec<Queued>) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for q in batch {
+        match index.get(&q.request.room) {
+            Some(&at) => groups[at].entries.push(q),
+            None => {
+                index.insert(q.request.room.clone(), groups.len());
+                groups.push(Group { entries: vec![q] });
+            }
+        }
+    }
+    groups
+}
+
 /// Handle of the append task.
 pub(super) struct Appender {
     /// Unbounded so that queueing never waits: the queue order is the call
@@ -55,25 +97,40 @@ pub(super) struct Appender {
 }
 
 impl Appender {
-    /// Connects to the primary `primary` names and starts the task; it ends
-    /// with `stop` or when the handle is dropped. When `primary` changes (a
-    /// failover), the next batch goes to the new one.
+    /// Connects to `servers` and starts the task; it ends with `stop` or
+    /// when the handle is dropped. When `servers` changes (a Sentinel
+    /// failover), the next batch goes to the new primary.
     pub(super) async fn start(
         config: &RedisConfig,
-        mut primary: watch::Receiver<ConnectionInfo>,
+        mut servers: watch::Receiver<Servers>,
         stop: CancellationToken,
     ) -> Result<Self, ClusterError> {
-        let info = primary.borrow_and_update().clone();
-        let client = connect::client(&info, config, ProtocolVersion::RESP2)?;
-        let settings = connect::plain_config(config);
-        let conn = guarded(config.timeout, open(&client, &settings)).await?;
+        let current = servers.borrow_and_update().clone();
+        let link = match &current {
+            Servers::Primary(info) => {
+                let client = connect::client(info, config, ProtocolVersion::RESP2)?;
+                let settings = connect::plain_config(config);
+                let conn = guarded(config.timeout, open(&client, &settings)).await?;
+                Link::Single(Box::new(SingleLink {
+                    client,
+                    settings,
+                    conn: Some(conn),
+                }))
+            }
+            Servers::Cluster(seeds) => {
+                let none: Option<fn(::redis::PushInfo) -> Result<(), ()>> = None;
+                let mut conn =
+                    connect::cluster_connection(seeds, config, ProtocolVersion::RESP2, none)
+                        .await?;
+                guarded(config.timeout, load_scripts(&mut conn)).await?;
+                Link::Cluster(conn)
+            }
+        };
         let (queue, rx) = mpsc::unbounded_channel();
         let task = Task {
             config: config.clone(),
-            primary,
-            client,
-            settings,
-            conn: Some(conn),
+            servers,
+            link,
         };
         tokio::spawn(task.run(rx, stop));
         Ok(Self {
@@ -105,35 +162,60 @@ impl Appender {
     }
 }
 
-/// A fresh connection with the scripts loaded, so EVALSHA only misses them
-/// if someone flushes the script cache.
+/// Makes the scripts known to every server, so EVALSHA only misses them if
+/// someone flushes the script cache.
+async fn load_scripts<C: ::redis::aio::ConnectionLike>(conn: &mut C) -> RedisResult<()> {
+    APPEND.load_async(conn).await?;
+    PUBLISH.load_async(conn).await?;
+    Ok(())
+}
+
+/// A fresh connection to one server, with the scripts loaded.
 async fn open(
     client: &Client,
     settings: &AsyncConnectionConfig,
-) -> ::redis::RedisResult<MultiplexedConnection> {
+) -> RedisResult<MultiplexedConnection> {
     let mut conn = client
         .get_multiplexed_async_connection_with_config(settings)
         .await?;
-    APPEND.load_async(&mut conn).await?;
-    PUBLISH.load_async(&mut conn).await?;
+    load_scripts(&mut conn).await?;
     Ok(conn)
 }
 
-struct Task {
-    config: RedisConfig,
-    /// Where the primary is; changes after a Sentinel failover.
-    primary: watch::Receiver<ConnectionInfo>,
+/// The task's own connection to one server.
+struct SingleLink {
     client: Client,
     settings: AsyncConnectionConfig,
     /// `None` after a failure: the next batch connects anew.
     conn: Option<MultiplexedConnection>,
 }
 
-/// An entry written and confirmed on enough replicas, not published yet.
-struct Written {
-    queued: Queued,
-    at: LogPosition,
+/// The task's connection.
+enum Link {
+    /// Its own connection to one server.
+    Single(Box<SingleLink>),
+    /// A connection to a Redis Cluster, which keeps its connections to the
+    /// servers up itself.
+    Cluster(ClusterConnection),
 }
+
+struct Task {
+    config: RedisConfig,
+    /// Where the primary is; changes after a Sentinel failover.
+    servers: watch::Receiver<Servers>,
+    link: Link,
+}
+
+/// A room's entries written (and confirmed by WAIT), not published yet.
+struct Written {
+    group: Group,
+    first: u64,
+    ts: u64,
+}
+
+/// What one room's call answered: the append's reply and, when waiting for
+/// replicas, WAIT's; or why the call failed (every entry fails with it).
+type Answer = Result<(Value, Option<Value>), ClusterError>;
 
 impl Task {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Queued>, stop: CancellationToken) {
@@ -157,117 +239,300 @@ impl Task {
         }
     }
 
-    /// Sends one batch as a pipeline and answers every caller in it.
+    /// Sends one batch and answers every caller in it.
     async fn send(&mut self, batch: Vec<Queued>) {
-        // Err (no sender: a fixed primary) means no change.
-        if self.primary.has_changed().unwrap_or(false) {
-            let info = self.primary.borrow_and_update().clone();
-            match connect::client(&info, &self.config, ProtocolVersion::RESP2) {
-                Ok(client) => {
-                    self.client = client;
-                    self.conn = None;
+        // Err (no sender: a fixed primary or a cluster) means no change.
+        if self.servers.has_changed().unwrap_or(false) {
+            let servers = self.servers.borrow_and_update().clone();
+            if let (Servers::Primary(info), Link::Single(link)) = (&servers, &mut self.link) {
+                match connect::client(info, &self.config, ProtocolVersion::RESP2) {
+                    Ok(new) => {
+                        link.client = new;
+                        link.conn = None;
+                    }
+                    Err(e) => return fail(batch, &e),
                 }
-                Err(e) => return fail(batch, &e),
             }
         }
-        let mut conn = match self.conn.take() {
-            Some(conn) => conn,
-            None => match open(&self.client, &self.settings).await {
-                Ok(conn) => conn,
-                Err(e) => return fail(batch, &e),
-            },
-        };
         // A caller that stopped waiting was told the append failed (and may
         // append the record again): sending it now could land it twice.
         let pending: Vec<Queued> = batch.into_iter().filter(|q| !q.reply.is_closed()).collect();
         if pending.is_empty() {
-            self.conn = Some(conn);
             return;
         }
-        // Whether a batch that met a connection error ran is unknown; a
-        // fresh connection at least drops its late replies.
-        let Ok(written) = self.append(&mut conn, pending).await else {
-            return;
-        };
-        if !written.is_empty() && publish(&mut conn, written).await.is_err() {
-            return;
+        let groups = by_room(pending);
+        let written = self.append(groups).await;
+        if !written.is_empty() {
+            self.publish(written).await;
         }
-        self.conn = Some(conn);
     }
 
-    /// Runs `append.lua` for each entry (and, waiting for replicas, `WAIT`
-    /// after them) and answers the callers, but for entries confirmed by
-    /// `WAIT`: those are returned, to be published. `Err` when the
-    /// connection failed (every caller was answered).
-    async fn append(
-        &self,
-        conn: &mut MultiplexedConnection,
-        mut pending: Vec<Queued>,
-    ) -> Result<Vec<Written>, ()> {
+    /// Runs `append.lua` for each room (and, waiting for replicas, `WAIT`)
+    /// and answers the callers, but for entries confirmed by `WAIT`: those
+    /// are returned, to be published.
+    async fn append(&mut self, mut groups: Vec<Group>) -> Vec<Written> {
         let replicas = self.config.ack.replicas();
-        let wait = self.config.ack_wait();
-        let publish_now = if replicas == 0 { "1" } else { "0" };
         let mut written = Vec::new();
-        // A second round only for entries that met a flushed script cache.
-        for _ in 0..2 {
-            let mut pipe = ::redis::pipe();
-            pipe.ignore_errors();
-            for q in &pending {
-                let r = &q.request;
-                pipe.cmd("EVALSHA")
-                    .arg(APPEND.get_hash())
-                    .arg(2)
-                    .arg(&r.meta_key)
-                    .arg(&r.log_key)
-                    .arg(self.config.log_capacity)
-                    .arg(&r.channel)
-                    .arg(&r.payload[..])
-                    .arg(publish_now);
-            }
-            if replicas > 0 {
-                pipe.cmd("WAIT").arg(replicas).arg(wait.as_millis() as u64);
-            }
-            let mut replies: Vec<Value> = match pipe.query_async(conn).await {
-                Ok(replies) => replies,
+        // A second round only for rooms that met a flushed script cache.
+        for round in 0..2 {
+            let answers = match self.append_calls(&groups).await {
+                Ok(answers) => answers,
                 Err(e) => {
-                    fail(pending, &e);
-                    return Err(());
+                    groups.into_iter().for_each(|g| g.fail(&e));
+                    return written;
                 }
             };
-            let confirmed = match replicas {
-                0 => Ok(()),
-                _ => confirmation(replies.pop(), replicas, wait),
-            };
             let mut missing_script = Vec::new();
-            for (q, reply) in pending.into_iter().zip(replies) {
-                match reply {
-                    Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript) => {
-                        missing_script.push(q)
+            for (group, answer) in groups.into_iter().zip(answers) {
+                let (reply, waited) = match answer {
+                    Ok(replies) => replies,
+                    Err(e) => {
+                        group.fail(&e);
+                        continue;
                     }
-                    reply => match (position(&q.request.room, reply), &confirmed) {
-                        (Ok(at), Ok(())) if replicas > 0 => written.push(Written { queued: q, at }),
-                        (Ok(_), Err(e)) => {
-                            let _ = q.reply.send(Err(e.clone()));
-                        }
-                        (result, _) => {
-                            let _ = q.reply.send(result);
-                        }
-                    },
+                };
+                if is_no_script(&reply) {
+                    missing_script.push(group);
+                    continue;
+                }
+                let (first, ts) = match position(&group.request().room, reply) {
+                    Ok(at) => at,
+                    Err(e) => {
+                        group.fail(&e);
+                        continue;
+                    }
+                };
+                if replicas > 0 {
+                    match confirmation(waited, replicas, self.config.ack_wait()) {
+                        Ok(()) => written.push(Written { group, first, ts }),
+                        Err(e) => group.fail(&e),
+                    }
+                    continue;
+                }
+                for (i, q) in group.entries.into_iter().enumerate() {
+                    let n = first + i as u64;
+                    let _ = q.reply.send(Ok(LogPosition { n, ts }));
                 }
             }
             if missing_script.is_empty() {
-                return Ok(written);
+                return written;
             }
-            if let Err(e) = APPEND.load_async(conn).await {
-                fail(missing_script, &e);
-                fail(written.into_iter().map(|w| w.queued).collect(), &e);
-                return Err(());
+            if round == 0 {
+                if let Err(e) = self.reload().await {
+                    missing_script.into_iter().for_each(|g| g.fail(&e));
+                    return written;
+                }
             }
-            pending = missing_script;
+            groups = missing_script;
         }
-        fail(pending, &"the append script keeps disappearing from redis");
-        Ok(written)
+        let e = unavailable("the append script keeps disappearing from redis");
+        groups.into_iter().for_each(|g| g.fail(&e));
+        written
     }
+
+    /// The calls of `append.lua` for `groups`, with their answers in order;
+    /// `Err` when the connection to the one server failed.
+    async fn append_calls(&mut self, groups: &[Group]) -> Result<Vec<Answer>, ClusterError> {
+        let replicas = self.config.ack.replicas();
+        let wait = self.config.ack_wait();
+        let sharded = matches!(self.link, Link::Cluster(_));
+        let call = |group: &Group, pipe: &mut Pipeline| {
+            let r = group.request();
+            pipe.cmd("EVALSHA")
+                .arg(APPEND.get_hash())
+                .arg(2)
+                .arg(&r.meta_key)
+                .arg(&r.log_key)
+                .arg(self.config.log_capacity)
+                .arg(&r.channel)
+                .arg(if replicas == 0 { "1" } else { "0" })
+                .arg(if sharded { "SPUBLISH" } else { "PUBLISH" });
+            for q in &group.entries {
+                pipe.arg(&q.request.payload[..]);
+            }
+        };
+        let timeout = self.config.timeout;
+        match &mut self.link {
+            Link::Single(_) => {
+                let mut pipe = ::redis::pipe();
+                pipe.ignore_errors();
+                for group in groups {
+                    call(group, &mut pipe);
+                }
+                if replicas > 0 {
+                    pipe.cmd("WAIT").arg(replicas).arg(wait.as_millis() as u64);
+                }
+                let mut replies = self.single(&pipe).await?;
+                let waited = if replicas > 0 { replies.pop() } else { None };
+                Ok(replies
+                    .into_iter()
+                    .map(|reply| Ok((reply, waited.clone())))
+                    .collect())
+            }
+            Link::Cluster(conn) => {
+                let conn = Conn::Cluster(conn.clone());
+                let calls = groups.iter().map(|group| {
+                    let mut pipe = ::redis::pipe();
+                    pipe.ignore_errors();
+                    call(group, &mut pipe);
+                    if replicas > 0 {
+                        // Same pipeline, so same server and connection: WAIT
+                        // counts the replicas of this connection's writes.
+                        pipe.cmd("WAIT").arg(replicas).arg(wait.as_millis() as u64);
+                    }
+                    let conn = &conn;
+                    async move {
+                        let run = |mut conn: Conn| {
+                            let pipe = &pipe;
+                            async move { pipe.query_async::<Vec<Value>>(&mut conn).await }
+                        };
+                        let mut replies = on_conn(timeout, conn, run).await?.into_iter();
+                        let reply = replies.next().unwrap_or(Value::Nil);
+                        Ok((reply, replies.next()))
+                    }
+                });
+                Ok(join_all(calls).await)
+            }
+        }
+    }
+
+    /// Sends `pipe` on the connection to one server; a failure drops the
+    /// connection, so that late replies cannot be taken for the next
+    /// batch's (whether the batch ran is unknown).
+    async fn single(&mut self, pipe: &Pipeline) -> Result<Vec<Value>, ClusterError> {
+        let Link::Single(link) = &mut self.link else {
+            return Err(unavailable("not a connection to one server"));
+        };
+        let mut live = match link.conn.take() {
+            Some(live) => live,
+            None => open(&link.client, &link.settings)
+                .await
+                .map_err(unavailable)?,
+        };
+        let replies = pipe
+            .query_async::<Vec<Value>>(&mut live)
+            .await
+            .map_err(unavailable)?;
+        link.conn = Some(live);
+        Ok(replies)
+    }
+
+    /// Loads the scripts again (someone flushed them).
+    async fn reload(&mut self) -> Result<(), ClusterError> {
+        let timeout = self.config.timeout;
+        match &mut self.link {
+            Link::Single(link) => match &mut link.conn {
+                Some(c) => guarded(timeout, load_scripts(c)).await,
+                // The next batch opens a connection, which loads them.
+                None => Ok(()),
+            },
+            Link::Cluster(c) => guarded(timeout, load_scripts(c)).await,
+        }
+    }
+
+    /// Publishes entries confirmed by `WAIT` and answers their callers.
+    async fn publish(&mut self, mut written: Vec<Written>) {
+        for round in 0..2 {
+            let answers = match self.publish_calls(&written).await {
+                Ok(answers) => answers,
+                Err(e) => {
+                    written.into_iter().for_each(|w| w.group.fail(&e));
+                    return;
+                }
+            };
+            let mut missing_script = Vec::new();
+            for (w, answer) in written.into_iter().zip(answers) {
+                let result = match answer {
+                    Ok(reply) if is_no_script(&reply) => {
+                        missing_script.push(w);
+                        continue;
+                    }
+                    Ok(Value::ServerError(e)) => Err(unavailable(format!("publish failed: {e:?}"))),
+                    // 0: the room was deleted meanwhile; the append did happen.
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e),
+                };
+                match result {
+                    Ok(()) => {
+                        for (i, q) in w.group.entries.into_iter().enumerate() {
+                            let at = LogPosition {
+                                n: w.first + i as u64,
+                                ts: w.ts,
+                            };
+                            let _ = q.reply.send(Ok(at));
+                        }
+                    }
+                    Err(e) => w.group.fail(&e),
+                }
+            }
+            if missing_script.is_empty() {
+                return;
+            }
+            if round == 0 {
+                if let Err(e) = self.reload().await {
+                    missing_script.into_iter().for_each(|w| w.group.fail(&e));
+                    return;
+                }
+            }
+            written = missing_script;
+        }
+        let e = unavailable("the publish script keeps disappearing from redis");
+        written.into_iter().for_each(|w| w.group.fail(&e));
+    }
+
+    /// The calls of `publish.lua` for `written`, with their replies in
+    /// order; `Err` when the connection to the one server failed.
+    async fn publish_calls(
+        &mut self,
+        written: &[Written],
+    ) -> Result<Vec<Result<Value, ClusterError>>, ClusterError> {
+        let sharded = matches!(self.link, Link::Cluster(_));
+        let call = |w: &Written, pipe: &mut Pipeline| {
+            let r = w.group.request();
+            let last = w.first + w.group.entries.len() as u64 - 1;
+            pipe.cmd("EVALSHA")
+                .arg(PUBLISH.get_hash())
+                .arg(2)
+                .arg(&r.meta_key)
+                .arg(&r.log_key)
+                .arg(&r.channel)
+                .arg(if sharded { "SPUBLISH" } else { "PUBLISH" })
+                .arg(w.first)
+                .arg(last);
+        };
+        let timeout = self.config.timeout;
+        match &mut self.link {
+            Link::Single(_) => {
+                let mut pipe = ::redis::pipe();
+                pipe.ignore_errors();
+                written.iter().for_each(|w| call(w, &mut pipe));
+                let replies = self.single(&pipe).await?;
+                Ok(replies.into_iter().map(Ok).collect())
+            }
+            Link::Cluster(conn) => {
+                let conn = Conn::Cluster(conn.clone());
+                let calls = written.iter().map(|w| {
+                    let mut pipe = ::redis::pipe();
+                    pipe.ignore_errors();
+                    call(w, &mut pipe);
+                    let conn = &conn;
+                    async move {
+                        let run = |mut conn: Conn| {
+                            let pipe = &pipe;
+                            async move { pipe.query_async::<Vec<Value>>(&mut conn).await }
+                        };
+                        let replies = on_conn(timeout, conn, run).await?;
+                        Ok(replies.into_iter().next().unwrap_or(Value::Nil))
+                    }
+                });
+                Ok(join_all(calls).await)
+            }
+        }
+    }
+}
+
+fn is_no_script(reply: &Value) -> bool {
+    matches!(reply, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
 }
 
 /// What `WAIT` answered: enough replicas, or why not.
@@ -285,74 +550,18 @@ fn confirmation(reply: Option<Value>, replicas: u8, wait: Duration) -> Result<()
     )))
 }
 
-/// Publishes entries confirmed by `WAIT` and answers their callers. `Err`
-/// when the connection failed (every caller was answered).
-async fn publish(conn: &mut MultiplexedConnection, written: Vec<Written>) -> Result<(), ()> {
-    let mut pending = written;
-    // A second round only if the script cache was flushed meanwhile.
-    for _ in 0..2 {
-        let mut pipe = ::redis::pipe();
-        pipe.ignore_errors();
-        for w in &pending {
-            let r = &w.queued.request;
-            pipe.cmd("EVALSHA")
-                .arg(PUBLISH.get_hash())
-                .arg(2)
-                .arg(&r.meta_key)
-                .arg(&r.log_key)
-                .arg(&r.channel)
-                .arg(w.at.n);
-        }
-        let replies: Vec<Value> = match pipe.query_async(conn).await {
-            Ok(replies) => replies,
-            Err(e) => {
-                fail(pending.into_iter().map(|w| w.queued).collect(), &e);
-                return Err(());
-            }
-        };
-        let mut missing_script = Vec::new();
-        for (w, reply) in pending.into_iter().zip(replies) {
-            let result = match reply {
-                Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript) => {
-                    missing_script.push(w);
-                    continue;
-                }
-                Value::ServerError(e) => Err(unavailable(format!("publish failed: {e:?}"))),
-                // 0: the room was deleted meanwhile; the append did happen.
-                _ => Ok(w.at),
-            };
-            let _ = w.queued.reply.send(result);
-        }
-        if missing_script.is_empty() {
-            return Ok(());
-        }
-        if let Err(e) = PUBLISH.load_async(conn).await {
-            fail(missing_script.into_iter().map(|w| w.queued).collect(), &e);
-            return Err(());
-        }
-        pending = missing_script;
-    }
-    fail(
-        pending.into_iter().map(|w| w.queued).collect(),
-        &"the publish script keeps disappearing from redis",
-    );
-    Ok(())
-}
-
 fn fail(batch: Vec<Queued>, why: &dyn std::fmt::Display) {
     for q in batch {
         let _ = q.reply.send(Err(unavailable(why)));
     }
 }
 
-/// What `append.lua` answered: `{n, ts}`, or nil for an unknown room.
-fn position(room: &str, reply: Value) -> Result<LogPosition, ClusterError> {
+/// What `append.lua` answered: `{n, ts}` of the first entry, or nil for an
+/// unknown room.
+fn position(room: &str, reply: Value) -> Result<(u64, u64), ClusterError> {
     match reply {
         Value::Nil => Err(ClusterError::RoomNotFound(room.to_owned())),
         Value::ServerError(e) => Err(unavailable(format!("append failed: {e:?}"))),
-        reply => {
-            let (n, ts): (u64, u64) = ::redis::from_redis_value(reply).map_err(unavailable)?;
-            Ok(LogPosition { n, ts })
-        }
+        reply => ::redis::from_redis_value(reply).map_err(unavailable),
     }
 }

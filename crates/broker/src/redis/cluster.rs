@@ -13,6 +13,24 @@ use super::wire::parse_entries;
 use super::RedisBroker;
 use crate::{AppendFuture, Cluster, ClusterError, LogEntry, LogListener};
 
+impl RedisBroker {
+    /// Every listed room id: from the one registry set, or on a Redis
+    /// Cluster from each part of it.
+    pub(super) async fn room_ids(&self) -> Result<Vec<String>, ClusterError> {
+        let sets = match self.on_cluster() {
+            true => self.keys.rooms_parts(),
+            false => vec![self.keys.rooms()],
+        };
+        let reads = sets.into_iter().map(|set| {
+            let mut members = ::redis::cmd("SMEMBERS");
+            members.arg(set);
+            members
+        });
+        let parts: Vec<Vec<String>> = self.query_each(reads.collect()).await?;
+        Ok(parts.into_iter().flatten().collect())
+    }
+}
+
 fn not_found(room: &str) -> ClusterError {
     ClusterError::RoomNotFound(room.to_owned())
 }
@@ -32,13 +50,17 @@ impl Cluster for RedisBroker {
         self.check_member()?;
         let k = &self.keys;
         let mut call = CREATE_ROOM.prepare_invoke();
-        call.key(k.room(id))
-            .key(k.log(id))
-            .key(k.snapshot(id))
-            .key(k.rooms())
-            .arg(id)
-            .arg(&meta[..])
-            .arg(&snapshot[..]);
+        call.key(k.room(id)).key(k.log(id)).key(k.snapshot(id));
+        if self.on_cluster() {
+            // Listed first: a listed room without keys is skipped by
+            // readers, a room with keys but not listed would be lost.
+            let mut add = ::redis::cmd("SADD");
+            add.arg(k.rooms_part(id)).arg(id);
+            let _: i64 = self.query(&add).await?;
+        } else {
+            call.key(k.rooms());
+        }
+        call.arg(id).arg(&meta[..]).arg(&snapshot[..]);
         self.invoke(&call).await
     }
 
@@ -52,17 +74,13 @@ impl Cluster for RedisBroker {
 
     async fn list_rooms(&self) -> Result<Vec<(String, Bytes)>, ClusterError> {
         self.check_member()?;
-        let mut members = ::redis::cmd("SMEMBERS");
-        members.arg(self.keys.rooms());
-        let ids: Vec<String> = self.query(&members).await?;
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipe = ::redis::pipe();
-        for id in &ids {
-            pipe.cmd("HGET").arg(self.keys.room(id)).arg("meta");
-        }
-        let metas: Vec<Option<Vec<u8>>> = self.query_pipe(&pipe).await?;
+        let ids = self.room_ids().await?;
+        let gets = ids.iter().map(|id| {
+            let mut get = ::redis::cmd("HGET");
+            get.arg(self.keys.room(id)).arg("meta");
+            get
+        });
+        let metas: Vec<Option<Vec<u8>>> = self.query_each(gets.collect()).await?;
         // A room deleted between the two round trips has no meta: skip it.
         Ok(ids
             .into_iter()
@@ -82,14 +100,12 @@ impl Cluster for RedisBroker {
 
     async fn room_members(&self, ids: &[String]) -> Result<Vec<u64>, ClusterError> {
         self.check_member()?;
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipe = ::redis::pipe();
-        for id in ids {
-            pipe.cmd("HGET").arg(self.keys.room(id)).arg("members");
-        }
-        let counts: Vec<Option<u64>> = self.query_pipe(&pipe).await?;
+        let gets = ids.iter().map(|id| {
+            let mut get = ::redis::cmd("HGET");
+            get.arg(self.keys.room(id)).arg("members");
+            get
+        });
+        let counts: Vec<Option<u64>> = self.query_each(gets.collect()).await?;
         Ok(counts.into_iter().map(|c| c.unwrap_or(0)).collect())
     }
 
@@ -97,12 +113,19 @@ impl Cluster for RedisBroker {
         self.check_member()?;
         let k = &self.keys;
         let mut call = DELETE_ROOM.prepare_invoke();
-        call.key(k.room(id))
-            .key(k.log(id))
-            .key(k.snapshot(id))
-            .key(k.rooms())
-            .arg(id);
-        self.invoke(&call).await
+        call.key(k.room(id)).key(k.log(id)).key(k.snapshot(id));
+        if !self.on_cluster() {
+            call.key(k.rooms());
+        }
+        call.arg(id);
+        let existed = self.invoke(&call).await?;
+        if self.on_cluster() {
+            // Unlisted after the keys are gone (see create_room).
+            let mut remove = ::redis::cmd("SREM");
+            remove.arg(k.rooms_part(id)).arg(id);
+            let _: i64 = self.query(&remove).await?;
+        }
+        Ok(existed)
     }
 
     fn append(&self, room: &str, payload: Bytes) -> AppendFuture {
@@ -190,7 +213,7 @@ impl Cluster for RedisBroker {
     async fn subscribe(&self, room: &str, listener: LogListener) -> Result<(), ClusterError> {
         self.check_member()?;
         self.subscriber
-            .subscribe(self.keys.channel(room), listener)
+            .subscribe(self.keys.channel(room), true, listener)
             .await
     }
 
@@ -213,7 +236,7 @@ impl Cluster for RedisBroker {
     async fn subscribe_control(&self, listener: LogListener) -> Result<(), ClusterError> {
         self.check_member()?;
         self.subscriber
-            .subscribe(self.keys.control(), listener)
+            .subscribe(self.keys.control(), false, listener)
             .await
     }
 
@@ -223,14 +246,12 @@ impl Cluster for RedisBroker {
 
     async fn nodes_alive(&self, nodes: &[String]) -> Result<Vec<bool>, ClusterError> {
         self.check_member()?;
-        if nodes.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipe = ::redis::pipe();
-        for node in nodes {
-            pipe.cmd("EXISTS").arg(self.keys.node(node));
-        }
-        self.query_pipe(&pipe).await
+        let checks = nodes.iter().map(|node| {
+            let mut exists = ::redis::cmd("EXISTS");
+            exists.arg(self.keys.node(node));
+            exists
+        });
+        self.query_each(checks.collect()).await
     }
 
     async fn leave(&self) {

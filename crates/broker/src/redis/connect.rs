@@ -1,11 +1,18 @@
-//! How each of a node's connections is made.
+//! How each of a node's connections is made, and [`Conn`], a connection to
+//! one server or to a Redis Cluster.
 
 use std::sync::RwLock;
 use std::time::Duration;
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::aio::{AsyncPushSender, ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster::ClusterClientBuilder;
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::cluster_routing::SingleNodeRoutingInfo;
 use ::redis::io::tcp::TcpSettings;
-use ::redis::{AsyncConnectionConfig, Client, ConnectionInfo, ProtocolVersion};
+use ::redis::{
+    AsyncConnectionConfig, Client, Cmd, ConnectionInfo, Pipeline, ProtocolVersion, RedisFuture,
+    Value,
+};
 
 use super::errors::unavailable;
 use super::RedisConfig;
@@ -71,22 +78,174 @@ pub(super) fn plain_config(config: &RedisConfig) -> AsyncConnectionConfig {
         .set_response_timeout(Some(config.timeout))
 }
 
+/// A connection to a Redis Cluster through `seeds`, speaking `protocol`,
+/// its pushes (RESP3 only) sent to `pushes`.
+///
+/// The redis crate retries nothing on it: a command that met a broken
+/// connection may have run, and running an append twice would log it twice.
+/// Redirections (which say the command did not run) are followed by
+/// [`super::errors::on_conn`] instead.
+pub(super) async fn cluster_connection(
+    seeds: &[ConnectionInfo],
+    config: &RedisConfig,
+    protocol: ProtocolVersion,
+    pushes: Option<impl AsyncPushSender>,
+) -> Result<ClusterConnection, ClusterError> {
+    let mut builder = ClusterClientBuilder::new(seeds.to_vec())
+        .retries(0)
+        .use_protocol(protocol)
+        .connection_timeout(connection_timeout(config))
+        .response_timeout(config.timeout)
+        .tcp_settings(tcp_settings(config.timeout));
+    if let Some(pushes) = pushes {
+        builder = builder.push_sender(pushes);
+    }
+    let client = builder.build().map_err(unavailable)?;
+    super::errors::guarded(config.timeout, client.get_async_connection()).await
+}
+
+/// The servers a connection goes to.
+#[derive(Clone)]
+pub(super) enum Servers {
+    /// One server: the fixed one, or the primary the Sentinels name.
+    Primary(ConnectionInfo),
+    /// A Redis Cluster's seeds.
+    Cluster(Vec<ConnectionInfo>),
+}
+
+/// The command connection to `servers`.
+pub(super) async fn command_conn(
+    servers: &Servers,
+    config: &RedisConfig,
+) -> Result<Conn, ClusterError> {
+    match servers {
+        Servers::Primary(info) => command_manager(info, config).await.map(Conn::Single),
+        Servers::Cluster(seeds) => {
+            let none: Option<fn(::redis::PushInfo) -> Result<(), ()>> = None;
+            cluster_connection(seeds, config, ProtocolVersion::RESP2, none)
+                .await
+                .map(Conn::Cluster)
+        }
+    }
+}
+
+/// A connection to one server (which reconnects on its own), or to a Redis
+/// Cluster (which routes each command to the primary of its keys' slot).
+#[derive(Clone)]
+pub(super) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+    /// The cluster connection, sending each command to the server at `host`
+    /// `port` after `ASKING`: that server is importing the slot, and the
+    /// keys the command needs have moved there already (an `ASK` reply).
+    Asking {
+        conn: ClusterConnection,
+        host: String,
+        port: u16,
+    },
+}
+
+impl Conn {
+    /// The same connection, sending to the server an `ASK` reply named
+    /// (`host:port`); `None` for a connection to one server, or an address
+    /// that cannot be read.
+    pub(super) fn asking(&self, addr: &str) -> Option<Conn> {
+        let conn = match self {
+            Conn::Single(_) => return None,
+            Conn::Cluster(conn) | Conn::Asking { conn, .. } => conn.clone(),
+        };
+        let (host, port) = addr.rsplit_once(':')?;
+        Some(Conn::Asking {
+            conn,
+            host: host.to_owned(),
+            port: port.parse().ok()?,
+        })
+    }
+
+    pub(super) fn is_cluster(&self) -> bool {
+        !matches!(self, Conn::Single(_))
+    }
+}
+
+/// `ASKING` followed by the commands of `pipeline` from `offset` on.
+fn after_asking(pipeline: &Pipeline) -> Pipeline {
+    let mut asking = ::redis::pipe();
+    asking.cmd("ASKING");
+    for cmd in pipeline.cmd_iter() {
+        asking.add_command(cmd.clone());
+    }
+    asking
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+            Conn::Asking { conn, host, port } => {
+                let mut pipe = ::redis::pipe();
+                pipe.cmd("ASKING").add_command(cmd.clone());
+                let route = SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                };
+                Box::pin(async move {
+                    let mut replies = conn.route_pipeline(pipe, 1, 1, route).await?;
+                    replies.pop().ok_or_else(|| {
+                        ::redis::RedisError::from((
+                            ::redis::ErrorKind::UnexpectedReturnType,
+                            "no reply after ASKING",
+                        ))
+                    })
+                })
+            }
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+            Conn::Asking { conn, host, port } => {
+                let route = SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                };
+                let pipe = after_asking(cmd);
+                Box::pin(async move { conn.route_pipeline(pipe, offset + 1, count, route).await })
+            }
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(conn) => conn.get_db(),
+            Conn::Cluster(conn) | Conn::Asking { conn, .. } => conn.get_db(),
+        }
+    }
+}
+
 /// The command connection, replaced when a failover names a new primary
 /// (a connection manager reconnects to one address only).
-pub(super) struct Commands(RwLock<ConnectionManager>);
+pub(super) struct Commands(RwLock<Conn>);
 
 impl Commands {
-    pub(super) fn new(conn: ConnectionManager) -> Self {
+    pub(super) fn new(conn: Conn) -> Self {
         Self(RwLock::new(conn))
     }
 
     /// The current connection (a cheap clone).
-    pub(super) fn get(&self) -> ConnectionManager {
+    pub(super) fn get(&self) -> Conn {
         self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Calls from now on go to `conn`; calls in flight finish on the old one.
-    pub(super) fn replace(&self, conn: ConnectionManager) {
+    pub(super) fn replace(&self, conn: Conn) {
         *self.0.write().unwrap_or_else(|p| p.into_inner()) = conn;
     }
 }

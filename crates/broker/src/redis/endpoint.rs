@@ -1,6 +1,7 @@
-//! Where the primary is: a fixed address (`redis://…`), or the one a set of
+//! Where the data is: a fixed server (`redis://…`), the primary a set of
 //! Sentinels names (`redis+sentinel://…`), asked again while the node runs
-//! so that a failover is followed.
+//! so that a failover is followed, or a Redis Cluster reached through seed
+//! nodes (`redis+cluster://…`).
 
 use std::time::Duration;
 
@@ -13,6 +14,9 @@ use crate::ClusterError;
 /// The scheme of a Sentinel URL.
 pub const SENTINEL_SCHEME: &str = "redis+sentinel://";
 
+/// The scheme of a Redis Cluster URL.
+pub const CLUSTER_SCHEME: &str = "redis+cluster://";
+
 /// The port of a Sentinel named without one (Redis's default for Sentinels).
 const SENTINEL_PORT: u16 = 26379;
 
@@ -22,6 +26,8 @@ pub(super) enum Source {
     Fixed(ConnectionInfo),
     /// `redis+sentinel://…`: whichever server the Sentinels name.
     Sentinel(Sentinels),
+    /// `redis+cluster://…`: a Redis Cluster, found through these seeds.
+    Cluster(Vec<ConnectionInfo>),
 }
 
 impl Source {
@@ -30,6 +36,9 @@ impl Source {
     /// (the user and password are the data nodes', the Sentinels are reached
     /// without).
     pub(super) fn parse(url: &str) -> Result<Source, ClusterError> {
+        if let Some(rest) = url.strip_prefix(CLUSTER_SCHEME) {
+            return parse_cluster(rest).map(Source::Cluster);
+        }
         let Some(rest) = url.strip_prefix(SENTINEL_SCHEME) else {
             return url
                 .into_connection_info()
@@ -84,6 +93,36 @@ impl Source {
                 .set_redis_connection_info(node.redis_settings().clone()),
         }))
     }
+}
+
+/// The seeds of `redis+cluster://[user:password@]host:port[,host:port…][/]`
+/// (the part after the scheme), each with the credentials. A cluster has
+/// one database, so no db is taken.
+fn parse_cluster(rest: &str) -> Result<Vec<ConnectionInfo>, ClusterError> {
+    let refuse = |why: &str| {
+        ClusterError::Unavailable(format!(
+            "{why}: a Redis Cluster URL is redis+cluster://[user:password@]host:port[,host:port...]"
+        ))
+    };
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    if !path.trim_end_matches('/').is_empty() {
+        return Err(refuse("a Redis Cluster has no db to choose"));
+    }
+    let (user_info, hosts) = match authority.rsplit_once('@') {
+        Some((user_info, hosts)) => (format!("{user_info}@"), hosts),
+        None => (String::new(), authority),
+    };
+    let mut seeds = Vec::new();
+    for host in hosts.split(',').filter(|h| !h.is_empty()) {
+        let info = format!("redis://{user_info}{host}/")
+            .into_connection_info()
+            .map_err(|e| refuse(&format!("seed {host:?}: {e}")))?;
+        seeds.push(info);
+    }
+    if seeds.is_empty() {
+        return Err(refuse("no seed address"));
+    }
+    Ok(seeds)
 }
 
 /// A Sentinel deployment: the Sentinels to ask and the master they watch.
@@ -141,7 +180,7 @@ mod tests {
     fn sentinels(url: &str) -> Sentinels {
         match Source::parse(url) {
             Ok(Source::Sentinel(s)) => s,
-            Ok(Source::Fixed(_)) => panic!("{url}: read as a fixed address"),
+            Ok(_) => panic!("{url}: not read as Sentinels"),
             Err(e) => panic!("{url}: {e}"),
         }
     }
@@ -170,6 +209,21 @@ mod tests {
             Source::parse("redis://127.0.0.1:6379/"),
             Ok(Source::Fixed(_))
         ));
+    }
+
+    #[test]
+    fn reads_cluster_seeds_with_credentials() {
+        let Ok(Source::Cluster(seeds)) =
+            Source::parse("redis+cluster://u:p%40ss@10.0.0.1:7000,[::1]:7001,host:7002/")
+        else {
+            panic!("not read as a cluster");
+        };
+        let addrs: Vec<String> = seeds.iter().map(|i| i.addr().to_string()).collect();
+        assert_eq!(addrs, ["10.0.0.1:7000", "::1:7001", "host:7002"]);
+        let plain = format!("{:?}", seeds[1].redis_settings());
+        assert!(plain.contains("username: Some(\"u\")"), "{plain}");
+        assert!(refusal("redis+cluster://").contains("no seed address"));
+        assert!(refusal("redis+cluster://h:7000/2").contains("no db to choose"));
     }
 
     #[test]

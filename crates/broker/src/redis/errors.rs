@@ -1,10 +1,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use ::redis::aio::ConnectionManager;
-use ::redis::RedisResult;
+use ::redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 use tokio::time::{timeout_at, Instant};
 
+use super::connect::Conn;
 use crate::ClusterError;
 
 pub(super) fn unavailable(e: impl std::fmt::Display) -> ClusterError {
@@ -28,25 +28,108 @@ pub(super) async fn guarded<T>(
     }
 }
 
-/// Like [`guarded`], on a clone of `conn`. A call that found the connection
-/// refused never reached Redis, and the refusal made the manager start a new
-/// connection: it is tried once more within the same time budget, so the
-/// first call after an outage does not fail when Redis is back already.
-pub(super) async fn on_manager<T, Fut>(
+/// Like [`guarded`], on a clone of `conn`.
+///
+/// On one server: a call that found the connection refused never reached
+/// Redis, and the refusal made the manager start a new connection: it is
+/// tried once more within the same time budget, so the first call after an
+/// outage does not fail when Redis is back already.
+///
+/// On a Redis Cluster, the call is made again, within the same budget, for
+/// every answer that says it did not run: a redirection (`MOVED`: the slot
+/// has another primary, which the cluster connection now learns; `ASK`: its
+/// keys are moving, sent to the importing server after `ASKING`), a slot
+/// being migrated or a failover in progress (`TRYAGAIN`, `CLUSTERDOWN`,
+/// `MASTERDOWN`, `READONLY`, `LOADING`) and a refused connection. Any other
+/// failure may have run the command, and is returned.
+pub(super) async fn on_conn<T, Fut>(
     timeout: Duration,
-    conn: &ConnectionManager,
-    call: impl Fn(ConnectionManager) -> Fut,
+    conn: &Conn,
+    call: impl Fn(Conn) -> Fut,
 ) -> Result<T, ClusterError>
 where
     Fut: Future<Output = RedisResult<T>>,
 {
     let deadline = Instant::now() + timeout;
-    let result = match timeout_at(deadline, call(conn.clone())).await {
-        Ok(Err(e)) if e.is_connection_refusal() => timeout_at(deadline, call(conn.clone())).await,
-        result => result,
+    let outcome = match conn {
+        Conn::Single(_) => match timeout_at(deadline, call(conn.clone())).await {
+            Ok(Err(e)) if e.is_connection_refusal() => {
+                timeout_at(deadline, call(conn.clone())).await
+            }
+            result => result,
+        },
+        Conn::Cluster(_) | Conn::Asking { .. } => {
+            timeout_at(deadline, redirected(conn, &call)).await
+        }
     };
-    match result {
+    match outcome {
         Ok(result) => result.map_err(unavailable),
         Err(_) => Err(too_slow(timeout)),
+    }
+}
+
+/// The first pause before a call on a Redis Cluster is made again, doubled
+/// each time up to [`MOST_BACKOFF`].
+const LEAST_BACKOFF: Duration = Duration::from_millis(5);
+const MOST_BACKOFF: Duration = Duration::from_millis(200);
+
+/// What to do after a cluster call failed with `e`.
+enum Next {
+    /// Again at the importing server `ASK` named.
+    Ask(Conn),
+    /// Again after a pause, routed by slot.
+    Pause,
+    /// Give up: the call may have run.
+    Fail,
+}
+
+fn after_failure(conn: &Conn, e: &RedisError) -> Next {
+    match e.kind() {
+        ErrorKind::Server(ServerErrorKind::Ask) => e
+            .redirect_node()
+            .and_then(|(addr, _slot)| conn.asking(addr))
+            .map_or(Next::Pause, Next::Ask),
+        ErrorKind::Server(
+            ServerErrorKind::Moved
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ReadOnly
+            | ServerErrorKind::BusyLoading,
+        )
+        | ErrorKind::ClusterConnectionNotFound => Next::Pause,
+        _ if e.is_connection_refusal() => Next::Pause,
+        _ => Next::Fail,
+    }
+}
+
+/// Makes the call until it did not fail with an answer that says it did not
+/// run (the caller bounds the time).
+async fn redirected<T, Fut>(conn: &Conn, call: &impl Fn(Conn) -> Fut) -> RedisResult<T>
+where
+    Fut: Future<Output = RedisResult<T>>,
+{
+    // An ASK redirection holds for one call only; the next goes by slot.
+    let routed = match conn {
+        Conn::Asking { conn, .. } => Conn::Cluster(conn.clone()),
+        conn => conn.clone(),
+    };
+    let mut target = conn.clone();
+    let mut backoff = LEAST_BACKOFF;
+    loop {
+        let e = match call(target.clone()).await {
+            Ok(value) => return Ok(value),
+            Err(e) => e,
+        };
+        match after_failure(&routed, &e) {
+            Next::Ask(asking) => target = asking,
+            Next::Pause => {
+                tracing::debug!("redis cluster call made again: {e}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MOST_BACKOFF);
+                target = routed.clone();
+            }
+            Next::Fail => return Err(e),
+        }
     }
 }

@@ -3,11 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::redis::ConnectionInfo;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::connect::{self, Commands};
+use super::connect::{self, Commands, Conn, Servers};
 use super::endpoint::Primary;
 use super::subscriber::Subscriber;
 use super::RedisConfig;
@@ -24,7 +23,7 @@ pub(super) const FOLLOW_INTERVAL: Duration = Duration::from_millis(500);
 /// through `primary`.
 pub(super) async fn follow(
     mut sentinels: Primary,
-    primary: watch::Sender<ConnectionInfo>,
+    primary: watch::Sender<Servers>,
     commands: Arc<Commands>,
     subscriber: Arc<Subscriber>,
     config: RedisConfig,
@@ -50,7 +49,11 @@ pub(super) async fn follow(
                 continue;
             }
         };
-        let current = primary.borrow().addr().clone();
+        let current = match &*primary.borrow() {
+            Servers::Primary(info) => info.addr().clone(),
+            // Never sent: a Redis Cluster has no Sentinels.
+            Servers::Cluster(_) => return,
+        };
         if *found.addr() == current {
             continue;
         }
@@ -58,7 +61,7 @@ pub(super) async fn follow(
         // Anything failing here is tried again on the next tick: the
         // Sentinels will still name this server.
         let conn = match connect::command_manager(&found, &config).await {
-            Ok(conn) => conn,
+            Ok(conn) => Conn::Single(conn),
             Err(e) => {
                 tracing::warn!("connecting to the new primary {}: {e}", found.addr());
                 continue;
@@ -69,6 +72,6 @@ pub(super) async fn follow(
             continue;
         }
         commands.replace(conn);
-        primary.send_replace(found);
+        primary.send_replace(Servers::Primary(found));
     }
 }

@@ -3,29 +3,24 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ::redis::aio::ConnectionManager;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::connect::Commands;
-use super::errors::on_manager;
+use super::connect::{Commands, Conn};
+use super::errors::on_conn;
 use super::RedisConfig;
 use crate::{ClusterError, NODE_HEARTBEAT_MS, NODE_TTL_MS};
 
 /// Renews the key once. Its value (the node's clock) is only for people
 /// reading Redis; liveness is the key's existence.
-pub(super) async fn beat(
-    conn: &ConnectionManager,
-    key: &str,
-    timeout: Duration,
-) -> Result<(), ClusterError> {
+pub(super) async fn beat(conn: &Conn, key: &str, timeout: Duration) -> Result<(), ClusterError> {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
     let mut set = ::redis::cmd("SET");
     set.arg(key).arg(now).arg("PX").arg(NODE_TTL_MS);
     let set = &set;
-    on_manager(timeout, conn, |mut conn| async move {
+    on_conn(timeout, conn, |mut conn| async move {
         set.exec_async(&mut conn).await
     })
     .await

@@ -69,21 +69,21 @@ mod wire;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ::redis::aio::ConnectionManager;
 use ::redis::{Cmd, FromRedisValue, Pipeline, ScriptInvocation};
+use futures_util::StreamExt;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use ack::{BrokerAck, MAX_ACK_REPLICAS};
 pub use config::RedisConfig;
-pub use endpoint::SENTINEL_SCHEME;
+pub use endpoint::{CLUSTER_SCHEME, SENTINEL_SCHEME};
 
 use crate::ClusterError;
 use appender::Appender;
-use connect::Commands;
+use connect::{Commands, Conn, Servers};
 use endpoint::Source;
-use errors::on_manager;
+use errors::on_conn;
 use keys::Keys;
 use subscriber::Subscriber;
 
@@ -113,24 +113,27 @@ impl RedisBroker {
     /// afterwards the connections are re-established on their own, to the
     /// new primary after a failover.
     pub async fn connect_with(config: RedisConfig) -> Result<Arc<Self>, ClusterError> {
-        let keys = Keys::new(&config.key_prefix);
         let stop = CancellationToken::new();
         // Stops the tasks already started if a later step fails.
         let started = stop.clone().drop_guard();
-        let (primary, sentinels) = match Source::parse(&config.url)? {
-            Source::Fixed(info) => (info, None),
+        let (servers, sentinels) = match Source::parse(&config.url)? {
+            Source::Fixed(info) => (Servers::Primary(info), None),
             Source::Sentinel(sentinels) => {
                 let mut sentinels = sentinels.connect()?;
-                (sentinels.find(config.timeout).await?, Some(sentinels))
+                let primary = sentinels.find(config.timeout).await?;
+                (Servers::Primary(primary), Some(sentinels))
             }
+            Source::Cluster(seeds) => (Servers::Cluster(seeds), None),
         };
-        // With a fixed primary the sender is dropped: nothing ever changes.
-        let (primary_tx, primary_rx) = watch::channel(primary.clone());
+        let keys = Keys::new(&config.key_prefix, matches!(servers, Servers::Cluster(_)));
+        // With a fixed primary or a Redis Cluster the sender is dropped:
+        // nothing ever changes (a cluster connection follows failovers).
+        let (primary_tx, primary_rx) = watch::channel(servers.clone());
         let commands = Arc::new(Commands::new(
-            connect::command_manager(&primary, &config).await?,
+            connect::command_conn(&servers, &config).await?,
         ));
         let appender = Appender::start(&config, primary_rx, stop.child_token()).await?;
-        let subscriber = Arc::new(Subscriber::start(&config, &primary, stop.child_token()).await?);
+        let subscriber = Arc::new(Subscriber::start(&config, &servers, stop.child_token()).await?);
         let node_key = keys.node(&config.node_id);
         // The first beat before returning: a node is alive as soon as it exists.
         heartbeat::beat(&commands.get(), &node_key, config.timeout).await?;
@@ -161,14 +164,42 @@ impl RedisBroker {
 
     /// Sends `cmd` on the command connection.
     async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, ClusterError> {
-        let call = |mut conn: ConnectionManager| async move { cmd.query_async(&mut conn).await };
-        on_manager(self.config.timeout, &self.commands.get(), call).await
+        let call = |mut conn: Conn| async move { cmd.query_async(&mut conn).await };
+        on_conn(self.config.timeout, &self.commands.get(), call).await
     }
 
     /// Sends `pipe` on the command connection.
     async fn query_pipe<T: FromRedisValue>(&self, pipe: &Pipeline) -> Result<T, ClusterError> {
-        let call = |mut conn: ConnectionManager| async move { pipe.query_async(&mut conn).await };
-        on_manager(self.config.timeout, &self.commands.get(), call).await
+        let call = |mut conn: Conn| async move { pipe.query_async(&mut conn).await };
+        on_conn(self.config.timeout, &self.commands.get(), call).await
+    }
+
+    /// Sends each of `cmds` on the command connection and returns their
+    /// answers in order: one pipeline on one server; on a Redis Cluster,
+    /// where a pipeline must stay in one slot, concurrent calls.
+    async fn query_each<T: FromRedisValue>(&self, cmds: Vec<Cmd>) -> Result<Vec<T>, ClusterError> {
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !self.commands.get().is_cluster() {
+            let mut pipe = ::redis::pipe();
+            for cmd in cmds {
+                pipe.add_command(cmd);
+            }
+            return self.query_pipe(&pipe).await;
+        }
+        futures_util::stream::iter(cmds)
+            .map(|cmd| async move { self.query(&cmd).await })
+            .buffered(CONCURRENT_CALLS)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect()
+    }
+
+    /// Whether the data is on a Redis Cluster.
+    fn on_cluster(&self) -> bool {
+        self.commands.get().is_cluster()
     }
 
     /// Runs a script on the command connection (EVALSHA, loading the script
@@ -177,9 +208,8 @@ impl RedisBroker {
         &self,
         script: &ScriptInvocation<'_>,
     ) -> Result<T, ClusterError> {
-        let call =
-            |mut conn: ConnectionManager| async move { script.invoke_async(&mut conn).await };
-        on_manager(self.config.timeout, &self.commands.get(), call).await
+        let call = |mut conn: Conn| async move { script.invoke_async(&mut conn).await };
+        on_conn(self.config.timeout, &self.commands.get(), call).await
     }
 
     /// Fails every call after [`Cluster::leave`](crate::Cluster::leave): other
@@ -197,16 +227,19 @@ impl RedisBroker {
 
     async fn ping(&self) -> bool {
         let ping = ::redis::cmd("PING");
-        let call = |mut conn: ConnectionManager| {
+        let call = |mut conn: Conn| {
             let ping = &ping;
             async move { ping.query_async::<String>(&mut conn).await }
         };
         matches!(
-            on_manager(READY_TIMEOUT, &self.commands.get(), call).await,
+            on_conn(READY_TIMEOUT, &self.commands.get(), call).await,
             Ok(pong) if pong == "PONG"
         )
     }
 }
+
+/// Calls [`RedisBroker::query_each`] has in flight at once on a Redis Cluster.
+const CONCURRENT_CALLS: usize = 64;
 
 /// How long `/readyz` waits for Redis.
 const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);

@@ -22,3 +22,7 @@ pub(super) static WEBHOOK_LEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("webhook_lease.lua")));
 pub(super) static REDEEM_TICKET: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("redeem_ticket.lua")));
+pub(super) static WEBHOOK_ENQUEUE_TARGET: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("webhook_enqueue_target.lua")));
+pub(super) static WEBHOOK_MARK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("webhook_mark.lua")));

@@ -20,6 +20,19 @@
 //! the generation of the connection they came on, so late ones from the old
 //! connection (its confirmations, its disconnection) are ignored.
 //!
+//! # Redis Cluster
+//!
+//! Room channels are shard channels there (`SSUBSCRIBE`, delivered by the
+//! primary of the room's slot only); the control channel stays a classic
+//! channel, which every server relays. Each subscription is kept lost, and
+//! made again, just as on one server, in three more cases: the cluster
+//! connection reports the loss of its connection to any one server (which
+//! one is not said, so every subscription counts as lost); and a server
+//! ends a shard subscription itself (`SUNSUBSCRIBE`) when the slot moves to
+//! another primary, by a migration or a failover. A shard channel is
+//! subscribed again one at a time, so that each goes to its own slot's
+//! primary, and as soon as it is lost rather than on the next ping.
+//!
 //! The redis crate's own automatic resubscription is not used: in 1.8 it
 //! sends one SUBSCRIBE for all channels but waits for one confirmation only,
 //! so the others would be taken as replies to the next commands on the
@@ -33,12 +46,14 @@ use std::time::Duration;
 
 use ::redis::aio::ConnectionManager;
 use ::redis::{ConnectionInfo, ProtocolVersion, PushInfo, PushKind, Value};
-use tokio::sync::mpsc;
+use futures_util::stream::{self, StreamExt};
+use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
+use super::connect::{self, Servers};
 use super::errors::guarded;
 use super::wire::decode_message;
-use super::{connect, RedisConfig};
+use super::RedisConfig;
 use crate::{ClusterError, LogListener, LogNotice};
 
 /// How often the subscriber connection is pinged: a dead socket otherwise
@@ -48,16 +63,52 @@ pub(super) const PING_INTERVAL: Duration = Duration::from_secs(1);
 /// A push, with the generation of the connection it came on.
 type Push = (u64, PushInfo);
 
+/// Lost shard channels subscribed again at the same time, at most.
+const RESUBSCRIBING: usize = 64;
+
+/// A subscriber connection: to one server, or to a Redis Cluster.
+#[derive(Clone)]
+enum PubSub {
+    Single(ConnectionManager),
+    Cluster(::redis::cluster_async::ClusterConnection),
+}
+
+impl PubSub {
+    async fn subscribe(&mut self, channel: &[u8], sharded: bool) -> ::redis::RedisResult<()> {
+        match self {
+            PubSub::Single(conn) => conn.subscribe(channel).await,
+            PubSub::Cluster(conn) if sharded => conn.ssubscribe(channel).await,
+            PubSub::Cluster(conn) => conn.subscribe(channel).await,
+        }
+    }
+
+    async fn unsubscribe(&mut self, channel: &[u8], sharded: bool) -> ::redis::RedisResult<()> {
+        match self {
+            PubSub::Single(conn) => conn.unsubscribe(channel).await,
+            PubSub::Cluster(conn) if sharded => conn.sunsubscribe(channel).await,
+            PubSub::Cluster(conn) => conn.unsubscribe(channel).await,
+        }
+    }
+
+    async fn ping(&mut self) -> ::redis::RedisResult<Value> {
+        let ping = ::redis::cmd("PING");
+        match self {
+            PubSub::Single(conn) => ping.query_async(conn).await,
+            PubSub::Cluster(conn) => ping.query_async(conn).await,
+        }
+    }
+}
+
 /// The current subscriber connection and its generation.
 struct Link {
-    conn: RwLock<ConnectionManager>,
+    conn: RwLock<PubSub>,
     /// Counts connections replaced by [`Subscriber::reconnect`].
     generation: AtomicU64,
     pushes: mpsc::UnboundedSender<Push>,
 }
 
 impl Link {
-    fn conn(&self) -> ConnectionManager {
+    fn conn(&self) -> PubSub {
         self.conn.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
@@ -66,22 +117,32 @@ impl Link {
     }
 }
 
-/// A RESP3 connection to `primary` whose pushes go to `pushes`, tagged
+/// A RESP3 connection to `servers` whose pushes go to `pushes`, tagged
 /// `generation`.
 async fn open(
-    primary: &ConnectionInfo,
+    servers: &Servers,
     config: &RedisConfig,
     generation: u64,
     pushes: mpsc::UnboundedSender<Push>,
-) -> Result<ConnectionManager, ClusterError> {
-    let client = connect::client(primary, config, ProtocolVersion::RESP3)?;
+) -> Result<PubSub, ClusterError> {
     let tag = move |push: PushInfo| pushes.send((generation, push));
-    let settings = connect::manager_config(config).set_push_sender(tag);
-    guarded(
-        config.timeout,
-        ConnectionManager::new_with_config(client, settings),
-    )
-    .await
+    match servers {
+        Servers::Primary(primary) => {
+            let client = connect::client(primary, config, ProtocolVersion::RESP3)?;
+            let settings = connect::manager_config(config).set_push_sender(tag);
+            guarded(
+                config.timeout,
+                ConnectionManager::new_with_config(client, settings),
+            )
+            .await
+            .map(PubSub::Single)
+        }
+        Servers::Cluster(seeds) => {
+            connect::cluster_connection(seeds, config, ProtocolVersion::RESP3, Some(tag))
+                .await
+                .map(PubSub::Cluster)
+        }
+    }
 }
 
 /// Handle of the subscriber connection and its tasks.
@@ -92,15 +153,15 @@ pub(super) struct Subscriber {
 }
 
 impl Subscriber {
-    /// Connects to `primary` and starts the dispatch and ping tasks; they
+    /// Connects to `servers` and starts the dispatch and ping tasks; they
     /// end with `stop`.
     pub(super) async fn start(
         config: &RedisConfig,
-        primary: &ConnectionInfo,
+        servers: &Servers,
         stop: CancellationToken,
     ) -> Result<Self, ClusterError> {
         let (pushes, rx) = mpsc::unbounded_channel();
-        let conn = open(primary, config, 0, pushes.clone()).await?;
+        let conn = open(servers, config, 0, pushes.clone()).await?;
         let link = Arc::new(Link {
             conn: RwLock::new(conn),
             generation: AtomicU64::new(0),
@@ -134,7 +195,8 @@ impl Subscriber {
         config: &RedisConfig,
     ) -> Result<(), ClusterError> {
         let generation = self.link.generation() + 1;
-        let conn = open(primary, config, generation, self.link.pushes.clone()).await?;
+        let servers = Servers::Primary(primary.clone());
+        let conn = open(&servers, config, generation, self.link.pushes.clone()).await?;
         {
             let mut current = self.link.conn.write().unwrap_or_else(|p| p.into_inner());
             *current = conn;
@@ -144,16 +206,18 @@ impl Subscriber {
         Ok(())
     }
 
-    /// Subscribes `channel`; returns once Redis confirmed it.
+    /// Subscribes `channel` (a shard channel on a Redis Cluster if
+    /// `sharded`); returns once Redis confirmed it.
     pub(super) async fn subscribe(
         &self,
         channel: String,
+        sharded: bool,
         listener: LogListener,
     ) -> Result<(), ClusterError> {
-        let key = channel.clone().into_bytes();
-        let earlier = self.subs.insert(key.clone(), listener);
+        let key = channel.into_bytes();
+        let earlier = self.subs.insert(key.clone(), sharded, listener);
         let generation = self.link.generation();
-        let result = guarded(self.timeout, self.link.conn().subscribe(&channel)).await;
+        let result = guarded(self.timeout, self.link.conn().subscribe(&key, sharded)).await;
         if result.is_ok() && self.link.generation() != generation {
             // Confirmed on a connection replaced meanwhile: made again on
             // the new one by the ping task.
@@ -164,7 +228,7 @@ impl Subscriber {
             // (and is restored by the ping task if it was lost).
             match earlier {
                 Some(listener) => {
-                    self.subs.insert(key, listener);
+                    self.subs.insert(key, sharded, listener);
                 }
                 None => {
                     self.subs.remove(&key);
@@ -177,8 +241,9 @@ impl Subscriber {
     /// Stops delivering `channel`. Unsubscribing in Redis is best effort: if
     /// it fails, the connection is gone and took the subscription with it.
     pub(super) async fn unsubscribe(&self, channel: String) {
-        if self.subs.remove(channel.as_bytes()) {
-            let _ = guarded(self.timeout, self.link.conn().unsubscribe(&channel)).await;
+        if let Some(sharded) = self.subs.remove(channel.as_bytes()) {
+            let mut conn = self.link.conn();
+            let _ = guarded(self.timeout, conn.unsubscribe(channel.as_bytes(), sharded)).await;
         }
     }
 }
@@ -196,12 +261,17 @@ enum State {
 struct Sub {
     listener: LogListener,
     state: State,
+    /// A shard channel on a Redis Cluster.
+    sharded: bool,
 }
 
 /// The subscribed channels with their listeners and states.
 #[derive(Default)]
 struct Subscriptions {
     by_channel: Mutex<HashMap<Vec<u8>, Sub>>,
+    /// Woken when a subscription is lost, so that it is made again now
+    /// rather than on the next ping.
+    lost: Notify,
 }
 
 impl Subscriptions {
@@ -210,7 +280,12 @@ impl Subscriptions {
     }
 
     /// Sets the channel's listener; returns the one it replaced.
-    fn insert(&self, channel: Vec<u8>, listener: LogListener) -> Option<LogListener> {
+    fn insert(
+        &self,
+        channel: Vec<u8>,
+        sharded: bool,
+        listener: LogListener,
+    ) -> Option<LogListener> {
         let mut subs = self.lock();
         match subs.get_mut(&channel) {
             // Replacing the listener of a live subscription keeps it live: a
@@ -222,6 +297,7 @@ impl Subscriptions {
                     Sub {
                         listener,
                         state: State::Pending,
+                        sharded,
                     },
                 );
                 None
@@ -229,8 +305,9 @@ impl Subscriptions {
         }
     }
 
-    fn remove(&self, channel: &[u8]) -> bool {
-        self.lock().remove(channel).is_some()
+    /// Forgets the channel; whether it was a shard channel, if it was there.
+    fn remove(&self, channel: &[u8]) -> Option<bool> {
+        self.lock().remove(channel).map(|s| s.sharded)
     }
 
     fn listener(&self, channel: &[u8]) -> Option<LogListener> {
@@ -251,20 +328,23 @@ impl Subscriptions {
             // A pending SUBSCRIBE may have reached the dead connection only.
             sub.state = State::Lost;
         }
+        self.lost.notify_one();
     }
 
     fn mark_lost(&self, channel: &[u8]) {
         if let Some(sub) = self.lock().get_mut(channel) {
             sub.state = State::Lost;
+            self.lost.notify_one();
         }
     }
 
-    fn lost(&self) -> Vec<Vec<u8>> {
-        self.lock()
-            .iter()
-            .filter(|(_, s)| s.state == State::Lost)
-            .map(|(c, _)| c.clone())
-            .collect()
+    /// The lost channels: classic ones, then shard ones.
+    fn lost(&self) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+        let subs = self.lock();
+        let lost = subs.iter().filter(|(_, s)| s.state == State::Lost);
+        let (sharded, classic): (Vec<_>, Vec<_>) = lost.partition(|(_, s)| s.sharded);
+        let names = |v: Vec<(&Vec<u8>, &Sub)>| v.into_iter().map(|(c, _)| c.clone()).collect();
+        (names(classic), names(sharded))
     }
 }
 
@@ -295,7 +375,7 @@ async fn dispatch(
             _ => &[],
         };
         match push.kind {
-            PushKind::Message => {
+            PushKind::Message | PushKind::SMessage => {
                 let Some(listener) = subs.listener(channel) else {
                     continue;
                 };
@@ -307,10 +387,16 @@ async fn dispatch(
                     _ => tracing::warn!("room channel message without payload"),
                 }
             }
-            PushKind::Subscribe => {
+            PushKind::Subscribe | PushKind::SSubscribe => {
                 if let Some(listener) = subs.confirmed(channel) {
                     listener(LogNotice::Resubscribed);
                 }
+            }
+            // The server ended a shard subscription (its slot moved); one
+            // this node ended itself is no longer listed.
+            PushKind::SUnsubscribe => {
+                tracing::debug!("a shard channel's slot moved; subscribing it again");
+                subs.mark_lost(channel);
             }
             PushKind::Disconnection => {
                 tracing::warn!("redis subscriber connection lost; resubscribing once it is back");
@@ -323,7 +409,7 @@ async fn dispatch(
 
 /// Pings the subscriber connection. A failed ping makes the connection
 /// manager reconnect; a successful one after a loss resubscribes the lost
-/// channels.
+/// channels. A loss reported meanwhile starts that at once.
 async fn ping(
     link: Arc<Link>,
     subs: Arc<Subscriptions>,
@@ -337,23 +423,38 @@ async fn ping(
             biased;
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
+            _ = subs.lost.notified() => {}
         }
         let mut conn = link.conn();
-        let pong = guarded(
-            timeout,
-            ::redis::cmd("PING").query_async::<Value>(&mut conn),
-        )
-        .await;
-        if let Err(e) = pong {
+        if let Err(e) = guarded(timeout, conn.ping()).await {
             tracing::debug!("redis subscriber ping failed: {e}");
             continue;
         }
-        let lost = subs.lost();
-        if lost.is_empty() {
-            continue;
+        let (classic, sharded) = subs.lost();
+        if !classic.is_empty() {
+            let mut all = conn.clone();
+            let resubscribe = async {
+                match &mut all {
+                    PubSub::Single(c) => c.subscribe(&classic).await,
+                    PubSub::Cluster(c) => c.subscribe(&classic).await,
+                }
+            };
+            if let Err(e) = guarded(timeout, resubscribe).await {
+                tracing::warn!("resubscribing {} channels failed: {e}", classic.len());
+            }
         }
-        if let Err(e) = guarded(timeout, conn.subscribe(&lost)).await {
-            tracing::warn!("resubscribing {} room channels failed: {e}", lost.len());
+        // One at a time: each shard channel goes to its own slot's primary.
+        let failed = stream::iter(sharded)
+            .map(|channel| {
+                let mut conn = conn.clone();
+                async move { guarded(timeout, conn.subscribe(&channel, true)).await.err() }
+            })
+            .buffer_unordered(RESUBSCRIBING)
+            .filter_map(std::future::ready)
+            .collect::<Vec<_>>()
+            .await;
+        if let Some(e) = failed.first() {
+            tracing::warn!("resubscribing {} room channels failed: {e}", failed.len());
         }
     }
 }

@@ -2,13 +2,18 @@
 //! `plaza` read by the node holding the target's lease, and a cursor per
 //! room (`wh` in its meta hash) so that the replicas of a room enqueue each
 //! of its events once.
+//!
+//! On a Redis Cluster a room and a target are in different slots, so one
+//! script cannot do both: each target keeps its own cursor per room, next to
+//! its queue, and the room's cursor moves after every target took its
+//! records (see `webhook_enqueue_target.lua`).
 
 use ::redis::Value;
 use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::errors::unavailable;
-use super::scripts::{WEBHOOK_ENQUEUE, WEBHOOK_LEASE};
+use super::scripts::{WEBHOOK_ENQUEUE, WEBHOOK_ENQUEUE_TARGET, WEBHOOK_LEASE, WEBHOOK_MARK};
 use super::RedisBroker;
 use crate::{ClusterError, QueuedWebhook, WebhookRecord, WebhookStreams};
 
@@ -24,6 +29,9 @@ impl WebhookStreams for RedisBroker {
         records: &[WebhookRecord],
     ) -> Result<Vec<String>, ClusterError> {
         self.check_member()?;
+        if self.on_cluster() {
+            return self.enqueue_by_target(room, upto, records).await;
+        }
         let mut targets: Vec<&str> = Vec::new();
         let mut call = WEBHOOK_ENQUEUE.prepare_invoke();
         call.key(self.keys.room(room));
@@ -139,17 +147,13 @@ impl WebhookStreams for RedisBroker {
 
     async fn lagging_rooms(&self) -> Result<Vec<(String, u64, u64)>, ClusterError> {
         self.check_member()?;
-        let mut members = ::redis::cmd("SMEMBERS");
-        members.arg(self.keys.rooms());
-        let ids: Vec<String> = self.query(&members).await?;
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipe = ::redis::pipe();
-        for id in &ids {
-            pipe.cmd("HMGET").arg(self.keys.room(id)).arg("n").arg("wh");
-        }
-        let marks: Vec<(Option<u64>, Option<u64>)> = self.query_pipe(&pipe).await?;
+        let ids = self.room_ids().await?;
+        let reads = ids.iter().map(|id| {
+            let mut read = ::redis::cmd("HMGET");
+            read.arg(self.keys.room(id)).arg("n").arg("wh");
+            read
+        });
+        let marks: Vec<(Option<u64>, Option<u64>)> = self.query_each(reads.collect()).await?;
         Ok(ids
             .into_iter()
             .zip(marks)
@@ -162,6 +166,51 @@ impl WebhookStreams for RedisBroker {
 }
 
 impl RedisBroker {
+    /// [`WebhookStreams::enqueue`] on a Redis Cluster: one call per target,
+    /// then the room's cursor.
+    async fn enqueue_by_target(
+        &self,
+        room: &str,
+        upto: u64,
+        records: &[WebhookRecord],
+    ) -> Result<Vec<String>, ClusterError> {
+        let mut exists = ::redis::cmd("EXISTS");
+        exists.arg(self.keys.room(room));
+        let exists: bool = self.query(&exists).await?;
+        let mut targets: Vec<&str> = Vec::new();
+        for r in records {
+            if !targets.contains(&r.target.as_str()) {
+                targets.push(&r.target);
+            }
+        }
+        let mut dropped = Vec::new();
+        for target in targets {
+            let mine: Vec<&WebhookRecord> = records.iter().filter(|r| r.target == target).collect();
+            let mut call = WEBHOOK_ENQUEUE_TARGET.prepare_invoke();
+            call.key(self.keys.webhook_stream(target))
+                .key(self.keys.webhook_cursors(target))
+                .arg(upto)
+                .arg(room)
+                .arg(if exists { "1" } else { "0" })
+                .arg(mine.len());
+            for r in mine {
+                call.arg(r.position)
+                    .arg(r.max)
+                    .arg(&r.id)
+                    .arg(&r.body[..])
+                    .arg(r.ts);
+            }
+            let full: usize = self.invoke(&call).await?;
+            dropped.extend(std::iter::repeat_n(target.to_owned(), full));
+        }
+        if exists {
+            let mut mark = WEBHOOK_MARK.prepare_invoke();
+            mark.key(self.keys.room(room)).arg(upto);
+            let _: i64 = self.invoke(&mark).await?;
+        }
+        Ok(dropped)
+    }
+
     /// Creates the target's stream and group unless they exist.
     async fn ensure_group(&self, target: &str) -> Result<(), ClusterError> {
         let mut cmd = ::redis::cmd("XGROUP");
