@@ -219,8 +219,8 @@ impl RedisCluster {
         &self.servers
     }
 
-    /// The servers, to kill or restart one (a restarted server rejoins the cluster, as its
-    /// `nodes.conf` says).
+    /// The servers, to kill or restart one (a restarted server keeps its port, bus port and
+    /// `nodes.conf`, so Redis has it rejoin the cluster).
     pub fn servers_mut(&mut self) -> &mut [RedisProcess] {
         &mut self.servers
     }
@@ -372,7 +372,8 @@ impl RedisCluster {
     /// The second half of [`migrate_slot`](Self::migrate_slot): sends the keys over in batches
     /// until the source has none left, assigns the slot to the target (on the target, the
     /// source, then every other primary), and waits until every live server names the target;
-    /// returns how many keys were sent.
+    /// returns how many keys were sent. On an error the slot stays where the steps left it
+    /// (migrating, or owned by the target on some servers only).
     pub fn finish_migration(&mut self, m: Migration) -> io::Result<usize> {
         let Migration {
             slot,
@@ -426,7 +427,7 @@ impl RedisCluster {
         let others: Vec<SocketAddr> = nodes(to)
             .map_err(io::Error::other)?
             .into_iter()
-            .filter(|k| k.has("master") && !k.has("fail") && k.primary_id.is_none())
+            .filter(|k| k.has("master") && !k.has("fail"))
             .filter_map(|k| k.addr)
             .filter(|a| *a != to && *a != from)
             .collect();
