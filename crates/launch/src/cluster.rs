@@ -6,7 +6,8 @@ use std::process::ExitStatus;
 
 use crate::proc::check_port_free;
 use crate::{
-    LbKind, LbOptions, LoadBalancer, NodeOptions, NodeProcess, RedisProcess, RedisSentinels,
+    LbKind, LbOptions, LoadBalancer, NodeOptions, NodeProcess, RedisCluster, RedisProcess,
+    RedisSentinels,
 };
 
 /// What [`LocalCluster::start`] starts.
@@ -32,6 +33,12 @@ pub struct ClusterOptions {
     /// ([`RedisSentinels`]); the nodes get `--redis redis+sentinel://…`. Refused with
     /// `embedded` and with a Redis CPU quota.
     pub redis_sentinel: bool,
+    /// Instead of one Redis, a Redis Cluster of this many primaries (from
+    /// [`MIN_PRIMARIES`](crate::MIN_PRIMARIES) to [`MAX_PRIMARIES`](crate::MAX_PRIMARIES)),
+    /// each with a replica ([`RedisCluster`]); the nodes get `--redis redis+cluster://…`
+    /// listing every server. Refused with `redis_sentinel`, with `embedded` and with a Redis
+    /// CPU quota.
+    pub redis_cluster: Option<usize>,
     /// CPU quotas (cgroup v1) for the cluster's processes; the default: none.
     pub cpu_quotas: CpuQuotas,
     /// nginx's worker processes; `None`: `auto` (one per CPU). Refused with HAProxy.
@@ -63,11 +70,13 @@ pub struct LocalCluster {
     nodes: Vec<NodeProcess>,
     redis: Option<RedisProcess>,
     sentinels: Option<RedisSentinels>,
+    redis_cluster: Option<RedisCluster>,
     dir: PathBuf,
 }
 
 impl LocalCluster {
-    /// Starts Redis (unless `embedded`; with Sentinels if `redis_sentinel`), the nodes
+    /// Starts Redis (unless `embedded`; with Sentinels if `redis_sentinel`, a Redis Cluster
+    /// if `redis_cluster`), the nodes
     /// (`--redis` its URL), then the load
     /// balancer in front of them, each waited for until it is ready.
     pub fn start(opts: ClusterOptions) -> io::Result<LocalCluster> {
@@ -105,6 +114,15 @@ impl LocalCluster {
                 "Redis with Sentinels goes with neither embedded nodes nor a Redis CPU quota",
             ));
         }
+        if opts.redis_cluster.is_some()
+            && (opts.embedded || opts.redis_sentinel || opts.cpu_quotas.redis.is_some())
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a Redis Cluster goes with neither embedded nodes, Sentinels nor a Redis CPU \
+                 quota",
+            ));
+        }
         if opts.listen_port != 0 {
             // Before anything starts: a taken port would otherwise show only at the end.
             check_port_free(opts.listen_port, &format!("{} cannot listen", opts.lb))?;
@@ -115,17 +133,22 @@ impl LocalCluster {
             true => Some(RedisSentinels::start(&dir.join("redis"))?),
             false => None,
         };
-        let redis = match opts.embedded || opts.redis_sentinel {
+        let redis_cluster = match opts.redis_cluster {
+            Some(primaries) => Some(RedisCluster::start(&dir.join("redis"), primaries)?),
+            None => None,
+        };
+        let redis = match opts.embedded || opts.redis_sentinel || redis_cluster.is_some() {
             true => None,
             false => Some(RedisProcess::start_with_quota(
                 &dir.join("redis"),
                 opts.cpu_quotas.redis,
             )?),
         };
-        let redis_url = match (&redis, &sentinels) {
-            (Some(r), _) => Some(r.url()),
-            (None, Some(s)) => Some(s.url()),
-            (None, None) => None,
+        let redis_url = match (&redis, &sentinels, &redis_cluster) {
+            (Some(r), _, _) => Some(r.url()),
+            (None, Some(s), _) => Some(s.url()),
+            (None, None, Some(c)) => Some(c.seed_url()),
+            (None, None, None) => None,
         };
         let mut nodes = Vec::with_capacity(opts.nodes);
         for i in 1..=opts.nodes {
@@ -161,6 +184,7 @@ impl LocalCluster {
             nodes,
             redis,
             sentinels,
+            redis_cluster,
             dir,
         })
     }
@@ -198,6 +222,16 @@ impl LocalCluster {
     /// The Redis servers and their Sentinels, to kill a server.
     pub fn sentinels_mut(&mut self) -> Option<&mut RedisSentinels> {
         self.sentinels.as_mut()
+    }
+
+    /// The Redis Cluster, when started with `redis_cluster`.
+    pub fn redis_cluster(&self) -> Option<&RedisCluster> {
+        self.redis_cluster.as_ref()
+    }
+
+    /// The Redis Cluster, to kill a primary or move a slot.
+    pub fn redis_cluster_mut(&mut self) -> Option<&mut RedisCluster> {
+        self.redis_cluster.as_mut()
     }
 
     /// The nodes, in start order (`node-1` first).
@@ -253,6 +287,9 @@ impl LocalCluster {
         }
         if let Some(s) = &mut self.sentinels {
             note(s.stop().map(|()| ExitStatus::default()));
+        }
+        if let Some(c) = &mut self.redis_cluster {
+            note(c.stop().map(|()| ExitStatus::default()));
         }
         first_err.map_or(Ok(()), Err)
     }

@@ -1,5 +1,5 @@
-//! Starts the processes of a Plaza cluster on loopback — `redis-server` (alone, or a primary
-//! with replicas watched by Sentinels), `plaza serve` nodes and
+//! Starts the processes of a Plaza cluster on loopback — `redis-server` (alone, a primary
+//! with replicas watched by Sentinels, or a Redis Cluster), `plaza serve` nodes and
 //! nginx or HAProxy in front — for development (`plaza cluster up`), tests and benchmarks.
 //!
 //! Every process runs in the foreground as a child of the caller, in its own process group (so
@@ -24,6 +24,7 @@ mod lb;
 mod node;
 mod proc;
 mod redis;
+mod redis_cluster;
 mod sentinel;
 
 pub use cgroup::{CpuQuota, CPU_CGROUP};
@@ -34,6 +35,10 @@ pub use lb::{render_config, LbKind, LbOptions, LoadBalancer};
 pub use node::{NodeOptions, NodeProcess};
 pub use proc::tie_children_to_this_thread;
 pub use redis::RedisProcess;
+pub use redis_cluster::{
+    slot_of, Migration, RedisCluster, CLUSTER_SLOTS, FAILOVER_TIMEOUT, MAX_PRIMARIES,
+    MIN_PRIMARIES, NODE_TIMEOUT_MS,
+};
 pub use sentinel::{RedisSentinels, DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS, SENTINEL_MASTER_NAME};
 
 use std::io;

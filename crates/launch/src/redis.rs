@@ -35,18 +35,28 @@ impl RedisProcess {
     /// As [`start`](Self::start), in a cgroup of its own allowed `cpu_quota` CPUs (see
     /// [`CpuQuota`]) if given; a restarted Redis joins the same group.
     pub fn start_with_quota(dir: &Path, cpu_quota: Option<f64>) -> io::Result<RedisProcess> {
-        RedisProcess::start_inner(dir, cpu_quota, Host::loopback(), Vec::new())
+        RedisProcess::start_inner(dir, cpu_quota, Host::loopback(), |_| Ok(Vec::new()))
     }
 
     /// As [`start`](Self::start), bound to `host`'s address in its network namespace.
     pub fn start_on(dir: &Path, host: Host) -> io::Result<RedisProcess> {
-        RedisProcess::start_inner(dir, None, host, Vec::new())
+        RedisProcess::start_inner(dir, None, host, |_| Ok(Vec::new()))
     }
 
     /// As [`start`](Self::start), with more `redis-server` arguments (e.g. `--replicaof HOST
     /// PORT`), kept for [`restart`](Self::restart). Ready when it answers PING, which a
     /// replica does before it has synced.
     pub fn start_with_args(dir: &Path, args: Vec<String>) -> io::Result<RedisProcess> {
+        RedisProcess::start_inner(dir, None, Host::loopback(), |_| Ok(args.clone()))
+    }
+
+    /// As [`start_with_args`](Self::start_with_args), asking `args` afresh on each attempt (a
+    /// new port too may be taken: a cluster node's bus port), given the port tried; the args of
+    /// the attempt that succeeded are kept for [`restart`](Self::restart).
+    pub(crate) fn start_with_args_per_attempt(
+        dir: &Path,
+        args: impl FnMut(u16) -> io::Result<Vec<String>>,
+    ) -> io::Result<RedisProcess> {
         RedisProcess::start_inner(dir, None, Host::loopback(), args)
     }
 
@@ -59,26 +69,43 @@ impl RedisProcess {
         self.proc.wait_ready(what, probe).map_err(io::Error::from)
     }
 
+    /// `Ok` while it runs or after a deliberate [`kill`](Self::kill) or
+    /// [`stop`](Self::stop); an error naming it and quoting its log if it exited on its own
+    /// (`while` says during what).
+    pub(crate) fn check_running(&mut self, while_: &str) -> io::Result<()> {
+        if self.proc.pid().is_none() {
+            // Reaped already: by kill or stop, or reported by an earlier call.
+            return Ok(());
+        }
+        match self.proc.try_status()? {
+            None => Ok(()),
+            Some(status) => Err(self.proc.error(format!("exited ({status}) while {while_}"))),
+        }
+    }
+
     fn start_inner(
         dir: &Path,
         cpu_quota: Option<f64>,
         host: Host,
-        extra: Vec<String>,
+        mut extra: impl FnMut(u16) -> io::Result<Vec<String>>,
     ) -> io::Result<RedisProcess> {
         let quota = cpu_quota
             .map(|cpus| CpuQuota::create_unique("redis", cpus))
             .transpose()?;
         std::fs::create_dir_all(dir)?;
         let dir = dir.canonicalize()?;
-        let (proc, port) =
-            on_a_free_port(|port| launch(&dir, &host, port, quota.as_ref(), &extra))?;
+        let mut kept = Vec::new();
+        let (proc, port) = on_a_free_port(|port| {
+            kept = extra(port).map_err(NotReady::Failed)?;
+            launch(&dir, &host, port, quota.as_ref(), &kept)
+        })?;
         Ok(RedisProcess {
             proc,
             quota,
             host,
             port,
             dir,
-            extra,
+            extra: kept,
         })
     }
 
@@ -197,4 +224,17 @@ pub(crate) fn ping(addr: SocketAddr) -> Result<(), String> {
         Ok(reply) => Err(format!("PING answered {reply:?}")),
         Err(e) => Err(format!("PING {addr}: {e}")),
     }
+}
+
+/// One command to the server at `addr`, on a short connection; errors name the address.
+pub(crate) fn query<T: ::redis::FromRedisValue>(
+    addr: SocketAddr,
+    cmd: &::redis::Cmd,
+) -> Result<T, String> {
+    let timeout = Duration::from_secs(2);
+    let client = ::redis::Client::open(format!("redis://{addr}/")).map_err(|e| e.to_string())?;
+    let mut conn = client
+        .get_connection_with_timeout(timeout)
+        .map_err(|e| format!("{addr}: {e}"))?;
+    cmd.query(&mut conn).map_err(|e| format!("{addr}: {e}"))
 }

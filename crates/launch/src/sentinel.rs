@@ -5,10 +5,9 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use crate::proc::{find_program, on_a_free_port, NotReady, Proc};
-use crate::redis::ping;
+use crate::redis::{ping, query};
 use crate::{Host, RedisProcess};
 
 /// The name the Sentinels know the primary by (`sentinel monitor <name> …`).
@@ -233,14 +232,4 @@ fn master_info(addr: SocketAddr) -> Result<HashMap<String, String>, String> {
             .arg("master")
             .arg(SENTINEL_MASTER_NAME),
     )
-}
-
-/// One command to the server at `addr`, on a short connection.
-fn query<T: ::redis::FromRedisValue>(addr: SocketAddr, cmd: &::redis::Cmd) -> Result<T, String> {
-    let timeout = Duration::from_secs(2);
-    let client = ::redis::Client::open(format!("redis://{addr}/")).map_err(|e| e.to_string())?;
-    let mut conn = client
-        .get_connection_with_timeout(timeout)
-        .map_err(|e| format!("{addr}: {e}"))?;
-    cmd.query(&mut conn).map_err(|e| format!("{addr}: {e}"))
 }

@@ -47,6 +47,16 @@ struct UpArgs {
     /// for 1 s is failed over. Try `-- --broker-ack replicas:1` with it.
     #[arg(long, conflicts_with = "embedded")]
     redis_sentinel: bool,
+    /// Instead of one Redis: a Redis Cluster of N primaries (3 to 16; failover needs a majority
+    /// of at least 3), each with a replica, on loopback, the nodes given --redis
+    /// redis+cluster://… listing every server; a primary silent for 1 s is failed over.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u16).range(3..=16),
+        conflicts_with_all = ["embedded", "redis_sentinel", "redis_cpu_quota"]
+    )]
+    redis_cluster: Option<u16>,
     /// Run each node in a cgroup of its own capped at this many CPUs (e.g. 0.25; cgroup v1
     /// CPU quota, needs a writable /sys/fs/cgroup/cpu). The cgroups are removed on exit.
     #[arg(long, value_name = "CPUS", value_parser = parse_cpus)]
@@ -135,6 +145,7 @@ fn run_up(args: UpArgs) -> Result<(), String> {
         node_args: args.node_args,
         embedded: args.embedded,
         redis_sentinel: args.redis_sentinel,
+        redis_cluster: args.redis_cluster.map(usize::from),
         cpu_quotas: CpuQuotas {
             node: args.node_cpu_quota,
             redis: args.redis_cpu_quota,
@@ -201,9 +212,26 @@ fn print_cluster(c: &LocalCluster) {
                 let _ = writeln!(out, "    sentinel     {addr}{p}");
             }
         }
-        (None, None) => {
-            let _ = writeln!(out, "  redis          none (embedded nodes)");
-        }
+        (None, None) => match c.redis_cluster() {
+            Some(rc) => {
+                let _ = writeln!(out, "  redis          {}", rc.seed_url());
+                for (i, r) in rc.servers().iter().enumerate() {
+                    let role = match rc.initial_slots(i) {
+                        Some(slots) => format!(
+                            "primary      {}  slots {}-{}",
+                            r.url(),
+                            slots.start(),
+                            slots.end()
+                        ),
+                        None => format!("replica      {}", r.url()),
+                    };
+                    let _ = writeln!(out, "    {role}{}", pid(r.pid(), None));
+                }
+            }
+            None => {
+                let _ = writeln!(out, "  redis          none (embedded nodes)");
+            }
+        },
     }
     for n in c.nodes() {
         let _ = writeln!(

@@ -201,6 +201,7 @@ fn a_restarted_node_keeps_its_quota() {
         lb_workers: Some(1),
         node_ports: None,
         redis_sentinel: false,
+        redis_cluster: None,
     };
     if !has_cpu_controller() {
         let err = LocalCluster::start(opts)

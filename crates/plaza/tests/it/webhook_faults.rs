@@ -92,6 +92,7 @@ async fn a_receiver_down_for_a_minute_gets_every_event_in_order_per_room() {
         lb_workers: None,
         node_ports: None,
         redis_sentinel: false,
+        redis_cluster: None,
     })
     .unwrap_or_else(|e| panic!("cannot start the cluster (run scripts/test.sh): {e}"));
     let http = reqwest::Client::new();

@@ -87,6 +87,7 @@ async fn webhooks_of_a_killed_nodes_appends_are_still_sent() {
         lb_workers: None,
         node_ports: None,
         redis_sentinel: false,
+        redis_cluster: None,
     })
     .unwrap_or_else(|e| panic!("cannot start the cluster (run scripts/test.sh): {e}"));
     let http = reqwest::Client::new();
@@ -241,6 +242,7 @@ async fn a_room_nobody_hosts_has_its_unqueued_events_sent() {
         lb_workers: None,
         node_ports: None,
         redis_sentinel: false,
+        redis_cluster: None,
     })
     .unwrap_or_else(|e| panic!("cannot start the cluster (run scripts/test.sh): {e}"));
     let plain = cluster.node(0).url();

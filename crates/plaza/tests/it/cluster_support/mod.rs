@@ -43,6 +43,7 @@ pub fn start_cluster(
         lb_workers: None,
         node_ports: None,
         redis_sentinel,
+        redis_cluster: None,
     })
     .unwrap_or_else(|e| {
         panic!(
