@@ -18,18 +18,18 @@
 use std::time::Duration;
 
 use ::redis::aio::MultiplexedConnection;
-use ::redis::cluster_async::ClusterConnection;
 use ::redis::{
-    AsyncConnectionConfig, Client, Pipeline, ProtocolVersion, RedisResult, ServerErrorKind, Value,
+    AsyncConnectionConfig, Client, Cmd, Pipeline, ProtocolVersion, RedisResult, ServerErrorKind,
+    Value,
 };
 use bytes::Bytes;
-use futures_util::future::join_all;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::connect::{self, Conn, Servers};
-use super::errors::{guarded, on_conn, unavailable};
+use super::connect::{self, Servers};
+use super::errors::{guarded, unavailable};
 use super::scripts::{APPEND, PUBLISH};
+use super::shards::{Routed, Shards};
 use super::RedisConfig;
 use crate::{AppendFuture, ClusterError, LogPosition};
 
@@ -119,11 +119,15 @@ impl Appender {
             }
             Servers::Cluster(seeds) => {
                 let none: Option<fn(::redis::PushInfo) -> Result<(), ()>> = None;
-                let mut conn =
-                    connect::cluster_connection(seeds, config, ProtocolVersion::RESP2, none)
-                        .await?;
-                guarded(config.timeout, load_scripts(&mut conn)).await?;
-                Link::Cluster(conn)
+                let conn = connect::cluster_connection(seeds, config, ProtocolVersion::RESP2, none)
+                    .await?;
+                let template = seeds[0]
+                    .clone()
+                    .set_tcp_settings(connect::tcp_settings(config.timeout));
+                let scripts = vec![&*APPEND, &*PUBLISH];
+                Link::Cluster(Box::new(
+                    Shards::new(conn, template, config, scripts).await?,
+                ))
             }
         };
         let (queue, rx) = mpsc::unbounded_channel();
@@ -194,9 +198,8 @@ struct SingleLink {
 enum Link {
     /// Its own connection to one server.
     Single(Box<SingleLink>),
-    /// A connection to a Redis Cluster, which keeps its connections to the
-    /// servers up itself.
-    Cluster(ClusterConnection),
+    /// A connection to each primary of a Redis Cluster.
+    Cluster(Box<Shards>),
 }
 
 struct Task {
@@ -330,69 +333,83 @@ impl Task {
         written
     }
 
+    /// The call of `append.lua` for `group`.
+    fn append_cmd(&self, group: &Group) -> Cmd {
+        let r = group.request();
+        let sharded = matches!(self.link, Link::Cluster(_));
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(APPEND.get_hash())
+            .arg(2)
+            .arg(&r.meta_key)
+            .arg(&r.log_key)
+            .arg(self.config.log_capacity)
+            .arg(&r.channel)
+            .arg(if self.config.ack.replicas() == 0 {
+                "1"
+            } else {
+                "0"
+            })
+            .arg(if sharded { "SPUBLISH" } else { "PUBLISH" });
+        for q in &group.entries {
+            cmd.arg(&q.request.payload[..]);
+        }
+        cmd
+    }
+
+    /// `WAIT` for the replicas `broker_ack` asks for, if any.
+    fn wait_cmd(&self) -> Option<Cmd> {
+        let replicas = self.config.ack.replicas();
+        (replicas > 0).then(|| {
+            let mut wait = ::redis::cmd("WAIT");
+            wait.arg(replicas)
+                .arg(self.config.ack_wait().as_millis() as u64);
+            wait
+        })
+    }
+
     /// The calls of `append.lua` for `groups`, with their answers in order;
     /// `Err` when the connection to the one server failed.
     async fn append_calls(&mut self, groups: &[Group]) -> Result<Vec<Answer>, ClusterError> {
-        let replicas = self.config.ack.replicas();
-        let wait = self.config.ack_wait();
-        let sharded = matches!(self.link, Link::Cluster(_));
-        let call = |group: &Group, pipe: &mut Pipeline| {
-            let r = group.request();
-            pipe.cmd("EVALSHA")
-                .arg(APPEND.get_hash())
-                .arg(2)
-                .arg(&r.meta_key)
-                .arg(&r.log_key)
-                .arg(self.config.log_capacity)
-                .arg(&r.channel)
-                .arg(if replicas == 0 { "1" } else { "0" })
-                .arg(if sharded { "SPUBLISH" } else { "PUBLISH" });
-            for q in &group.entries {
-                pipe.arg(&q.request.payload[..]);
-            }
-        };
-        let timeout = self.config.timeout;
+        let cmds: Vec<Routed> = groups
+            .iter()
+            .map(|g| Routed {
+                key: g.request().meta_key.clone(),
+                cmd: self.append_cmd(g),
+            })
+            .collect();
+        let wait = self.wait_cmd();
+        self.calls(cmds, wait).await
+    }
+
+    /// Sends `cmds` (and `trailer` after them): one pipeline on one
+    /// server, one per primary on a Redis Cluster. Answers in order; `Err`
+    /// when the connection to the one server failed.
+    async fn calls(
+        &mut self,
+        cmds: Vec<Routed>,
+        trailer: Option<Cmd>,
+    ) -> Result<Vec<Answer>, ClusterError> {
         match &mut self.link {
             Link::Single(_) => {
                 let mut pipe = ::redis::pipe();
                 pipe.ignore_errors();
-                for group in groups {
-                    call(group, &mut pipe);
+                let count = cmds.len();
+                for c in cmds {
+                    pipe.add_command(c.cmd);
                 }
-                if replicas > 0 {
-                    pipe.cmd("WAIT").arg(replicas).arg(wait.as_millis() as u64);
+                let waiting = trailer.is_some();
+                if let Some(trailer) = trailer {
+                    pipe.add_command(trailer);
                 }
                 let mut replies = self.single(&pipe).await?;
-                let waited = if replicas > 0 { replies.pop() } else { None };
+                let waited = if waiting { replies.pop() } else { None };
+                replies.truncate(count);
                 Ok(replies
                     .into_iter()
                     .map(|reply| Ok((reply, waited.clone())))
                     .collect())
             }
-            Link::Cluster(conn) => {
-                let conn = Conn::Cluster(conn.clone());
-                let calls = groups.iter().map(|group| {
-                    let mut pipe = ::redis::pipe();
-                    pipe.ignore_errors();
-                    call(group, &mut pipe);
-                    if replicas > 0 {
-                        // Same pipeline, so same server and connection: WAIT
-                        // counts the replicas of this connection's writes.
-                        pipe.cmd("WAIT").arg(replicas).arg(wait.as_millis() as u64);
-                    }
-                    let conn = &conn;
-                    async move {
-                        let run = |mut conn: Conn| {
-                            let pipe = &pipe;
-                            async move { pipe.query_async::<Vec<Value>>(&mut conn).await }
-                        };
-                        let mut replies = on_conn(timeout, conn, run).await?.into_iter();
-                        let reply = replies.next().unwrap_or(Value::Nil);
-                        Ok((reply, replies.next()))
-                    }
-                });
-                Ok(join_all(calls).await)
-            }
+            Link::Cluster(shards) => Ok(shards.send(cmds, trailer).await),
         }
     }
 
@@ -426,7 +443,10 @@ impl Task {
                 // The next batch opens a connection, which loads them.
                 None => Ok(()),
             },
-            Link::Cluster(c) => guarded(timeout, load_scripts(c)).await,
+            Link::Cluster(shards) => {
+                shards.reset();
+                Ok(())
+            }
         }
     }
 
@@ -442,7 +462,7 @@ impl Task {
             };
             let mut missing_script = Vec::new();
             for (w, answer) in written.into_iter().zip(answers) {
-                let result = match answer {
+                let result = match answer.map(|(reply, _)| reply) {
                     Ok(reply) if is_no_script(&reply) => {
                         missing_script.push(w);
                         continue;
@@ -482,52 +502,29 @@ impl Task {
 
     /// The calls of `publish.lua` for `written`, with their replies in
     /// order; `Err` when the connection to the one server failed.
-    async fn publish_calls(
-        &mut self,
-        written: &[Written],
-    ) -> Result<Vec<Result<Value, ClusterError>>, ClusterError> {
+    async fn publish_calls(&mut self, written: &[Written]) -> Result<Vec<Answer>, ClusterError> {
         let sharded = matches!(self.link, Link::Cluster(_));
-        let call = |w: &Written, pipe: &mut Pipeline| {
-            let r = w.group.request();
-            let last = w.first + w.group.entries.len() as u64 - 1;
-            pipe.cmd("EVALSHA")
-                .arg(PUBLISH.get_hash())
-                .arg(2)
-                .arg(&r.meta_key)
-                .arg(&r.log_key)
-                .arg(&r.channel)
-                .arg(if sharded { "SPUBLISH" } else { "PUBLISH" })
-                .arg(w.first)
-                .arg(last);
-        };
-        let timeout = self.config.timeout;
-        match &mut self.link {
-            Link::Single(_) => {
-                let mut pipe = ::redis::pipe();
-                pipe.ignore_errors();
-                written.iter().for_each(|w| call(w, &mut pipe));
-                let replies = self.single(&pipe).await?;
-                Ok(replies.into_iter().map(Ok).collect())
-            }
-            Link::Cluster(conn) => {
-                let conn = Conn::Cluster(conn.clone());
-                let calls = written.iter().map(|w| {
-                    let mut pipe = ::redis::pipe();
-                    pipe.ignore_errors();
-                    call(w, &mut pipe);
-                    let conn = &conn;
-                    async move {
-                        let run = |mut conn: Conn| {
-                            let pipe = &pipe;
-                            async move { pipe.query_async::<Vec<Value>>(&mut conn).await }
-                        };
-                        let replies = on_conn(timeout, conn, run).await?;
-                        Ok(replies.into_iter().next().unwrap_or(Value::Nil))
-                    }
-                });
-                Ok(join_all(calls).await)
-            }
-        }
+        let cmds = written
+            .iter()
+            .map(|w| {
+                let r = w.group.request();
+                let last = w.first + w.group.entries.len() as u64 - 1;
+                let mut cmd = ::redis::cmd("EVALSHA");
+                cmd.arg(PUBLISH.get_hash())
+                    .arg(2)
+                    .arg(&r.meta_key)
+                    .arg(&r.log_key)
+                    .arg(&r.channel)
+                    .arg(if sharded { "SPUBLISH" } else { "PUBLISH" })
+                    .arg(w.first)
+                    .arg(last);
+                Routed {
+                    key: r.meta_key.clone(),
+                    cmd,
+                }
+            })
+            .collect();
+        self.calls(cmds, None).await
     }
 }
 

@@ -37,7 +37,7 @@ pub(super) fn client(
 /// default in redis 1.x). TCP_USER_TIMEOUT turns a peer that stopped
 /// acknowledging (a dead host, a cut network) into a connection error, so
 /// the pings on the subscriber connection notice it.
-fn tcp_settings(timeout: Duration) -> TcpSettings {
+pub(super) fn tcp_settings(timeout: Duration) -> TcpSettings {
     let settings = TcpSettings::default().set_nodelay(true);
     #[cfg(target_os = "linux")]
     let settings = settings.set_user_timeout(timeout * 2);

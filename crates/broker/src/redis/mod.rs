@@ -61,6 +61,7 @@ mod failover;
 mod heartbeat;
 mod keys;
 mod scripts;
+mod shards;
 mod subscriber;
 mod tickets;
 mod webhooks;
