@@ -29,7 +29,8 @@ use tokio_util::sync::CancellationToken;
 use super::connect::{self, Servers};
 use super::errors::{guarded, unavailable};
 use super::scripts::{APPEND, PUBLISH};
-use super::shards::{Routed, Shards};
+use super::shards::{Addr, Routed, Shards};
+use super::wire::encode_message;
 use super::RedisConfig;
 use crate::{AppendFuture, ClusterError, LogPosition};
 
@@ -119,8 +120,9 @@ impl Appender {
             }
             Servers::Cluster(seeds) => {
                 let none: Option<fn(::redis::PushInfo) -> Result<(), ()>> = None;
-                let conn = connect::cluster_connection(seeds, config, ProtocolVersion::RESP2, none)
-                    .await?;
+                let conn =
+                    connect::cluster_connection(seeds, config, ProtocolVersion::RESP2, none, false)
+                        .await?;
                 let template = seeds[0]
                     .clone()
                     .set_tcp_settings(connect::tcp_settings(config.timeout));
@@ -220,6 +222,10 @@ struct Written {
 /// replicas, WAIT's; or why the call failed (every entry fails with it).
 type Answer = Result<(Value, Option<Value>), ClusterError>;
 
+/// An answer, with the Redis Cluster primary that answered `ASK` if the
+/// call went on to the importing one (see [`Shards::send`]).
+type Sent = (Answer, Option<Addr>);
+
 impl Task {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Queued>, stop: CancellationToken) {
         loop {
@@ -286,7 +292,7 @@ impl Task {
                 }
             };
             let mut missing_script = Vec::new();
-            for (group, answer) in groups.into_iter().zip(answers) {
+            for (group, (answer, asked)) in groups.into_iter().zip(answers) {
                 let (reply, waited) = match answer {
                     Ok(replies) => replies,
                     Err(e) => {
@@ -311,6 +317,9 @@ impl Task {
                         Err(e) => group.fail(&e),
                     }
                     continue;
+                }
+                if let Some(at) = asked {
+                    self.publish_at(&at, &group, first, ts).await;
                 }
                 for (i, q) in group.entries.into_iter().enumerate() {
                     let n = first + i as u64;
@@ -367,9 +376,27 @@ impl Task {
         })
     }
 
+    /// Publishes `group`'s entries (from position `first`, at `ts`) again at
+    /// the Redis Cluster primary `at`, which answered `ASK`: their room's
+    /// subscribers are still there.
+    async fn publish_at(&mut self, at: &Addr, group: &Group, first: u64, ts: u64) {
+        let Link::Cluster(shards) = &mut self.link else {
+            return;
+        };
+        let messages = group
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, q)| encode_message(first + i as u64, ts, &q.request.payload))
+            .collect();
+        shards
+            .publish_at(at, &group.request().channel, messages)
+            .await;
+    }
+
     /// The calls of `append.lua` for `groups`, with their answers in order;
     /// `Err` when the connection to the one server failed.
-    async fn append_calls(&mut self, groups: &[Group]) -> Result<Vec<Answer>, ClusterError> {
+    async fn append_calls(&mut self, groups: &[Group]) -> Result<Vec<Sent>, ClusterError> {
         let cmds: Vec<Routed> = groups
             .iter()
             .map(|g| Routed {
@@ -388,7 +415,7 @@ impl Task {
         &mut self,
         cmds: Vec<Routed>,
         trailer: Option<Cmd>,
-    ) -> Result<Vec<Answer>, ClusterError> {
+    ) -> Result<Vec<Sent>, ClusterError> {
         match &mut self.link {
             Link::Single(_) => {
                 let mut pipe = ::redis::pipe();
@@ -406,7 +433,7 @@ impl Task {
                 replies.truncate(count);
                 Ok(replies
                     .into_iter()
-                    .map(|reply| Ok((reply, waited.clone())))
+                    .map(|reply| (Ok((reply, waited.clone())), None))
                     .collect())
             }
             Link::Cluster(shards) => Ok(shards.send(cmds, trailer).await),
@@ -461,7 +488,7 @@ impl Task {
                 }
             };
             let mut missing_script = Vec::new();
-            for (w, answer) in written.into_iter().zip(answers) {
+            for (w, (answer, asked)) in written.into_iter().zip(answers) {
                 let result = match answer.map(|(reply, _)| reply) {
                     Ok(reply) if is_no_script(&reply) => {
                         missing_script.push(w);
@@ -474,6 +501,9 @@ impl Task {
                 };
                 match result {
                     Ok(()) => {
+                        if let Some(at) = asked {
+                            self.publish_at(&at, &w.group, w.first, w.ts).await;
+                        }
                         for (i, q) in w.group.entries.into_iter().enumerate() {
                             let at = LogPosition {
                                 n: w.first + i as u64,
@@ -502,7 +532,7 @@ impl Task {
 
     /// The calls of `publish.lua` for `written`, with their replies in
     /// order; `Err` when the connection to the one server failed.
-    async fn publish_calls(&mut self, written: &[Written]) -> Result<Vec<Answer>, ClusterError> {
+    async fn publish_calls(&mut self, written: &[Written]) -> Result<Vec<Sent>, ClusterError> {
         let sharded = matches!(self.link, Link::Cluster(_));
         let cmds = written
             .iter()

@@ -60,7 +60,10 @@ impl Cluster for RedisBroker {
         } else {
             call.key(k.rooms());
         }
-        call.arg(id).arg(&meta[..]).arg(&snapshot[..]);
+        call.arg(id)
+            .arg(&meta[..])
+            .arg(&snapshot[..])
+            .arg(crate::new_ticket_token());
         self.invoke(&call).await
     }
 

@@ -81,18 +81,21 @@ pub(super) fn plain_config(config: &RedisConfig) -> AsyncConnectionConfig {
 /// A connection to a Redis Cluster through `seeds`, speaking `protocol`,
 /// its pushes (RESP3 only) sent to `pushes`.
 ///
-/// The redis crate retries nothing on it: a command that met a broken
-/// connection may have run, and running an append twice would log it twice.
-/// Redirections (which say the command did not run) are followed by
-/// [`super::errors::on_conn`] instead.
+/// The redis crate retries nothing on a command connection
+/// (`idempotent` false): a command that met a broken connection may have
+/// run, and running an append twice would log it twice. Redirections
+/// (which say the command did not run) are followed by
+/// [`super::errors::on_conn`] instead. On the pub/sub connection, whose
+/// commands can be repeated, it follows them itself.
 pub(super) async fn cluster_connection(
     seeds: &[ConnectionInfo],
     config: &RedisConfig,
     protocol: ProtocolVersion,
     pushes: Option<impl AsyncPushSender>,
+    idempotent: bool,
 ) -> Result<ClusterConnection, ClusterError> {
     let mut builder = ClusterClientBuilder::new(seeds.to_vec())
-        .retries(0)
+        .retries(if idempotent { IDEMPOTENT_RETRIES } else { 0 })
         .use_protocol(protocol)
         .connection_timeout(connection_timeout(config))
         .response_timeout(config.timeout)
@@ -103,6 +106,10 @@ pub(super) async fn cluster_connection(
     let client = builder.build().map_err(unavailable)?;
     super::errors::guarded(config.timeout, client.get_async_connection()).await
 }
+
+/// How often the redis crate sends a pub/sub command again (after a
+/// redirection, a slot in migration or a lost connection).
+const IDEMPOTENT_RETRIES: u32 = 5;
 
 /// The servers a connection goes to.
 #[derive(Clone)]
@@ -122,7 +129,7 @@ pub(super) async fn command_conn(
         Servers::Primary(info) => command_manager(info, config).await.map(Conn::Single),
         Servers::Cluster(seeds) => {
             let none: Option<fn(::redis::PushInfo) -> Result<(), ()>> = None;
-            cluster_connection(seeds, config, ProtocolVersion::RESP2, none)
+            cluster_connection(seeds, config, ProtocolVersion::RESP2, none, false)
                 .await
                 .map(Conn::Cluster)
         }
@@ -167,11 +174,12 @@ impl Conn {
     }
 }
 
-/// `ASKING` followed by the commands of `pipeline` from `offset` on.
+/// The commands of `pipeline`, each after an `ASKING` (which holds for the
+/// next command only).
 fn after_asking(pipeline: &Pipeline) -> Pipeline {
     let mut asking = ::redis::pipe();
-    asking.cmd("ASKING");
     for cmd in pipeline.cmd_iter() {
+        asking.cmd("ASKING");
         asking.add_command(cmd.clone());
     }
     asking
@@ -217,7 +225,13 @@ impl ConnectionLike for Conn {
                     port: *port,
                 };
                 let pipe = after_asking(cmd);
-                Box::pin(async move { conn.route_pipeline(pipe, offset + 1, count, route).await })
+                let sent = pipe.len();
+                Box::pin(async move {
+                    let replies = conn.route_pipeline(pipe, 0, sent, route).await?;
+                    // Every other reply is an ASKING's.
+                    let own = replies.into_iter().skip(1).step_by(2);
+                    Ok(own.skip(offset).take(count).collect())
+                })
             }
         }
     }

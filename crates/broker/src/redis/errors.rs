@@ -40,8 +40,10 @@ pub(super) async fn guarded<T>(
 /// has another primary, which the cluster connection now learns; `ASK`: its
 /// keys are moving, sent to the importing server after `ASKING`), a slot
 /// being migrated or a failover in progress (`TRYAGAIN`, `CLUSTERDOWN`,
-/// `MASTERDOWN`, `READONLY`, `LOADING`) and a refused connection. Any other
-/// failure may have run the command, and is returned.
+/// `MASTERDOWN`, `READONLY`, `LOADING`), a refused connection, and a broken
+/// one (a primary that died): that may have run the command, so only calls
+/// that answer the same when made twice go through here (the append task
+/// has its own routing, [`super::shards`]).
 pub(super) async fn on_conn<T, Fut>(
     timeout: Duration,
     conn: &Conn,
@@ -79,7 +81,7 @@ enum Next {
     Ask(Conn),
     /// Again after a pause, routed by slot.
     Pause,
-    /// Give up: the call may have run.
+    /// Give up: Redis refused it.
     Fail,
 }
 
@@ -98,7 +100,7 @@ fn after_failure(conn: &Conn, e: &RedisError) -> Next {
             | ServerErrorKind::BusyLoading,
         )
         | ErrorKind::ClusterConnectionNotFound => Next::Pause,
-        _ if e.is_connection_refusal() => Next::Pause,
+        _ if e.is_io_error() => Next::Pause,
         _ => Next::Fail,
     }
 }

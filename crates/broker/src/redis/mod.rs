@@ -204,7 +204,8 @@ impl RedisBroker {
     }
 
     /// Runs a script on the command connection (EVALSHA, loading the script
-    /// when Redis does not know it).
+    /// when Redis does not know it). Every script answers the same when run
+    /// twice (a call made again after a broken connection).
     async fn invoke<T: FromRedisValue>(
         &self,
         script: &ScriptInvocation<'_>,

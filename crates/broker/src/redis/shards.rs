@@ -59,6 +59,9 @@ pub(super) struct Routed {
 /// A command's reply, with the reply of the `WAIT` that ended its pipeline.
 pub(super) type Replied = Result<(Value, Option<Value>), ClusterError>;
 
+/// A primary's address.
+pub(super) type Addr = (String, u16);
+
 /// Connections to a Redis Cluster's primaries, and its slot map.
 pub(super) struct Shards {
     /// Asked for the slot map (any server answers).
@@ -181,10 +184,18 @@ impl Shards {
     /// Sends every command to its slot's primary, each primary's share as
     /// one pipeline (ended by `trailer`, if any), all at once; commands that
     /// did not run are sent again where they now belong until the call
-    /// timeout. Answers are in the order of `cmds`.
-    pub(super) async fn send(&mut self, cmds: Vec<Routed>, trailer: Option<Cmd>) -> Vec<Replied> {
+    /// timeout. Answers are in the order of `cmds`, each with the primary
+    /// that answered `ASK` if it was sent on to the importing one: that
+    /// primary still serves the slot's shard channels, so what the command
+    /// published there reached no subscriber (see [`Self::publish_at`]).
+    pub(super) async fn send(
+        &mut self,
+        cmds: Vec<Routed>,
+        trailer: Option<Cmd>,
+    ) -> Vec<(Replied, Option<Addr>)> {
         let deadline = Instant::now() + self.timeout;
         let mut answers: Vec<Option<Replied>> = (0..cmds.len()).map(|_| None).collect();
+        let mut asked: Vec<Option<Addr>> = vec![None; cmds.len()];
         let slots: Vec<u16> = cmds.iter().map(|c| slot_of(c.key.as_bytes())).collect();
         // Commands still to send, with the server an ASK named.
         let mut todo: Vec<(usize, Option<(String, u16)>)> =
@@ -229,7 +240,9 @@ impl Shards {
                     pipe.add_command(trailer.clone());
                 }
                 async move {
-                    let sent = guarded(remaining, pipe.query_async::<Vec<Value>>(&mut conn)).await;
+                    let sent =
+                        tokio::time::timeout(remaining, pipe.query_async::<Vec<Value>>(&mut conn))
+                            .await;
                     (addr, items, sent)
                 }
             }))
@@ -239,10 +252,27 @@ impl Shards {
             todo.extend(refused);
             for (addr, items, sent) in replies {
                 let mut values = match sent {
-                    Ok(values) => values.into_iter(),
-                    Err(e) => {
+                    Ok(Ok(values)) => values.into_iter(),
+                    Ok(Err(e)) if never_sent(&e) => {
+                        // The primary was gone before the pipeline was
+                        // written (it died): nothing ran. Connect anew,
+                        // wherever the slot map now says.
+                        self.conns.remove(&addr);
+                        refresh = true;
+                        pause = true;
+                        todo.extend(items.into_iter().map(|(i, _)| (i, None)));
+                        continue;
+                    }
+                    failed => {
                         // They may have run: fail them, and connect anew.
                         self.conns.remove(&addr);
+                        let e = match failed {
+                            Ok(Err(e)) => unavailable(e),
+                            _ => unavailable(format!(
+                                "no answer from redis within {:?}",
+                                self.timeout
+                            )),
+                        };
                         for (i, _) in items {
                             answers[i] = Some(Err(e.clone()));
                         }
@@ -257,7 +287,10 @@ impl Shards {
                     let value = values.next().unwrap_or(Value::Nil);
                     match next_step(&value) {
                         Next::Done => answers[i] = Some(Ok((value, waited.clone()))),
-                        Next::Ask(to) => todo.push((i, Some(to))),
+                        Next::Ask(to) => {
+                            asked[i] = Some(addr.clone());
+                            todo.push((i, Some(to)));
+                        }
                         Next::Moved => {
                             refresh = true;
                             todo.push((i, None));
@@ -296,8 +329,41 @@ impl Shards {
         answers
             .into_iter()
             .map(|a| a.unwrap_or_else(|| Err(unavailable("no answer"))))
+            .zip(asked)
             .collect()
     }
+
+    /// Publishes `messages` on shard channel `channel` at primary `at` (one
+    /// that answered `ASK`: it still holds the channel's subscribers while
+    /// the keys are on the importing primary). Best effort: a failure is
+    /// only logged, and a subscriber that misses an entry reads it from the
+    /// log when the next one shows the gap, or when the slot's move ends
+    /// its subscription.
+    pub(super) async fn publish_at(&mut self, at: &Addr, channel: &str, messages: Vec<Vec<u8>>) {
+        let mut pipe = ::redis::pipe();
+        for message in messages {
+            pipe.cmd("SPUBLISH").arg(channel).arg(message).ignore();
+        }
+        let sent = match self.conn(at).await {
+            Ok(mut conn) => guarded(self.timeout, pipe.query_async::<()>(&mut conn)).await,
+            Err(e) => Err(unavailable(e)),
+        };
+        if let Err(e) = sent {
+            tracing::debug!(?at, "publishing at the migrating primary failed: {e}");
+        }
+    }
+}
+
+/// Whether a failed pipeline certainly never reached the server: the
+/// socket was closed before it was written (broken pipe), or there was no
+/// connection. A reset or an end of stream may come after the server read
+/// it.
+fn never_sent(e: &RedisError) -> bool {
+    // redis 1.8 keeps the io::Error's kind private (its Display is the
+    // kind's own text).
+    e.is_connection_refusal()
+        || (e.kind() == ::redis::ErrorKind::Io
+            && matches!(e.to_string().as_str(), "broken pipe" | "not connected"))
 }
 
 /// What a command's reply says of where it goes next.

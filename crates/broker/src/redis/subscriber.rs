@@ -138,7 +138,7 @@ async fn open(
             .map(PubSub::Single)
         }
         Servers::Cluster(seeds) => {
-            connect::cluster_connection(seeds, config, ProtocolVersion::RESP3, Some(tag))
+            connect::cluster_connection(seeds, config, ProtocolVersion::RESP3, Some(tag), true)
                 .await
                 .map(PubSub::Cluster)
         }
@@ -217,7 +217,7 @@ impl Subscriber {
         let key = channel.into_bytes();
         let earlier = self.subs.insert(key.clone(), sharded, listener);
         let generation = self.link.generation();
-        let result = guarded(self.timeout, self.link.conn().subscribe(&key, sharded)).await;
+        let result = self.subscribe_now(&key, sharded).await;
         if result.is_ok() && self.link.generation() != generation {
             // Confirmed on a connection replaced meanwhile: made again on
             // the new one by the ping task.
@@ -236,6 +236,26 @@ impl Subscriber {
             }
         }
         result
+    }
+
+    /// Sends the subscription. On a Redis Cluster a failure is tried again
+    /// until the timeout: the server of the channel's slot may have died
+    /// moments ago, which the cluster connection learns from the failure
+    /// (subscribing twice is harmless).
+    async fn subscribe_now(&self, channel: &[u8], sharded: bool) -> Result<(), ClusterError> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let mut conn = self.link.conn();
+            let cluster = matches!(conn, PubSub::Cluster(_));
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let result = guarded(left, conn.subscribe(channel, sharded)).await;
+            if result.is_ok() || !cluster || tokio::time::Instant::now() + pause >= deadline {
+                return result;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
     }
 
     /// Stops delivering `channel`. Unsubscribing in Redis is best effort: if

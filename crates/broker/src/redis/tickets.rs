@@ -73,7 +73,7 @@ impl TicketStore for RedisBroker {
     async fn redeem_ticket(&self, ticket: &str, now: Millis) -> Result<TicketGrant, RoomError> {
         self.check_member().map_err(broker_error)?;
         let mut call = REDEEM_TICKET.key(self.keys.ticket(ticket));
-        call.arg(now);
+        call.arg(now).arg(new_ticket_token());
         let (status, grant): (String, Vec<u8>) = self.invoke(&call).await.map_err(broker_error)?;
         match status.as_str() {
             "ok" => decode(&grant).ok_or_else(|| {

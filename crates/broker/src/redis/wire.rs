@@ -10,6 +10,16 @@ const HEADER: usize = 16;
 
 /// Decodes a pub/sub message made by `append.lua`: 8 bytes `n`, 8 bytes
 /// `ts` (big-endian), then the payload.
+/// A log entry as published on its room's channel: `n` and `ts`
+/// (big-endian, 8 bytes each) followed by the payload.
+pub(super) fn encode_message(n: u64, ts: u64, payload: &[u8]) -> Vec<u8> {
+    let mut message = Vec::with_capacity(16 + payload.len());
+    message.extend_from_slice(&n.to_be_bytes());
+    message.extend_from_slice(&ts.to_be_bytes());
+    message.extend_from_slice(payload);
+    message
+}
+
 pub(super) fn decode_message(message: &[u8]) -> Option<LogEntry> {
     if message.len() < HEADER {
         return None;

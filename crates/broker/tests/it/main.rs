@@ -7,3 +7,4 @@ mod disk_broker;
 mod memory_cluster;
 mod redis_ack;
 mod redis_broker;
+mod redis_cluster;

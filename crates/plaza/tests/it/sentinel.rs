@@ -11,11 +11,11 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use crate::cluster_support::{assert_exactly_once, next_frame, start_cluster, ws_url, Member};
+use crate::cluster_support::{
+    assert_exactly_once, id, next_frame, publish_all_retrying, start_cluster, ws_url, Member, LIMIT,
+};
 use plaza_launch::{LbKind, LocalCluster};
 use serde_json::json;
-
-const LIMIT: Duration = Duration::from_secs(60);
 
 fn start(name: &str, ack: &str) -> (LocalCluster, tempfile::TempDir) {
     start_with(name, ack, true)
@@ -28,38 +28,6 @@ fn start_with(name: &str, ack: &str, sentinel: bool) -> (LocalCluster, tempfile:
 
 /// A stream entry as XRANGE gives it: id, then field and value pairs.
 type StreamEntry = (String, Vec<(String, Vec<u8>)>);
-
-/// The id of `m`'s `i`th message: fixed width, so no id is part of another.
-fn id(m: &Member, i: usize) -> String {
-    format!("{}-{i:05}", m.name)
-}
-
-/// Publishes `count` messages as `m`, one at a time, each retried (same id)
-/// after `broker_unavailable` as a client would; returns how many errors it
-/// met. `on_ack` gets the number acknowledged so far.
-async fn publish_all_retrying(m: &mut Member, count: usize, on_ack: impl Fn(usize)) -> usize {
-    let mut errors = 0;
-    for i in 0..count {
-        let id = id(m, i);
-        m.publish(&id, json!(id)).await;
-        while !m.all_acked() {
-            m.pump_until(LIMIT, |m| m.all_acked() || !m.errors.is_empty())
-                .await;
-            for e in m.errors.drain(..) {
-                assert_eq!(e["code"], "broker_unavailable", "{}: {e}", m.name);
-                errors += 1;
-            }
-            if !m.all_acked() {
-                assert!(errors < 200, "{}: never acknowledged", m.name);
-                // A client's backoff before retrying, not a synchronisation.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                m.resend_unacked().await;
-            }
-        }
-        on_ack(m.acked.len());
-    }
-    errors
-}
 
 /// Waits until the Sentinels name a primary other than server `old`.
 async fn promoted(cluster: &LocalCluster, old: usize) -> usize {

@@ -25,6 +25,35 @@ pub fn start_cluster(
     node_args: &[&str],
     redis_sentinel: bool,
 ) -> (plaza_launch::LocalCluster, tempfile::TempDir) {
+    start_on(name, nodes, lb, node_args, redis_sentinel, None)
+}
+
+/// [`start_cluster`] on a Redis Cluster of `primaries` primaries with a
+/// replica each (`plaza cluster up --redis-cluster`).
+pub fn start_on_redis_cluster(
+    name: &str,
+    nodes: usize,
+    node_args: &[&str],
+    primaries: usize,
+) -> (plaza_launch::LocalCluster, tempfile::TempDir) {
+    start_on(
+        name,
+        nodes,
+        plaza_launch::LbKind::Nginx,
+        node_args,
+        false,
+        Some(primaries),
+    )
+}
+
+fn start_on(
+    name: &str,
+    nodes: usize,
+    lb: plaza_launch::LbKind,
+    node_args: &[&str],
+    redis_sentinel: bool,
+    redis_cluster: Option<usize>,
+) -> (plaza_launch::LocalCluster, tempfile::TempDir) {
     let dir = tempfile::Builder::new()
         .prefix(&format!("plaza-{name}-"))
         .tempdir()
@@ -43,7 +72,7 @@ pub fn start_cluster(
         lb_workers: None,
         node_ports: None,
         redis_sentinel,
-        redis_cluster: None,
+        redis_cluster,
     })
     .unwrap_or_else(|e| {
         panic!(
@@ -407,4 +436,39 @@ pub fn assert_exactly_once(members: &[&Member]) {
             m.name
         );
     }
+}
+
+/// How long failure tests wait for anything.
+pub const LIMIT: Duration = Duration::from_secs(60);
+
+/// The id of `m`'s `i`th message: fixed width, so no id is part of another.
+pub fn id(m: &Member, i: usize) -> String {
+    format!("{}-{i:05}", m.name)
+}
+
+/// Publishes `count` messages as `m`, one at a time, each retried (same id)
+/// after `broker_unavailable` as a client would; returns how many errors it
+/// met. `on_ack` gets the number acknowledged so far.
+pub async fn publish_all_retrying(m: &mut Member, count: usize, on_ack: impl Fn(usize)) -> usize {
+    let mut errors = 0;
+    for i in 0..count {
+        let id = id(m, i);
+        m.publish(&id, json!(id)).await;
+        while !m.all_acked() {
+            m.pump_until(LIMIT, |m| m.all_acked() || !m.errors.is_empty())
+                .await;
+            for e in m.errors.drain(..) {
+                assert_eq!(e["code"], "broker_unavailable", "{}: {e}", m.name);
+                errors += 1;
+            }
+            if !m.all_acked() {
+                assert!(errors < 200, "{}: never acknowledged", m.name);
+                // A client's backoff before retrying, not a synchronisation.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                m.resend_unacked().await;
+            }
+        }
+        on_ack(m.acked.len());
+    }
+    errors
 }
