@@ -93,7 +93,9 @@ export type ClientEvents = {
 
 /**
  * A connection to a Plaza server (`ws://HOST:PORT/v1/ws`), shared by the rooms it joins.
- * Reconnects on its own with exponential backoff and jitter, and resumes every room.
+ * Reconnects on its own with exponential backoff and jitter, and resumes every room — except
+ * after close code 4005 (a cluster rewrote a room's history after a broker failover): then every
+ * room joins afresh, and emits `resync` with reason `history_rewritten`.
  *
  * ```ts
  * const client = new PlazaClient('ws://127.0.0.1:7700/v1/ws', { room: 'lobby' });
@@ -366,9 +368,9 @@ export class PlazaClient extends Emitter<ClientEvents> {
     socket.onerror = () => {
       // A `close` follows; nothing to do here.
     };
-    socket.onclose = () => {
+    socket.onclose = (ev) => {
       if (this.socket !== socket) return;
-      if (opened()) this.onSocketLost(socket);
+      if (opened()) this.onSocketLost(socket, undefined, ev?.code);
       else this.onNotOpened(socket);
     };
   }
@@ -518,14 +520,19 @@ export class PlazaClient extends Emitter<ClientEvents> {
     this.onSocketLost(socket);
   }
 
-  private onSocketLost(socket: WebSocketLike, gate?: Promise<unknown>): void {
+  /** The open socket ended (`code`: the server's close code, when known); reconnects. */
+  private onSocketLost(socket: WebSocketLike, gate?: Promise<unknown>, code?: number): void {
     if (this.socket !== socket) return;
     this.socket = undefined;
     clearTimeout(this.refreshTimer);
     this.watchSilence(undefined);
     this.stopUpgrade();
     this.finishRetiring();
-    for (const room of [...this.rooms.values()]) room._onDisconnect();
+    for (const room of [...this.rooms.values()]) {
+      room._onDisconnect();
+      // The history a room showed may not be the room's any more: join afresh, no resume.
+      if (code === HISTORY_REWRITTEN) room._onHistoryRewritten();
+    }
     this.retryLater(gate);
   }
 
@@ -633,6 +640,11 @@ const UPGRADE_QUIET_PAUSE_MS = 250;
 const RETIRE_TIMEOUT_MS = 10_000;
 /** A token with less than this left is not used for a new connection. */
 const TOKEN_REUSE_MARGIN_MS = 30_000;
+/**
+ * The close code of a rewritten room history (docs/protocol.md, "Close codes"): every room
+ * joins again without resuming.
+ */
+const HISTORY_REWRITTEN = 4005;
 
 /** `url` with `token` as its `token` parameter. */
 function withToken(url: string, token: string): string {

@@ -50,7 +50,12 @@ export interface JoinedFrame {
   snapshot?: Snapshot;
   channels: string[];
   resumed: boolean;
-  reason?: 'history_truncated' | 'session_expired' | 'epoch_changed' | (string & {});
+  /**
+   * Only on `resync`: why the stream could not continue. `history_rewritten` is the client's
+   * own: the server closed the connection with 4005 (a cluster's broker failover rewrote the
+   * room's history), and the client joined afresh instead of resuming.
+   */
+  reason?: 'history_truncated' | 'session_expired' | 'epoch_changed' | 'history_rewritten' | (string & {});
   /** Spatial rooms only. */
   space?: SpaceSnapshot;
   /** Only when the join asked for {@link HistoryRequest | history}. */

@@ -43,7 +43,7 @@ function sessionsUrl(wsUrl: string): URL {
 abstract class HttpSocket implements WebSocketLike {
   readyState = CONNECTING;
   onopen: Handler<never> | null = null;
-  onclose: Handler<never> | null = null;
+  onclose: Handler<{ code?: number }> | null = null;
   onerror: Handler<never> | null = null;
   onmessage: Handler<{ data: unknown }> | null = null;
 
@@ -52,6 +52,8 @@ abstract class HttpSocket implements WebSocketLike {
   /** The last frame position received. */
   protected position = 0;
   protected readonly stop = new AbortController();
+  /** The close code the server said the session ended with, if it said. */
+  protected closeCode: number | undefined;
   private queued: string[] = [];
   private sending = false;
 
@@ -152,7 +154,7 @@ abstract class HttpSocket implements WebSocketLike {
     if (this.readyState === CLOSED) return;
     this.readyState = CLOSED;
     this.stop.abort();
-    this.onclose?.(undefined as never);
+    this.onclose?.({ code: this.closeCode });
   }
 }
 
@@ -202,7 +204,10 @@ export class SseSocket extends HttpSocket {
           else if (line.startsWith('event: ')) name = line.slice(7);
           else if (line.startsWith('data: ')) data.push(line.slice(6));
         }
-        if (name === 'closed') return true;
+        if (name === 'closed') {
+          this.closeCode = closedCode(data.join('\n'));
+          return true;
+        }
         if (id !== undefined && data.length > 0) this.deliver(id, data.join('\n'));
       }
     }
@@ -226,13 +231,26 @@ export class PollSocket extends HttpSocket {
         failures = 0;
         const first = body.last - body.frames.length + 1;
         body.frames.forEach((frame, i) => this.deliver(first + i, JSON.stringify(frame)));
-        if (body.closed !== undefined) break;
+        if (body.closed !== undefined) {
+          this.closeCode = body.closed;
+          break;
+        }
       } catch {
         // A lost answer: the same poll again gets the same frames.
         if (this.readyState !== OPEN || ++failures > 3) break;
       }
     }
     this.end();
+  }
+}
+
+/** The `code` of an event stream's `closed` event (`{"code": <close code>}`). */
+function closedCode(data: string): number | undefined {
+  try {
+    const code = (JSON.parse(data) as { code?: unknown }).code;
+    return typeof code === 'number' ? code : undefined;
+  } catch {
+    return undefined;
   }
 }
 

@@ -150,7 +150,11 @@ export type RoomEvents = {
   members: [readonly Member[]];
   /** Each `joined` (the first join and every successful resume). */
   joined: [JoinedFrame];
-  /** A resume could not continue the stream: discard room state, start from this snapshot. */
+  /**
+   * A resume could not continue the stream: discard room state, start from this snapshot.
+   * `reason` says why; `history_rewritten` after the server closed with 4005 (the client joined
+   * afresh: its session and seqs are new).
+   */
   resync: [JoinedFrame];
   /** The room handle ended (not by `leave`). */
   closed: [RoomClosed];

@@ -94,6 +94,11 @@ export class RoomHandle extends Emitter<RoomEvents> {
   private readonly outbox: ClientFrame[] = [];
   /** The connection is moving to another transport: the resume join went on the new one. */
   private moving = false;
+  /**
+   * The server closed the connection with 4005 (history rewritten) while this handle had a
+   * session: the next join is a fresh one, and its answer is told as a `resync`.
+   */
+  private rewritten = false;
   private joinWaiter: { resolve: (room: RoomHandle) => void; reject: (err: PlazaError) => void } | undefined;
   private leaveWaiter: (() => void) | undefined;
   /** The delivery policy sent with each join (changed by {@link RoomHandle.updatePolicy}). */
@@ -589,6 +594,20 @@ export class RoomHandle extends Emitter<RoomEvents> {
   }
 
   /**
+   * @internal The server closed the connection with 4005: the room's history was rewritten (a
+   * cluster's broker failover lost events this client may have seen, and the room went on with
+   * others under the same seqs). The session is not resumed: the next join is a fresh one,
+   * whose answer the app gets as a `resync` with reason `history_rewritten` (discard the room
+   * state held). Unacknowledged publishes are sent again, as after any resync: the new session
+   * does not know their ids, so one the room kept may be ordered twice.
+   */
+  _onHistoryRewritten(): void {
+    if (this.status === 'ended' || this.token === undefined) return;
+    this.token = undefined;
+    this.rewritten = true;
+  }
+
+  /**
    * @internal The connection is moving to another transport: what the app sends waits for the
    * resume on the new one (nothing waits for an answer: see {@link _busy}).
    */
@@ -698,7 +717,11 @@ export class RoomHandle extends Emitter<RoomEvents> {
     // Unacknowledged publishes go again, with their ids: the server orders each id once.
     for (const frame of this.publishes.frames()) this.transport.send(frame);
     for (const queued of this.outbox.splice(0)) this.transport.send(queued);
-    if (frame.type === 'resync') this.emit('resync', frame);
+    if (this.rewritten) {
+      // A fresh join after 4005: to the app, a resync (its room state is void).
+      this.rewritten = false;
+      this.emit('resync', { ...frame, type: 'resync', reason: 'history_rewritten' });
+    } else if (frame.type === 'resync') this.emit('resync', frame);
     else this.emit('joined', frame);
     this.emit('members', this.memberList);
     const waiter = this.joinWaiter;

@@ -9,7 +9,8 @@ export interface WebSocketLike {
   send(data: string): void;
   close(code?: number, reason?: string): void;
   onopen: Handler<never> | null;
-  onclose: Handler<never> | null;
+  /** Called once the socket ended, with the close code the server sent (when it sent one). */
+  onclose: Handler<{ code?: number }> | null;
   onerror: Handler<never> | null;
   onmessage: Handler<{ data: unknown }> | null;
 }

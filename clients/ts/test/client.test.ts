@@ -137,6 +137,62 @@ describe('direct', () => {
 });
 
 describe('reconnect and resume', () => {
+  /**
+   * A `ws` socket whose end the test can make look like a close by the server with `code`
+   * (4005 needs a cluster whose broker fails over): the connection is cut, as the server does
+   * after its Close, and the close event carries `code`.
+   */
+  function closable(into: { sockets: Array<{ closeAs(code: number): void }> }) {
+    return class extends WebSocket {
+      private forced: number | undefined;
+      constructor(url: string, protocols?: string[]) {
+        super(url, protocols);
+        into.sockets.push(this);
+      }
+      closeAs(code: number): void {
+        this.forced = code;
+        this.terminate();
+      }
+      override emit(event: string | symbol, ...args: any[]): boolean {
+        if (event === 'close' && this.forced !== undefined) args[0] = this.forced;
+        return super.emit(event, ...args);
+      }
+    };
+  }
+
+  it('joins afresh, without resuming, after close code 4005 and tells the app with a resync', async () => {
+    const room = uniqueRoom();
+    const into: { sockets: Array<{ closeAs(code: number): void }> } = { sockets: [] };
+    const a = newClient({ room, WebSocket: closable(into) });
+    const b = newClient({ room });
+    const roomA = await a.join(room, { name: 'ann' });
+    const roomB = await b.join(room, { name: 'bob' });
+    const before = roomA.session!;
+    await roomA.publish('chat', { n: 1 });
+    const joined: boolean[] = [];
+    roomA.on('joined', (j) => joined.push(j.resumed));
+
+    const resync = next(roomA, 'resync');
+    const fresh = next(roomB, 'presence', (p) => p.kind === 'presence.join' && p.member.session !== before);
+    into.sockets[0]!.closeAs(4005);
+    const frame = await resync;
+    // A new session: the old one was not resumed (a resume keeps the session id).
+    expect(frame).toMatchObject({ type: 'resync', reason: 'history_rewritten', resumed: false });
+    expect(frame.session).not.toBe(before);
+    expect(roomA.session).toBe(frame.session);
+    expect(roomA.lastSeq).toBe(frame.seq);
+    await fresh;
+    expect(joined).toEqual([]);
+
+    // The room goes on as usual; a later drop resumes the new session.
+    const seen = next(roomB, 'message', (m) => m.event === 'after');
+    const ack = await roomA.publish('after');
+    expect((await seen).seq).toBe(ack.seq);
+    const resumed = next(roomA, 'joined', (j) => j.resumed);
+    a._dropConnection();
+    expect(await resumed).toMatchObject({ resumed: true, session: frame.session });
+  });
+
   it('replays exactly the events missed while disconnected, in order, once', async () => {
     const { a, roomA, roomB } = await twoMembers();
     const seen: MessageEvent[] = [];

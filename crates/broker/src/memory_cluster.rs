@@ -4,7 +4,8 @@
 //! Besides the [`Cluster`] behaviour it can simulate the failures a real
 //! broker has: a node crashing ([`MemoryCluster::kill_node`]), the broker
 //! itself going away for a while ([`MemoryCluster::set_available`]), and a
-//! node missing notices ([`MemoryCluster::set_deaf`]).
+//! node missing notices ([`MemoryCluster::set_deaf`]), and a failover to a
+//! replica that lacks a room's last entries ([`MemoryCluster::rewind_log`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -123,6 +124,49 @@ impl MemoryCluster {
     pub fn set_deaf(&self, id: &str, deaf: bool) {
         if let Some(node) = self.lock().nodes.get_mut(id) {
             node.deaf = deaf;
+        }
+    }
+
+    /// The position of the last entry appended to room `room`'s log (0 for
+    /// none), `None` if there is no such room. Test support.
+    pub fn log_end(&self, room: &str) -> Option<u64> {
+        self.lock().rooms.get(room).map(|r| r.n)
+    }
+
+    /// Simulates a broker failover that lost the last entries of room
+    /// `room`'s log: a Redis replica promoted before it received them
+    /// (replication is asynchronous). Entries after `to_n` are dropped and
+    /// the next append gets position `to_n + 1` again, with whatever
+    /// contents it has. Nothing is told to the nodes (a real failover makes
+    /// them subscribe again: [`MemoryCluster::set_available`] does that);
+    /// those that applied the lost entries learn of it from the entries
+    /// that take their place. A member count recorded after `to_n` is lost
+    /// too. Does nothing if there is no such room or `to_n` is not before
+    /// the log's end. Test support.
+    ///
+    /// # Panics
+    ///
+    /// If the room's snapshot is after `to_n`: this hub keeps only the
+    /// latest snapshot, so it cannot go back to the one a real replica
+    /// would hold (snapshots and log share a room's hash slot, so a real
+    /// failover loses a later snapshot with the entries).
+    pub fn rewind_log(&self, room: &str, to_n: u64) {
+        let mut hub = self.lock();
+        let Some(state) = hub.rooms.get_mut(room) else {
+            return;
+        };
+        if to_n >= state.n {
+            return;
+        }
+        assert!(
+            state.snapshot.0 <= to_n,
+            "room {room:?}: its snapshot at {} is after {to_n}",
+            state.snapshot.0
+        );
+        state.log.retain(|e| e.n <= to_n);
+        state.n = to_n;
+        if state.members.is_some_and(|(_, at)| at > to_n) {
+            state.members = None;
         }
     }
 

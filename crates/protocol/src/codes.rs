@@ -253,6 +253,13 @@ pub enum CloseCode {
     /// The connection's token expired and no fresh one came in `auth`:
     /// reconnect with a fresh token and resume.
     TokenExpired = 4004,
+    /// Cluster mode: the room's history was rewritten. A broker failover lost
+    /// the last entries of the room's log, which this node had already
+    /// applied and delivered, and the log went on with other entries under
+    /// the same seqs. The client must join its rooms again *without*
+    /// resuming (a fresh join, a fresh snapshot): what it holds of the room
+    /// may include events the room no longer has.
+    HistoryRewritten = 4005,
 }
 
 impl CloseCode {

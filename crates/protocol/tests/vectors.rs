@@ -1010,6 +1010,7 @@ const ALL_CLOSE_CODES: &[CloseCode] = &[
     CloseCode::SlowConsumer,
     CloseCode::PolicyViolation,
     CloseCode::TokenExpired,
+    CloseCode::HistoryRewritten,
 ];
 
 /// Stops compiling when a close code is added, so that `ALL_CLOSE_CODES`
@@ -1024,6 +1025,7 @@ fn listed(c: CloseCode) -> bool {
         | CloseCode::HeartbeatTimeout
         | CloseCode::SlowConsumer
         | CloseCode::PolicyViolation
-        | CloseCode::TokenExpired => ALL_CLOSE_CODES.contains(&c),
+        | CloseCode::TokenExpired
+        | CloseCode::HistoryRewritten => ALL_CLOSE_CODES.contains(&c),
     }
 }

@@ -41,6 +41,10 @@ pub struct NodeMetrics {
     pub jwks_reloads: Counter,
     /// Changes of the JWKS file that did not load (the keys in use stayed).
     pub jwks_reload_failures: Counter,
+    /// Cluster mode: times a hosted room's log was seen to go back (a broker
+    /// failover lost entries this node had applied): the room's connections
+    /// here were closed with 4005 and its replica rebuilt.
+    pub log_regressions: Counter,
     errors: Vec<(ErrorCode, Counter, Arc<TeeCounter>)>,
     /// The same counters, shareable.
     error_set: ErrorCounter,
@@ -118,6 +122,7 @@ impl NodeMetrics {
             connections_refused: counter("plaza_connections_refused_total").1,
             jwks_reloads: counter("plaza_jwks_reloads_total").1,
             jwks_reload_failures: counter("plaza_jwks_reload_failures_total").1,
+            log_regressions: counter("plaza_log_regressions_total").1,
             room_wait: Histogram::from_arc(room_wait_histogram.clone()),
             histograms: [delivery_histogram, room_wait_histogram],
             error_set: ErrorCounter(

@@ -27,6 +27,8 @@ pub(crate) struct ClusterRooms {
     gauge: Gauge,
     errors: ErrorCounter,
     room_wait: metrics::Histogram,
+    /// `plaza_log_regressions_total`.
+    log_regressions: metrics::Counter,
     webhooks: Option<Arc<crate::webhooks::Webhooks>>,
     /// Itself, for the replicas it starts.
     this: Weak<ClusterRooms>,
@@ -48,6 +50,7 @@ impl ClusterRooms {
             gauge: metrics.rooms.clone(),
             errors: metrics.error_counter_set(),
             room_wait: metrics.room_wait.clone(),
+            log_regressions: metrics.log_regressions.clone(),
             this: this.clone(),
         })
     }
@@ -117,6 +120,7 @@ impl ClusterRooms {
             room_wait: self.room_wait.clone(),
             feed_config: self.config.feed(),
             webhooks: self.webhooks.clone(),
+            log_regressions: self.log_regressions.clone(),
         };
         let handle = cluster::spawn_replica(setup, info, id);
         hosted.insert(id.to_owned(), handle.clone());

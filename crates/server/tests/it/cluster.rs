@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::support::{wait_until, Client, TestServer};
+use crate::support::{wait_until, Client, Closed, TestServer};
 use plaza_broker::{MemoryCluster, MemoryTicketStore};
 use plaza_server::ServerConfig;
 use serde_json::{json, Value};
@@ -914,4 +914,156 @@ async fn the_server_api_acts_on_every_node() {
             .any(|f| f["type"] == "direct" || f["type"] == "closed"),
         "{frames:?}"
     );
+}
+
+/// The entities of a `joined` or `resync` frame's snapshot, by kind and data.
+fn entities(frame: &Value) -> Vec<(Value, Value)> {
+    let mut v: Vec<(Value, Value)> = frame["snapshot"]["entities"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no entities: {frame}"))
+        .iter()
+        .map(|e| (e["kind"].clone(), e["data"].clone()))
+        .collect();
+    v.sort_by_key(|e| e.1.to_string());
+    v
+}
+
+/// Checks that `a` and `b`, members on two nodes, see the room at the same
+/// seqs: `a` publishes `tag`, `b` gets it at the seq of `a`'s ack.
+async fn same_seqs(room: &str, tag: &str, a: &mut Client, b: &mut Client) {
+    let (ack, _) = a.publish(room, "m", json!(tag)).await;
+    let (ev, _) = b
+        .recv_until(|v| v["type"] == "event" && v["kind"] == "message" && v["data"] == tag)
+        .await;
+    assert_eq!(ev["seq"], ack["seq"], "{ev} {ack}");
+}
+
+/// The names in a `joined` or `resync` frame's `members`, sorted.
+fn names(frame: &Value) -> Vec<String> {
+    let mut v: Vec<String> = frame["members"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no members: {frame}"))
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn a_log_that_went_back_closes_its_nodes_connections_with_4005_and_they_follow_the_new_history(
+) {
+    // A broker failover loses the last entries of a room's log (issue 38,
+    // "the log going back"), after node-0 and node-1 applied them and their
+    // members saw them. The log goes on with other entries at the same
+    // positions, hence under the same seqs: both nodes tell it from the
+    // first of them, close their members' connections with 4005 (join
+    // again, do not resume) and rebuild the room from the broker.
+    let c = cluster(3).await;
+    c.nodes[0].create_room(json!({"id": "rw"})).await;
+    let (mut ann, ann_joined) = c.nodes[0].join("rw", "ann").await;
+    let (mut bob, _) = join_seen(&c.nodes[1], "rw", "bob", &mut [&mut ann]).await;
+    ann.publish("rw", "m", json!("kept")).await;
+    bob.recv_event("message").await;
+    let k = c.hub.log_end("rw").unwrap();
+
+    // Entries after k: applied by both nodes, seen by both members, lost.
+    let (r, _) = ann
+        .request(
+            "rw",
+            json!(1),
+            "entity.create",
+            json!({"kind": "note", "data": {"history": "lost"}}),
+        )
+        .await;
+    assert_eq!(r["ok"], true, "{r}");
+    bob.recv_event("entity.created").await;
+    let (lost, _) = ann.publish("rw", "m", json!("lost")).await;
+    bob.recv_event("message").await;
+    c.hub.rewind_log("rw", k);
+
+    // The new history, from node-2 (which never hosted the room): cid's
+    // join takes position k + 1.
+    let (mut cid, cid_joined) = c.nodes[2].join("rw", "cid").await;
+    assert_eq!(entities(&cid_joined), vec![], "{cid_joined}");
+    assert_eq!(ann.closed().await, Closed::Code(4005));
+    assert_eq!(bob.closed().await, Closed::Code(4005));
+    // Their sessions left the room (they were in the new history too).
+    for _ in 0..2 {
+        let (left, _) = cid.recv_event("presence.leave").await;
+        assert_eq!(left["reason"], "left", "{left}");
+    }
+    let (r, _) = cid
+        .request(
+            "rw",
+            json!(2),
+            "entity.create",
+            json!({"kind": "note", "data": {"history": "new"}}),
+        )
+        .await;
+    assert_eq!(r["ok"], true, "{r}");
+    for (i, n) in [(0, 1.0), (1, 1.0), (2, 0.0)] {
+        assert_eq!(
+            c.nodes[i].metric("plaza_log_regressions_total").await,
+            Some(n),
+            "node-{i}"
+        );
+    }
+
+    // A client that resumes anyway is told: its session is gone.
+    let (mut ann, resync) = c.nodes[0]
+        .join_with(json!({"type": "join", "room": "rw", "name": "ann",
+            "resume": {"token": ann_joined["resume_token"], "last_seq": lost["seq"]}}))
+        .await;
+    assert_eq!(resync["type"], "resync", "{resync}");
+    assert_eq!(resync["reason"], "session_expired", "{resync}");
+    let new = vec![(json!("note"), json!({"history": "new"}))];
+    assert_eq!(entities(&resync), new, "{resync}");
+    // node-0 and node-1 now hold the new history: the same state and seqs
+    // as node-2, which only ever knew that one.
+    let (mut dan, dan_joined) = c.nodes[1].join("rw", "dan").await;
+    assert_eq!(entities(&dan_joined), new, "{dan_joined}");
+    let (mut eve, eve_joined) = c.nodes[2].join("rw", "eve").await;
+    assert_eq!(entities(&eve_joined), new, "{eve_joined}");
+    assert_eq!(names(&dan_joined), ["ann", "cid", "dan"]);
+    assert_eq!(names(&eve_joined), ["ann", "cid", "dan", "eve"]);
+    same_seqs("rw", "1", &mut eve, &mut ann).await;
+    same_seqs("rw", "2", &mut ann, &mut dan).await;
+    same_seqs("rw", "3", &mut dan, &mut cid).await;
+}
+
+#[tokio::test]
+async fn a_log_that_went_back_and_on_past_a_node_is_caught_on_its_catch_up() {
+    // node-0 hears nothing while the log goes back and on past what it
+    // applied: entries after its position would apply on top of the lost
+    // ones. Its catch-up reads from the last entry it applied and finds
+    // another one there.
+    let c = cluster(2).await;
+    c.nodes[0].create_room(json!({"id": "rw"})).await;
+    let (mut ann, _) = c.nodes[0].join("rw", "ann").await;
+    ann.publish("rw", "m", json!("kept")).await;
+    let k = c.hub.log_end("rw").unwrap();
+    ann.publish("rw", "m", json!("lost 1")).await;
+    ann.publish("rw", "m", json!("lost 2")).await;
+    c.hub.set_deaf("node-0", true);
+    c.hub.rewind_log("rw", k);
+    let (mut bob, _) = c.nodes[1].join("rw", "bob").await;
+    for i in 0..3 {
+        bob.publish("rw", "m", json!(i)).await;
+    }
+    c.hub.set_deaf("node-0", false);
+    // The next entry shows node-0 a gap.
+    bob.publish("rw", "m", json!(3)).await;
+    assert_eq!(ann.closed().await, Closed::Code(4005));
+    assert_eq!(
+        c.nodes[0].metric("plaza_log_regressions_total").await,
+        Some(1.0)
+    );
+    let (left, _) = bob.recv_event("presence.leave").await;
+    assert_eq!(left["reason"], "left", "{left}");
+    let (mut cid, cid_joined) = c.nodes[0].join("rw", "cid").await;
+    assert_eq!(names(&cid_joined), ["bob", "cid"], "{cid_joined}");
+    bob.recv_event("presence.join").await;
+    same_seqs("rw", "1", &mut bob, &mut cid).await;
+    same_seqs("rw", "2", &mut cid, &mut bob).await;
 }

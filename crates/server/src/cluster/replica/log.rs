@@ -1,6 +1,6 @@
 //! A replica's log: appending this node's commands (retrying those that must
-//! land), applying entries in order exactly once, catching up over gaps, and
-//! storing snapshots.
+//! land), applying entries in order exactly once, catching up over gaps,
+//! telling a log that went back, and storing snapshots.
 
 use super::*;
 
@@ -68,7 +68,12 @@ impl Replica {
 
     /// A log entry from the subscription.
     pub(super) fn on_entry(&mut self, e: LogEntry) {
+        if self.rewritten {
+            // The rebuild reads the log.
+            return;
+        }
         if e.n <= self.applied {
+            self.check_applied(&e);
             return;
         }
         if e.n > self.applied + 1 {
@@ -98,23 +103,121 @@ impl Replica {
         }
     }
 
-    /// Applies every entry after `applied` that the log holds.
+    /// Applies every entry after `applied` that the log holds (rebuilding
+    /// the replica first if the log went back).
+    ///
+    /// Each read starts at the last entry applied, when its fingerprint is
+    /// remembered, to check that the log still holds that entry: after a
+    /// failover the log can have gone back and on again past `applied`,
+    /// and the entries after it would belong to another history.
     pub(super) async fn catch_up(&mut self) -> Result<(), ClusterError> {
+        // Cleared when the entry at `applied` is trimmed away (the log moved
+        // on far): the read then starts after it.
+        let mut check = true;
         loop {
-            match self.cluster.read(&self.id, self.applied, READ_BATCH).await {
-                Ok(entries) if entries.is_empty() => return Ok(()),
+            if self.rewritten {
+                self.rebuild().await?;
+            }
+            let overlap = check && self.applied > 0 && self.prints.holds(self.applied);
+            let after = self.applied - u64::from(overlap);
+            match self.cluster.read(&self.id, after, READ_BATCH).await {
                 Ok(entries) => {
+                    let mut applied_any = false;
                     for e in entries {
+                        if e.n <= self.applied {
+                            if self.check_applied(&e) {
+                                break;
+                            }
+                            continue;
+                        }
                         if e.n == self.applied + 1 {
                             self.apply(e);
+                            applied_any = true;
                         }
                         if self.machine.is_none() {
                             return Ok(());
                         }
                     }
+                    if !applied_any && !self.rewritten {
+                        return Ok(());
+                    }
                 }
+                Err(ClusterError::Trimmed(_)) if overlap => check = false,
                 Err(ClusterError::Trimmed(_)) => self.reload().await?,
                 Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Checks an entry at a position already applied against what was
+    /// applied there: a duplicate is ignored; another entry means the
+    /// room's log went back ([`Self::log_went_back`]). True in that case.
+    pub(super) fn check_applied(&mut self, e: &LogEntry) -> bool {
+        match self.prints.check(e) {
+            history::Seen::Same | history::Seen::Unknown => false,
+            history::Seen::Rewritten => {
+                self.log_went_back(e.n);
+                true
+            }
+        }
+    }
+
+    /// The room's log holds another entry at position `n` than the one this
+    /// replica applied: a broker failover lost entries it had applied and
+    /// delivered, and the log went on with others under the same positions
+    /// (and so the same seqs). Before anything of the new history is
+    /// applied, every local connection in the room is closed with 4005
+    /// (join again, do not resume) and its session leaves the room (so a
+    /// resume anyway gets a `resync`), and the commands waiting for their
+    /// entries are given up: whether their records were lost is unknown.
+    /// The next catch-up rebuilds the replica from the broker.
+    pub(super) fn log_went_back(&mut self, n: u64) {
+        tracing::error!(
+            room = %self.id,
+            n,
+            applied = self.applied,
+            "the room's log went back (a broker failover lost entries applied here): \
+             closing its connections (4005) and rebuilding the replica"
+        );
+        self.log_regressions.increment(1);
+        self.rewritten = true;
+        self.behind = true;
+        self.catch_up.notify_one();
+        let me = self.me.clone();
+        let leaving: Vec<(u64, String)> = match &self.machine {
+            Some(m) => {
+                for outbox in m.locals().values() {
+                    outbox.control().close(CloseCode::HistoryRewritten);
+                }
+                let room = m.room();
+                room.connected_sessions(|s: &Sink| *s.node == *me && s.outbox.is_some())
+                    .into_iter()
+                    .filter_map(|s| Some((room.member(&s)?.sink.as_ref()?.conn, s)))
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        // Appended now, before the clients hear of the close and come back:
+        // the sessions are gone from the new history before a resume of
+        // them could land (it gets `resync`, `session_expired`).
+        for (conn, session) in leaving {
+            self.submit(conn, Intent::Leave { session }, None, true);
+        }
+        self.barrier = None;
+        let e = RoomError::new(
+            ErrorCode::BrokerUnavailable,
+            "the room's history was rewritten (a broker failover lost its last entries): \
+             join again",
+        );
+        for (_, p) in self.pending.drain() {
+            p.outbox.control().close(CloseCode::HistoryRewritten);
+            // Joins and HTTP calls are told; a publish, request or direct
+            // gets no answer: the connection closes, its outcome unknown.
+            if matches!(
+                p.waiter,
+                Waiter::Join(_) | Waiter::Admin(_) | Waiter::Server(_)
+            ) {
+                p.refuse(&self.id, e.clone(), &self.errors);
             }
         }
     }
@@ -122,6 +225,7 @@ impl Replica {
     /// Applies the entry at `applied + 1`.
     pub(super) fn apply(&mut self, e: LogEntry) {
         self.applied = e.n;
+        self.prints.push(&e);
         let record = match LogRecord::decode(&e.payload) {
             Ok(r) => r,
             Err(err) => {

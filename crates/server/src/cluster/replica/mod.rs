@@ -4,8 +4,17 @@
 //! are applied in log order, by position `n`, each exactly once. A missed
 //! entry (a full mailbox, a broker reconnect) shows as a gap and is read back
 //! from the log; a replica too far behind starts again from a snapshot.
+//!
+//! The log can also go back: a broker failover to a replica that lacked its
+//! last entries, after this node applied and delivered them (see
+//! [`history`]). The replica tells that from an entry at a position it
+//! applied with other contents; it then closes its connections in the room
+//! (close code 4005, join again without resuming), their sessions leave,
+//! and it rebuilds the room from the broker's snapshot and log
+//! (`log::log_went_back`, `reload::rebuild`).
 
 mod clock;
+mod history;
 mod log;
 mod members;
 mod reload;
@@ -67,6 +76,8 @@ pub(crate) struct ReplicaSetup {
     pub(crate) feed_config: FeedConfig,
     /// Where the room's events go as webhooks, if anywhere.
     pub(crate) webhooks: Option<Arc<crate::webhooks::Webhooks>>,
+    /// `plaza_log_regressions_total`: times a room's log was seen to go back.
+    pub(crate) log_regressions: metrics::Counter,
 }
 
 /// Starts hosting room `id` on this node. The replica loads the room's latest
@@ -91,6 +102,9 @@ pub(crate) fn spawn_replica(setup: ReplicaSetup, info: RoomInfo, id: &str) -> Ro
         notices_tx,
         machine: None,
         applied: 0,
+        prints: history::Applied::default(),
+        rewritten: false,
+        log_regressions: setup.log_regressions,
         snapshot_at: 0,
         next_req: 0,
         pending: HashMap::new(),
@@ -126,6 +140,15 @@ struct Replica {
     machine: Option<RoomMachine>,
     /// The last log position applied.
     applied: u64,
+    /// What was applied at the last positions up to `applied`, to tell a
+    /// duplicate from a rewritten history.
+    prints: history::Applied,
+    /// The room's log went back past entries applied here: nothing more is
+    /// applied (nor stored as a snapshot) until the replica is rebuilt from
+    /// the broker ([`Self::rebuild`]).
+    rewritten: bool,
+    /// `plaza_log_regressions_total`.
+    log_regressions: metrics::Counter,
     /// The log position of the latest snapshot known to be stored.
     snapshot_at: u64,
     next_req: u64,
@@ -265,7 +288,9 @@ impl Replica {
         // Unsubscribe before leaving the node's map: a new replica's
         // subscription must not be the one removed.
         self.cluster.unsubscribe(&self.id).await;
-        if self.applied > self.snapshot_at && self.webhook_writer.is_some() {
+        if self.rewritten {
+            // The state is of a history the log no longer has: no snapshot of it.
+        } else if self.applied > self.snapshot_at && self.webhook_writer.is_some() {
             // After the events of every entry applied, by the writer.
             self.send_webhook_cursor();
             let bytes = encode_state(self.machine().room(), self.cluster.snapshot_format());

@@ -1,5 +1,6 @@
 //! Starting again from a snapshot, and what it means for commands whose
-//! records the snapshot skipped.
+//! records the snapshot skipped; rebuilding the replica after the room's
+//! log went back.
 
 use super::*;
 
@@ -7,10 +8,33 @@ impl Replica {
     /// Replaces the replica's state with the latest snapshot (only if it is
     /// ahead of what was applied).
     pub(super) async fn reload(&mut self) -> Result<(), ClusterError> {
+        self.load(false).await
+    }
+
+    /// After the room's log went back ([`Self::log_went_back`]): replaces
+    /// the replica's state with the latest snapshot whatever was applied
+    /// (the snapshot is at or before the log's new end: a failover that
+    /// lost entries lost the later snapshots with them, as a room's keys
+    /// share one hash slot); the catch-up that follows applies the new
+    /// history from there. The local connections were closed already; none
+    /// is kept.
+    pub(super) async fn rebuild(&mut self) -> Result<(), ClusterError> {
+        self.load(true).await?;
+        self.rewritten = false;
+        // Positions from here on are the new history's: the events of its
+        // entries are queued in turn.
+        self.webhooks_sent = self.applied;
+        tracing::info!(room = %self.id, n = self.applied, "replica rebuilt from the broker after its log went back");
+        Ok(())
+    }
+
+    /// Loads the latest snapshot: only if it is ahead of what was applied,
+    /// unless `rebuild`.
+    async fn load(&mut self, rebuild: bool) -> Result<(), ClusterError> {
         let Some((n, bytes)) = self.cluster.load_snapshot(&self.id).await? else {
             return Err(ClusterError::RoomNotFound(self.id.clone()));
         };
-        if self.machine.is_some() && n <= self.applied {
+        if self.machine.is_some() && n <= self.applied && !rebuild {
             // The log was trimmed past us and no newer snapshot exists: a bug
             // or a very long stall. Members must resync from scratch.
             tracing::error!(room = %self.id, n, applied = self.applied, "replica cannot continue");
@@ -27,7 +51,13 @@ impl Replica {
         let me = self.me.clone();
         let skipping = self.machine.is_some();
         let room = {
-            let locals = self.machine.as_ref().map(|m| m.locals());
+            // After a rewrite no connection is kept: the room's events of
+            // the new history reach none of them.
+            let locals = self
+                .machine
+                .as_ref()
+                .filter(|_| !rebuild)
+                .map(|m| m.locals());
             Room::import(state, |owner: &str| {
                 let mut sink = Sink::from_owner(owner);
                 if *sink.node == *me {
@@ -57,6 +87,10 @@ impl Replica {
             })
             .collect();
         let keep = |conn: u64, outbox: &crate::outbox::Outbox| {
+            if rebuild {
+                outbox.control().close(CloseCode::HistoryRewritten);
+                return false;
+            }
             let keep = kept.contains(&conn);
             if !keep {
                 outbox.control().close(CloseCode::Restarting);
@@ -77,8 +111,12 @@ impl Replica {
         }
         let skipped_waiting = skipping && !self.pending.is_empty();
         self.ticker = None;
+        if rebuild {
+            self.tick_asked = None;
+        }
         self.applied = n;
-        self.snapshot_at = self.snapshot_at.max(n);
+        self.prints.clear();
+        self.snapshot_at = if rebuild { n } else { self.snapshot_at.max(n) };
         for (conn, session) in ghosts {
             self.submit(conn, Intent::Disconnect { session }, None, true);
         }

@@ -110,6 +110,7 @@ pub(super) fn close_reason(code: u16) -> &'static str {
         4002 => "slow consumer: resume to catch up",
         4003 => "rate limit ignored",
         4004 => "token expired: reconnect with a fresh token and resume",
+        4005 => "history rewritten: join again without resuming",
         1009 => "message too big",
         1007 => "invalid payload",
         1002 => "protocol error",
