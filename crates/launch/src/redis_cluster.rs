@@ -369,6 +369,24 @@ impl RedisCluster {
         })
     }
 
+    /// Sends `keys` (of the migrating slot) to the target in one `MIGRATE`, as a resharding
+    /// tool does batch after batch, and leaves the slot migrating: until
+    /// [`finish_migration`](Self::finish_migration), the source answers `ASK` for them, so
+    /// clients reach them at the target with `ASKING`. Keys that do not exist are skipped.
+    pub fn migrate_keys(&self, m: &Migration, keys: &[String]) -> io::Result<()> {
+        run(
+            m.from,
+            cmd("MIGRATE")
+                .arg(m.to.ip().to_string())
+                .arg(m.to.port())
+                .arg("")
+                .arg(0)
+                .arg(MIGRATE_TIMEOUT_MS)
+                .arg("KEYS")
+                .arg(keys),
+        )
+    }
+
     /// The second half of [`migrate_slot`](Self::migrate_slot): sends the keys over in batches
     /// until the source has none left, assigns the slot to the target (on the target, the
     /// source, then every other primary), and waits until every live server names the target;

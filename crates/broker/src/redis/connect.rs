@@ -175,9 +175,18 @@ impl Conn {
 }
 
 /// The commands of `pipeline`, each after an `ASKING` (which holds for the
-/// next command only).
+/// next command only); a transaction (`MULTI` … `EXEC`) after one `ASKING`
+/// for the whole of it, as Redis takes it.
 fn after_asking(pipeline: &Pipeline) -> Pipeline {
     let mut asking = ::redis::pipe();
+    if pipeline.is_transaction() {
+        asking.cmd("ASKING").cmd("MULTI");
+        for cmd in pipeline.cmd_iter() {
+            asking.add_command(cmd.clone());
+        }
+        asking.cmd("EXEC");
+        return asking;
+    }
     for cmd in pipeline.cmd_iter() {
         asking.cmd("ASKING");
         asking.add_command(cmd.clone());
@@ -226,8 +235,13 @@ impl ConnectionLike for Conn {
                 };
                 let pipe = after_asking(cmd);
                 let sent = pipe.len();
+                let transaction = cmd.is_transaction();
                 Box::pin(async move {
                     let replies = conn.route_pipeline(pipe, 0, sent, route).await?;
+                    if transaction {
+                        // ASKING, then MULTI … EXEC as the caller packed it.
+                        return Ok(replies.into_iter().skip(1 + offset).take(count).collect());
+                    }
                     // Every other reply is an ASKING's.
                     let own = replies.into_iter().skip(1).step_by(2);
                     Ok(own.skip(offset).take(count).collect())

@@ -22,23 +22,12 @@ fn room_slot(room: &str) -> u16 {
     slot_of(format!("plaza:room:{{{room}}}"))
 }
 
-/// Moves room `room`'s keys from `from` to `to` in one `MIGRATE`, as a
-/// resharding tool does for a slot's keys, batch after batch.
-fn migrate_room_keys(room: &str, from: std::net::SocketAddr, to: std::net::SocketAddr) {
-    let client = ::redis::Client::open(format!("redis://{from}/")).unwrap();
-    let mut conn = client.get_connection().unwrap();
-    let _: ::redis::Value = ::redis::cmd("MIGRATE")
-        .arg(to.ip().to_string())
-        .arg(to.port())
-        .arg("")
-        .arg(0)
-        .arg(5000)
-        .arg("KEYS")
-        .arg(format!("plaza:room:{{{room}}}"))
-        .arg(format!("plaza:room:{{{room}}}:log"))
-        .arg(format!("plaza:room:{{{room}}}:snap"))
-        .query(&mut conn)
-        .unwrap();
+/// A room's keys (the broker's layout with the default prefix).
+fn room_keys(room: &str) -> Vec<String> {
+    ["", ":log", ":snap"]
+        .iter()
+        .map(|suffix| format!("plaza:room:{{{room}}}{suffix}"))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,7 +57,7 @@ async fn rooms_work_while_their_slot_migrates_and_subscribers_follow_it() {
     assert_eq!(guard(b.append(old, data("2"))).await.unwrap().n, 2);
     // The keys move; the slot is still the source's: commands on them are
     // sent to the target with ASKING (the source answers ASK).
-    migrate_room_keys(old, from, to);
+    cluster.migrate_keys(&migration, &room_keys(old)).unwrap();
     assert_eq!(guard(b.append(old, data("3"))).await.unwrap().n, 3);
     let read = guard(a.read(old, 0, 10)).await.unwrap();
     let ns: Vec<u64> = read.iter().map(|e| e.n).collect();

@@ -17,14 +17,12 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use crate::cluster_support::{
-    assert_exactly_once, id, publish_all_retrying, start_on_redis_cluster, ws_url, Member, LIMIT,
+    assert_exactly_once, count_id, id, log_payloads, publish_all_retrying, start_on_redis_cluster,
+    ws_url, Member, LIMIT,
 };
 use plaza_launch::{slot_of, LocalCluster};
 use serde_json::json;
 use tokio::sync::watch;
-
-/// A stream entry as XRANGE gives it: id, then field and value pairs.
-type StreamEntry = (String, Vec<(String, Vec<u8>)>);
 
 /// The slot of a room's keys (`plaza:room:{id}…`: the id is the hash tag).
 fn room_slot(room: &str) -> u16 {
@@ -92,23 +90,12 @@ async fn finish(tasks: Vec<tokio::task::JoinHandle<(Member, usize)>>, each: usiz
     errors
 }
 
-/// Moves room `room`'s keys from `from` to `to` in one `MIGRATE`, as a
-/// resharding tool does for a slot's keys, batch after batch.
-fn migrate_room_keys(room: &str, from: SocketAddr, to: SocketAddr) {
-    let client = redis::Client::open(format!("redis://{from}/")).unwrap();
-    let mut conn = client.get_connection().unwrap();
-    let _: redis::Value = redis::cmd("MIGRATE")
-        .arg(to.ip().to_string())
-        .arg(to.port())
-        .arg("")
-        .arg(0)
-        .arg(5000)
-        .arg("KEYS")
-        .arg(format!("plaza:room:{{{room}}}"))
-        .arg(format!("plaza:room:{{{room}}}:log"))
-        .arg(format!("plaza:room:{{{room}}}:snap"))
-        .query(&mut conn)
-        .unwrap();
+/// A room's keys in Redis.
+fn room_keys(room: &str) -> Vec<String> {
+    ["", ":log", ":snap"]
+        .iter()
+        .map(|suffix| format!("plaza:room:{{{room}}}{suffix}"))
+        .collect()
 }
 
 /// A room id other than `room` whose keys are in the same slot.
@@ -143,7 +130,11 @@ async fn a_busy_room_loses_nothing_while_its_slot_moves_to_another_primary() {
     acked.wait_for(|&n| n >= N / 3).await.unwrap();
     // The room's keys move while the slot is still the source's: until the
     // migration ends, its appends and reads go to the target with ASKING.
-    migrate_room_keys(room, from, to);
+    cluster
+        .redis_cluster()
+        .unwrap()
+        .migrate_keys(&migration, &room_keys(room))
+        .unwrap();
     acked.wait_for(|&n| n >= N / 2).await.unwrap();
     let moved = cluster
         .redis_cluster_mut()
@@ -232,24 +223,8 @@ async fn a_primary_killed_with_primary_acks_reports_what_was_lost() {
         }
     }
     // What the promoted primary's log holds of the acknowledged publishes.
-    let client = redis::Client::open(format!("redis://{new}/")).unwrap();
-    let mut conn = client.get_connection().unwrap();
-    let log: Vec<StreamEntry> = redis::cmd("XRANGE")
-        .arg(format!("plaza:room:{{{room}}}:log"))
-        .arg("-")
-        .arg("+")
-        .query(&mut conn)
-        .unwrap();
-    let payloads: Vec<Vec<u8>> = log
-        .into_iter()
-        .flat_map(|(_, fields)| fields.into_iter().filter(|(k, _)| k == "p").map(|(_, v)| v))
-        .collect();
-    let in_log = |id: &str| {
-        payloads
-            .iter()
-            .filter(|p| p.windows(id.len()).any(|w| w == id.as_bytes()))
-            .count()
-    };
+    let payloads = log_payloads(&format!("redis://{new}/"), room);
+    let in_log = |id: &str| count_id(&payloads, id);
     let acked: BTreeSet<&String> = publishers.iter().flat_map(|m| m.acked.keys()).collect();
     let failed: usize = publishers.iter().map(|m| m.errors.len()).sum();
     let lost: Vec<&&String> = acked.iter().filter(|id| in_log(id) == 0).collect();

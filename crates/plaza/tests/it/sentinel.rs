@@ -12,7 +12,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use crate::cluster_support::{
-    assert_exactly_once, id, next_frame, publish_all_retrying, start_cluster, ws_url, Member, LIMIT,
+    assert_exactly_once, count_id, id, log_payloads, next_frame, publish_all_retrying,
+    start_cluster, ws_url, Member, LIMIT,
 };
 use plaza_launch::{LbKind, LocalCluster};
 use serde_json::json;
@@ -25,9 +26,6 @@ fn start(name: &str, ack: &str) -> (LocalCluster, tempfile::TempDir) {
 fn start_with(name: &str, ack: &str, sentinel: bool) -> (LocalCluster, tempfile::TempDir) {
     start_cluster(name, 2, LbKind::Nginx, &["--broker-ack", ack], sentinel)
 }
-
-/// A stream entry as XRANGE gives it: id, then field and value pairs.
-type StreamEntry = (String, Vec<(String, Vec<u8>)>);
 
 /// Waits until the Sentinels name a primary other than server `old`.
 async fn promoted(cluster: &LocalCluster, old: usize) -> usize {
@@ -146,24 +144,8 @@ async fn a_sentinel_failover_with_primary_acks_reports_what_was_lost() {
 
     // What the promoted replica's log holds of the acknowledged publishes.
     let server = &cluster.sentinels().unwrap().servers()[new];
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut conn = client.get_connection().unwrap();
-    let log: Vec<StreamEntry> = redis::cmd("XRANGE")
-        .arg(format!("plaza:room:{{{room}}}:log"))
-        .arg("-")
-        .arg("+")
-        .query(&mut conn)
-        .unwrap();
-    let payloads: Vec<Vec<u8>> = log
-        .into_iter()
-        .flat_map(|(_, fields)| fields.into_iter().filter(|(k, _)| k == "p").map(|(_, v)| v))
-        .collect();
-    let in_log = |id: &str| {
-        payloads
-            .iter()
-            .filter(|p| p.windows(id.len()).any(|w| w == id.as_bytes()))
-            .count()
-    };
+    let payloads = log_payloads(&server.url(), room);
+    let in_log = |id: &str| count_id(&payloads, id);
     let acked: BTreeSet<&String> = publishers.iter().flat_map(|m| m.acked.keys()).collect();
     let failed: usize = publishers.iter().map(|m| m.errors.len()).sum();
     let lost: Vec<&&String> = acked.iter().filter(|id| in_log(id) == 0).collect();

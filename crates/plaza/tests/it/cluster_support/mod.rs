@@ -472,3 +472,28 @@ pub async fn publish_all_retrying(m: &mut Member, count: usize, on_ack: impl Fn(
     }
     errors
 }
+
+/// A room's log payloads as the Redis at `url` holds them (`XRANGE`).
+pub fn log_payloads(url: &str, room: &str) -> Vec<Vec<u8>> {
+    /// A stream entry as XRANGE gives it: id, then field and value pairs.
+    type StreamEntry = (String, Vec<(String, Vec<u8>)>);
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let log: Vec<StreamEntry> = redis::cmd("XRANGE")
+        .arg(format!("plaza:room:{{{room}}}:log"))
+        .arg("-")
+        .arg("+")
+        .query(&mut conn)
+        .unwrap();
+    log.into_iter()
+        .flat_map(|(_, fields)| fields.into_iter().filter(|(k, _)| k == "p").map(|(_, v)| v))
+        .collect()
+}
+
+/// How many of `payloads` carry message id `id`.
+pub fn count_id(payloads: &[Vec<u8>], id: &str) -> usize {
+    payloads
+        .iter()
+        .filter(|p| p.windows(id.len()).any(|w| w == id.as_bytes()))
+        .count()
+}
