@@ -61,6 +61,18 @@ async fn until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhooks_of_a_killed_nodes_appends_are_still_sent() {
+    killed_nodes_webhooks_are_sent(None).await;
+}
+
+/// The same on a Redis Cluster of three primaries: each target's queue,
+/// lease and per-room cursors share a slot, the room's own cursor is in
+/// another, and the lagging room is found through the split registry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_of_a_killed_nodes_appends_are_still_sent_on_a_redis_cluster() {
+    killed_nodes_webhooks_are_sent(Some(3)).await;
+}
+
+async fn killed_nodes_webhooks_are_sent(redis_cluster: Option<usize>) {
     let (url, got) = receiver().await;
     let dir = tempfile::Builder::new()
         .prefix("plaza-webhooks-")
@@ -87,7 +99,7 @@ async fn webhooks_of_a_killed_nodes_appends_are_still_sent() {
         lb_workers: None,
         node_ports: None,
         redis_sentinel: false,
-        redis_cluster: None,
+        redis_cluster,
     })
     .unwrap_or_else(|e| panic!("cannot start the cluster (run scripts/test.sh): {e}"));
     let http = reqwest::Client::new();
