@@ -168,10 +168,6 @@ impl Conn {
             port: port.parse().ok()?,
         })
     }
-
-    pub(super) fn is_cluster(&self) -> bool {
-        !matches!(self, Conn::Single(_))
-    }
 }
 
 /// The commands of `pipeline`, each after an `ASKING` (which holds for the

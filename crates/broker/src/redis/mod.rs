@@ -92,6 +92,8 @@ use subscriber::Subscriber;
 /// [`crate::Cluster`].
 pub struct RedisBroker {
     config: RedisConfig,
+    /// The data is on a Redis Cluster.
+    cluster: bool,
     keys: Keys,
     commands: Arc<Commands>,
     appender: Appender,
@@ -126,7 +128,8 @@ impl RedisBroker {
             }
             Source::Cluster(seeds) => (Servers::Cluster(seeds), None),
         };
-        let keys = Keys::new(&config.key_prefix, matches!(servers, Servers::Cluster(_)));
+        let cluster = matches!(servers, Servers::Cluster(_));
+        let keys = Keys::new(&config.key_prefix, cluster);
         // With a fixed primary or a Redis Cluster the sender is dropped:
         // nothing ever changes (a cluster connection follows failovers).
         let (primary_tx, primary_rx) = watch::channel(servers.clone());
@@ -153,6 +156,7 @@ impl RedisBroker {
         started.disarm();
         Ok(Arc::new(Self {
             config,
+            cluster,
             keys,
             commands,
             appender,
@@ -182,7 +186,7 @@ impl RedisBroker {
         if cmds.is_empty() {
             return Ok(Vec::new());
         }
-        if !self.commands.get().is_cluster() {
+        if !self.cluster {
             let mut pipe = ::redis::pipe();
             for cmd in cmds {
                 pipe.add_command(cmd);
@@ -200,7 +204,7 @@ impl RedisBroker {
 
     /// Whether the data is on a Redis Cluster.
     fn on_cluster(&self) -> bool {
-        self.commands.get().is_cluster()
+        self.cluster
     }
 
     /// Runs a script on the command connection (EVALSHA, loading the script

@@ -17,8 +17,8 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use crate::cluster_support::{
-    assert_exactly_once, count_id, id, log_payloads, publish_all_retrying, start_on_redis_cluster,
-    ws_url, Member, LIMIT,
+    assert_exactly_once, count_id, finish, id, log_payloads, publish_all_retrying,
+    publish_from_all, start_on_redis_cluster, ws_url, Member, LIMIT,
 };
 use plaza_launch::{slot_of, LocalCluster};
 use serde_json::json;
@@ -37,57 +37,6 @@ async fn members_of(cluster: &LocalCluster, room: &str, names: &[&str]) -> Vec<M
         members.push(Member::join(&url, room, name).await);
     }
     members
-}
-
-/// Publishes `n` messages from each member at once (each retried after
-/// `broker_unavailable`, as a client would); `progress` gets the first
-/// member's acknowledgements so far. Returns the members and the errors met.
-fn publish_from_all(
-    members: Vec<Member>,
-    n: usize,
-    progress: watch::Sender<usize>,
-) -> Vec<tokio::task::JoinHandle<(Member, usize)>> {
-    members
-        .into_iter()
-        .enumerate()
-        .map(|(i, mut m)| {
-            let progress = progress.clone();
-            tokio::spawn(async move {
-                let errors = publish_all_retrying(&mut m, n, |acked| {
-                    if i == 0 {
-                        progress.send_replace(acked);
-                    }
-                })
-                .await;
-                (m, errors)
-            })
-        })
-        .collect()
-}
-
-/// Waits for the publishing tasks, then until every member received every
-/// other member's acknowledged messages, and checks them.
-async fn finish(tasks: Vec<tokio::task::JoinHandle<(Member, usize)>>, each: usize) -> usize {
-    let mut members = Vec::new();
-    let mut errors = 0;
-    for t in tasks {
-        let (m, e) = t.await.unwrap();
-        members.push(m);
-        errors += e;
-    }
-    let expected: usize = members.iter().map(|m| m.acked.len()).sum();
-    assert_eq!(
-        expected,
-        members.len() * each,
-        "every publish was acknowledged"
-    );
-    for m in members.iter_mut() {
-        let want = expected - m.acked.len();
-        m.pump_until(LIMIT, |m| m.received.len() >= want).await;
-    }
-    let refs: Vec<&Member> = members.iter().collect();
-    assert_exactly_once(&refs);
-    errors
 }
 
 /// A room's keys in Redis.

@@ -12,8 +12,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use crate::cluster_support::{
-    assert_exactly_once, count_id, id, log_payloads, next_frame, publish_all_retrying,
-    start_cluster, ws_url, Member, LIMIT,
+    assert_exactly_once, count_id, finish, id, log_payloads, next_frame, publish_all_retrying,
+    publish_from_all, start_cluster, ws_url, Member, LIMIT,
 };
 use plaza_launch::{LbKind, LocalCluster};
 use serde_json::json;
@@ -61,48 +61,18 @@ async fn a_sentinel_failover_with_replicas_1_loses_nothing_acknowledged() {
         members.push(Member::join(&url, room, name).await);
     }
     const N: usize = 40;
-    let (kill_tx, mut kill_rx) = tokio::sync::watch::channel(0usize);
-    let tasks: Vec<_> = members
-        .into_iter()
-        .enumerate()
-        .map(|(i, mut m)| {
-            let kill_tx = kill_tx.clone();
-            tokio::spawn(async move {
-                let errors = publish_all_retrying(&mut m, N, |acked| {
-                    if i == 0 {
-                        kill_tx.send_replace(acked);
-                    }
-                })
-                .await;
-                (m, errors)
-            })
-        })
-        .collect();
-    kill_rx.wait_for(|&acked| acked >= N / 3).await.unwrap();
+    let (progress, mut acked) = tokio::sync::watch::channel(0usize);
+    let tasks = publish_from_all(members, N, progress);
+    acked.wait_for(|&n| n >= N / 3).await.unwrap();
     let killed_at = Instant::now();
     let old = kill_primary(&mut cluster);
-    let mut members = Vec::new();
-    let mut errors = 0;
-    for t in tasks {
-        let (m, e) = t.await.unwrap();
-        members.push(m);
-        errors += e;
-    }
+    let errors = finish(tasks, N).await;
     let new = promoted(&cluster, old).await;
     println!(
         "replicas:1: server {old} killed, server {new} promoted; every publish acknowledged \
          {:?} after the kill, {errors} broker_unavailable answers retried",
         killed_at.elapsed()
     );
-    let expected: usize = members.iter().map(|m| m.acked.len()).sum();
-    assert_eq!(expected, 4 * N, "every publish was acknowledged in the end");
-    for m in members.iter_mut() {
-        let want = expected - m.acked.len();
-        m.pump_until(LIMIT, |m| m.received.len() >= want).await;
-    }
-    // In order and never twice is checked by each member as frames come.
-    let refs: Vec<&Member> = members.iter().collect();
-    assert_exactly_once(&refs);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

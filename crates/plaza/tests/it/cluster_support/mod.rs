@@ -497,3 +497,54 @@ pub fn count_id(payloads: &[Vec<u8>], id: &str) -> usize {
         .filter(|p| p.windows(id.len()).any(|w| w == id.as_bytes()))
         .count()
 }
+
+/// Publishes `n` messages from each member at once (each retried after
+/// `broker_unavailable`, as a client would); `progress` gets the first
+/// member's acknowledgements so far. Returns the members and the errors met.
+pub fn publish_from_all(
+    members: Vec<Member>,
+    n: usize,
+    progress: tokio::sync::watch::Sender<usize>,
+) -> Vec<tokio::task::JoinHandle<(Member, usize)>> {
+    members
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut m)| {
+            let progress = progress.clone();
+            tokio::spawn(async move {
+                let errors = publish_all_retrying(&mut m, n, |acked| {
+                    if i == 0 {
+                        progress.send_replace(acked);
+                    }
+                })
+                .await;
+                (m, errors)
+            })
+        })
+        .collect()
+}
+
+/// Waits for the publishing tasks, then until every member received every
+/// other member's acknowledged messages, and checks them.
+pub async fn finish(tasks: Vec<tokio::task::JoinHandle<(Member, usize)>>, each: usize) -> usize {
+    let mut members = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (m, e) = t.await.unwrap();
+        members.push(m);
+        errors += e;
+    }
+    let expected: usize = members.iter().map(|m| m.acked.len()).sum();
+    assert_eq!(
+        expected,
+        members.len() * each,
+        "every publish was acknowledged"
+    );
+    for m in members.iter_mut() {
+        let want = expected - m.acked.len();
+        m.pump_until(LIMIT, |m| m.received.len() >= want).await;
+    }
+    let refs: Vec<&Member> = members.iter().collect();
+    assert_exactly_once(&refs);
+    errors
+}
