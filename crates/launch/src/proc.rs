@@ -177,6 +177,17 @@ impl Proc {
         Ok(s)
     }
 
+    /// SIGSTOP to the group: the process hangs with its sockets open (the kernel still accepts
+    /// connections and takes bytes), as a stalled host would.
+    pub(crate) fn pause(&mut self) -> io::Result<()> {
+        self.signal_group(libc::SIGSTOP)
+    }
+
+    /// SIGCONT to the group: a paused process runs again.
+    pub(crate) fn resume(&mut self) -> io::Result<()> {
+        self.signal_group(libc::SIGCONT)
+    }
+
     /// SIGTERM, up to [`STOP_TIMEOUT`] to exit, then SIGKILL. Whatever is left of the process
     /// group (say, a worker the master lost) is killed too.
     pub(crate) fn stop(&mut self) -> io::Result<ExitStatus> {

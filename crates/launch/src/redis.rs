@@ -152,6 +152,17 @@ impl RedisProcess {
         self.proc.kill()
     }
 
+    /// SIGSTOP: the server hangs without closing its connections (a stalled host, a full
+    /// swap); clients see no error, only no answer, until [`resume`](Self::resume).
+    pub fn pause(&mut self) -> io::Result<()> {
+        self.proc.pause()
+    }
+
+    /// SIGCONT: a paused server answers again.
+    pub fn resume(&mut self) -> io::Result<()> {
+        self.proc.resume()
+    }
+
     /// Stops it if it still runs (as [`stop`](Self::stop)), then starts it again on the same
     /// port and directory, and waits until it answers PING, i.e. has reloaded its data.
     pub fn restart(&mut self) -> io::Result<()> {

@@ -290,6 +290,35 @@ impl RedisCluster {
         )))
     }
 
+    /// The replicas of the primary at `primary`, as `CLUSTER NODES` at that primary lists them.
+    pub fn replicas_of(&self, primary: SocketAddr) -> io::Result<Vec<SocketAddr>> {
+        let known = nodes(primary).map_err(io::Error::other)?;
+        let id = known
+            .iter()
+            .find(|k| k.has("myself"))
+            .map(|k| k.id.clone())
+            .ok_or_else(|| io::Error::other(format!("{primary} does not name itself")))?;
+        Ok(known
+            .iter()
+            .filter(|k| k.primary_id.as_deref() == Some(id.as_str()))
+            .filter_map(|k| k.addr)
+            .collect())
+    }
+
+    /// Pauses (SIGSTOP) the server at `addr`: it hangs with its connections open. While a
+    /// primary and all its replicas are paused, no failover can happen, and its slots stay
+    /// unserved until [`resume`](Self::resume).
+    pub fn pause(&mut self, addr: SocketAddr) -> io::Result<()> {
+        let i = self.index_of(addr)?;
+        self.servers[i].pause()
+    }
+
+    /// Resumes (SIGCONT) a server [`pause`](Self::pause)d.
+    pub fn resume(&mut self, addr: SocketAddr) -> io::Result<()> {
+        let i = self.index_of(addr)?;
+        self.servers[i].resume()
+    }
+
     /// SIGKILLs the primary serving `slot` and waits (up to [`FAILOVER_TIMEOUT`]) until every
     /// surviving server names the same other server as its primary and reports
     /// `cluster_state:ok`; returns that new primary's address.
@@ -549,6 +578,10 @@ fn start_node(dir: &Path) -> io::Result<RedisProcess> {
             // Otherwise a node learns its own address only from the packets of others.
             "--cluster-announce-ip",
             "127.0.0.1",
+            // A shard without a primary (killed, not failed over yet) leaves the others
+            // serving their slots: one shard's failover must not stop every room.
+            "--cluster-require-full-coverage",
+            "no",
             // A replica syncs (and a new one after a failover) as soon as it asks.
             "--repl-diskless-sync-delay",
             "0",

@@ -15,6 +15,7 @@
 //! the log, hidden from reads until a later entry of their room is confirmed
 //! (their replication then is too).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::MultiplexedConnection;
@@ -29,7 +30,9 @@ use tokio_util::sync::CancellationToken;
 use super::connect::{self, Servers};
 use super::errors::{guarded, unavailable};
 use super::scripts::{APPEND, PUBLISH};
-use super::shards::{Addr, Routed, Shards};
+
+mod lanes;
+use super::shards::{slot_of, Addr, Routed, Shards};
 use super::wire::encode_message;
 use super::RedisConfig;
 use crate::{AppendFuture, ClusterError, LogPosition};
@@ -48,9 +51,11 @@ pub(super) struct AppendRequest {
     pub(super) payload: Bytes,
 }
 
-struct Queued {
+pub(super) struct Queued {
     request: AppendRequest,
     reply: Reply,
+    /// The hash slot of the room's keys (on a Redis Cluster).
+    pub(super) slot: u16,
 }
 
 /// A batch's appends to one room, in call order.
@@ -104,41 +109,40 @@ impl Appender {
     pub(super) async fn start(
         config: &RedisConfig,
         mut servers: watch::Receiver<Servers>,
+        shards: Option<Arc<Shards>>,
         stop: CancellationToken,
     ) -> Result<Self, ClusterError> {
         let current = servers.borrow_and_update().clone();
-        let link = match &current {
-            Servers::Primary(info) => {
+        let link = match (&current, shards) {
+            (Servers::Cluster(_), Some(shards)) => Link::Cluster(shards),
+            (Servers::Cluster(_), None) => {
+                return Err(unavailable("a Redis Cluster needs its slot routing"))
+            }
+            (Servers::Primary(info), _) => {
                 let client = connect::client(info, config, ProtocolVersion::RESP2)?;
                 let settings = connect::plain_config(config);
                 let conn = guarded(config.timeout, open(&client, &settings)).await?;
-                Link::Single(Box::new(SingleLink {
+                Link::Single(tokio::sync::Mutex::new(SingleLink {
                     client,
                     settings,
                     conn: Some(conn),
                 }))
             }
-            Servers::Cluster(seeds) => {
-                let none: Option<fn(::redis::PushInfo) -> Result<(), ()>> = None;
-                let conn =
-                    connect::cluster_connection(seeds, config, ProtocolVersion::RESP2, none, false)
-                        .await?;
-                let template = seeds[0]
-                    .clone()
-                    .set_tcp_settings(connect::tcp_settings(config.timeout));
-                let scripts = vec![&*APPEND, &*PUBLISH];
-                Link::Cluster(Box::new(
-                    Shards::new(conn, template, config, scripts).await?,
-                ))
-            }
         };
         let (queue, rx) = mpsc::unbounded_channel();
-        let task = Task {
+        let sender = Arc::new(Sender {
             config: config.clone(),
-            servers,
             link,
+        });
+        match &sender.link {
+            Link::Single(_) => tokio::spawn(run_one(sender, servers, rx, stop)),
+            Link::Cluster(shards) => tokio::spawn(lanes::run(
+                Arc::clone(&sender),
+                Arc::clone(shards),
+                rx,
+                stop,
+            )),
         };
-        tokio::spawn(task.run(rx, stop));
         Ok(Self {
             queue,
             wait: config.timeout * 3,
@@ -152,7 +156,16 @@ impl Appender {
             ClusterError::Unavailable("the append task has stopped".into())
         }
         let (reply, answer) = oneshot::channel();
-        if self.queue.send(Queued { request, reply }).is_err() {
+        let slot = slot_of(request.meta_key.as_bytes());
+        if self
+            .queue
+            .send(Queued {
+                request,
+                reply,
+                slot,
+            })
+            .is_err()
+        {
             return Box::pin(std::future::ready(Err(stopped())));
         }
         let wait = self.wait;
@@ -198,17 +211,64 @@ struct SingleLink {
 
 /// The task's connection.
 enum Link {
-    /// Its own connection to one server.
-    Single(Box<SingleLink>),
-    /// A connection to each primary of a Redis Cluster.
-    Cluster(Box<Shards>),
+    /// Its own connection to one server (one batch in flight: the lock is
+    /// never contended).
+    Single(tokio::sync::Mutex<SingleLink>),
+    /// The node's connections to a Redis Cluster's primaries, shared by
+    /// the lanes (see [`lanes`]).
+    Cluster(Arc<Shards>),
 }
 
-struct Task {
+/// Sends batches of appends and answers their callers. On one server one
+/// batch is in flight at a time; on a Redis Cluster one per lane.
+pub(super) struct Sender {
     config: RedisConfig,
-    /// Where the primary is; changes after a Sentinel failover.
-    servers: watch::Receiver<Servers>,
     link: Link,
+}
+
+/// The task on one server: one batch in flight, so one node's appends
+/// reach Redis in call order while many share a round trip.
+async fn run_one(
+    sender: Arc<Sender>,
+    mut servers: watch::Receiver<Servers>,
+    mut rx: mpsc::UnboundedReceiver<Queued>,
+    stop: CancellationToken,
+) {
+    loop {
+        let first = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            next = rx.recv() => match next {
+                Some(q) => q,
+                None => return,
+            },
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(q) => batch.push(q),
+                Err(_) => break,
+            }
+        }
+        // Err (no sender: a fixed primary) means no change.
+        if servers.has_changed().unwrap_or(false) {
+            let current = servers.borrow_and_update().clone();
+            if let (Servers::Primary(info), Link::Single(link)) = (&current, &sender.link) {
+                match connect::client(info, &sender.config, ProtocolVersion::RESP2) {
+                    Ok(new) => {
+                        let mut link = link.lock().await;
+                        link.client = new;
+                        link.conn = None;
+                    }
+                    Err(e) => {
+                        fail(batch, &e);
+                        continue;
+                    }
+                }
+            }
+        }
+        sender.send(batch).await;
+    }
 }
 
 /// A room's entries written (and confirmed by WAIT), not published yet.
@@ -226,43 +286,9 @@ type Answer = Result<(Value, Option<Value>), ClusterError>;
 /// call went on to the importing one (see [`Shards::send`]).
 type Sent = (Answer, Option<Addr>);
 
-impl Task {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Queued>, stop: CancellationToken) {
-        loop {
-            let first = tokio::select! {
-                biased;
-                _ = stop.cancelled() => return,
-                next = rx.recv() => match next {
-                    Some(q) => q,
-                    None => return,
-                },
-            };
-            let mut batch = vec![first];
-            while batch.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(q) => batch.push(q),
-                    Err(_) => break,
-                }
-            }
-            self.send(batch).await;
-        }
-    }
-
+impl Sender {
     /// Sends one batch and answers every caller in it.
-    async fn send(&mut self, batch: Vec<Queued>) {
-        // Err (no sender: a fixed primary or a cluster) means no change.
-        if self.servers.has_changed().unwrap_or(false) {
-            let servers = self.servers.borrow_and_update().clone();
-            if let (Servers::Primary(info), Link::Single(link)) = (&servers, &mut self.link) {
-                match connect::client(info, &self.config, ProtocolVersion::RESP2) {
-                    Ok(new) => {
-                        link.client = new;
-                        link.conn = None;
-                    }
-                    Err(e) => return fail(batch, &e),
-                }
-            }
-        }
+    pub(super) async fn send(&self, batch: Vec<Queued>) {
         // A caller that stopped waiting was told the append failed (and may
         // append the record again): sending it now could land it twice.
         let pending: Vec<Queued> = batch.into_iter().filter(|q| !q.reply.is_closed()).collect();
@@ -279,7 +305,7 @@ impl Task {
     /// Runs `append.lua` for each room (and, waiting for replicas, `WAIT`)
     /// and answers the callers, but for entries confirmed by `WAIT`: those
     /// are returned, to be published.
-    async fn append(&mut self, mut groups: Vec<Group>) -> Vec<Written> {
+    async fn append(&self, mut groups: Vec<Group>) -> Vec<Written> {
         let replicas = self.config.ack.replicas();
         let mut written = Vec::new();
         // A second round only for rooms that met a flushed script cache.
@@ -379,8 +405,8 @@ impl Task {
     /// Publishes `group`'s entries (from position `first`, at `ts`) again at
     /// the Redis Cluster primary `at`, which answered `ASK`: their room's
     /// subscribers are still there.
-    async fn publish_at(&mut self, at: &Addr, group: &Group, first: u64, ts: u64) {
-        let Link::Cluster(shards) = &mut self.link else {
+    async fn publish_at(&self, at: &Addr, group: &Group, first: u64, ts: u64) {
+        let Link::Cluster(shards) = &self.link else {
             return;
         };
         let messages = group
@@ -396,7 +422,7 @@ impl Task {
 
     /// The calls of `append.lua` for `groups`, with their answers in order;
     /// `Err` when the connection to the one server failed.
-    async fn append_calls(&mut self, groups: &[Group]) -> Result<Vec<Sent>, ClusterError> {
+    async fn append_calls(&self, groups: &[Group]) -> Result<Vec<Sent>, ClusterError> {
         let cmds: Vec<Routed> = groups
             .iter()
             .map(|g| Routed {
@@ -412,11 +438,11 @@ impl Task {
     /// server, one per primary on a Redis Cluster. Answers in order; `Err`
     /// when the connection to the one server failed.
     async fn calls(
-        &mut self,
+        &self,
         cmds: Vec<Routed>,
         trailer: Option<Cmd>,
     ) -> Result<Vec<Sent>, ClusterError> {
-        match &mut self.link {
+        match &self.link {
             Link::Single(_) => {
                 let mut pipe = ::redis::pipe();
                 pipe.ignore_errors();
@@ -443,10 +469,11 @@ impl Task {
     /// Sends `pipe` on the connection to one server; a failure drops the
     /// connection, so that late replies cannot be taken for the next
     /// batch's (whether the batch ran is unknown).
-    async fn single(&mut self, pipe: &Pipeline) -> Result<Vec<Value>, ClusterError> {
-        let Link::Single(link) = &mut self.link else {
+    async fn single(&self, pipe: &Pipeline) -> Result<Vec<Value>, ClusterError> {
+        let Link::Single(link) = &self.link else {
             return Err(unavailable("not a connection to one server"));
         };
+        let mut link = link.lock().await;
         let mut live = match link.conn.take() {
             Some(live) => live,
             None => open(&link.client, &link.settings)
@@ -462,10 +489,10 @@ impl Task {
     }
 
     /// Loads the scripts again (someone flushed them).
-    async fn reload(&mut self) -> Result<(), ClusterError> {
+    async fn reload(&self) -> Result<(), ClusterError> {
         let timeout = self.config.timeout;
-        match &mut self.link {
-            Link::Single(link) => match &mut link.conn {
+        match &self.link {
+            Link::Single(link) => match &mut link.lock().await.conn {
                 Some(c) => guarded(timeout, load_scripts(c)).await,
                 // The next batch opens a connection, which loads them.
                 None => Ok(()),
@@ -478,7 +505,7 @@ impl Task {
     }
 
     /// Publishes entries confirmed by `WAIT` and answers their callers.
-    async fn publish(&mut self, mut written: Vec<Written>) {
+    async fn publish(&self, mut written: Vec<Written>) {
         for round in 0..2 {
             let answers = match self.publish_calls(&written).await {
                 Ok(answers) => answers,
@@ -532,7 +559,7 @@ impl Task {
 
     /// The calls of `publish.lua` for `written`, with their replies in
     /// order; `Err` when the connection to the one server failed.
-    async fn publish_calls(&mut self, written: &[Written]) -> Result<Vec<Sent>, ClusterError> {
+    async fn publish_calls(&self, written: &[Written]) -> Result<Vec<Sent>, ClusterError> {
         let sharded = matches!(self.link, Link::Cluster(_));
         let cmds = written
             .iter()

@@ -1,13 +1,12 @@
 //! How each of a node's connections is made, and [`Conn`], a connection to
 //! one server or to a Redis Cluster.
 
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use ::redis::aio::{AsyncPushSender, ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::cluster_routing::SingleNodeRoutingInfo;
 use ::redis::io::tcp::TcpSettings;
 use ::redis::{
     AsyncConnectionConfig, Client, Cmd, ConnectionInfo, Pipeline, ProtocolVersion, RedisFuture,
@@ -15,6 +14,7 @@ use ::redis::{
 };
 
 use super::errors::unavailable;
+use super::shards::{slot_of, Addr, Shards};
 use super::RedisConfig;
 use crate::ClusterError;
 
@@ -78,24 +78,20 @@ pub(super) fn plain_config(config: &RedisConfig) -> AsyncConnectionConfig {
         .set_response_timeout(Some(config.timeout))
 }
 
-/// A connection to a Redis Cluster through `seeds`, speaking `protocol`,
-/// its pushes (RESP3 only) sent to `pushes`.
-///
-/// The redis crate retries nothing on a command connection
-/// (`idempotent` false): a command that met a broken connection may have
-/// run, and running an append twice would log it twice. Redirections
-/// (which say the command did not run) are followed by
-/// [`super::errors::on_conn`] instead. On the pub/sub connection, whose
-/// commands can be repeated, it follows them itself.
+/// The redis crate's connection to a Redis Cluster through `seeds`, for
+/// pub/sub (RESP3, its pushes sent to `pushes`): it follows redirections
+/// itself and sends a command again after a lost connection, which is safe
+/// for (un)subscribing. Commands and appends go through [`Shards`] instead:
+/// this connection waits for a failed server's recovery before sending
+/// anything else.
 pub(super) async fn cluster_connection(
     seeds: &[ConnectionInfo],
     config: &RedisConfig,
     protocol: ProtocolVersion,
     pushes: Option<impl AsyncPushSender>,
-    idempotent: bool,
 ) -> Result<ClusterConnection, ClusterError> {
     let mut builder = ClusterClientBuilder::new(seeds.to_vec())
-        .retries(if idempotent { IDEMPOTENT_RETRIES } else { 0 })
+        .retries(IDEMPOTENT_RETRIES)
         .use_protocol(protocol)
         .connection_timeout(connection_timeout(config))
         .response_timeout(config.timeout)
@@ -120,35 +116,36 @@ pub(super) enum Servers {
     Cluster(Vec<ConnectionInfo>),
 }
 
-/// The command connection to `servers`.
+/// The command connection to `servers`; on a Redis Cluster, calls go
+/// through `shards`, the node's own routing.
 pub(super) async fn command_conn(
     servers: &Servers,
     config: &RedisConfig,
+    shards: Option<&Arc<Shards>>,
 ) -> Result<Conn, ClusterError> {
-    match servers {
-        Servers::Primary(info) => command_manager(info, config).await.map(Conn::Single),
-        Servers::Cluster(seeds) => {
-            let none: Option<fn(::redis::PushInfo) -> Result<(), ()>> = None;
-            cluster_connection(seeds, config, ProtocolVersion::RESP2, none, false)
-                .await
-                .map(Conn::Cluster)
-        }
+    match (servers, shards) {
+        (Servers::Cluster(_), Some(shards)) => Ok(Conn::Cluster(Arc::clone(shards))),
+        (Servers::Primary(info), _) => command_manager(info, config).await.map(Conn::Single),
+        (Servers::Cluster(_), None) => Err(ClusterError::Unavailable(
+            "a Redis Cluster needs its slot routing".into(),
+        )),
     }
 }
 
 /// A connection to one server (which reconnects on its own), or to a Redis
-/// Cluster (which routes each command to the primary of its keys' slot).
+/// Cluster (each command sent to the primary of its keys' slot by
+/// [`Shards`], which shares no connection or lock between servers, so that
+/// a hung or dead primary delays only the calls that need it).
 #[derive(Clone)]
 pub(super) enum Conn {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
-    /// The cluster connection, sending each command to the server at `host`
-    /// `port` after `ASKING`: that server is importing the slot, and the
-    /// keys the command needs have moved there already (an `ASK` reply).
+    Cluster(Arc<Shards>),
+    /// Sending each command to the server at `to` after `ASKING`: that
+    /// server is importing the slot, and the keys the command needs have
+    /// moved there already (an `ASK` reply).
     Asking {
-        conn: ClusterConnection,
-        host: String,
-        port: u16,
+        shards: Arc<Shards>,
+        to: Addr,
     },
 }
 
@@ -157,16 +154,23 @@ impl Conn {
     /// (`host:port`); `None` for a connection to one server, or an address
     /// that cannot be read.
     pub(super) fn asking(&self, addr: &str) -> Option<Conn> {
-        let conn = match self {
+        let shards = match self {
             Conn::Single(_) => return None,
-            Conn::Cluster(conn) | Conn::Asking { conn, .. } => conn.clone(),
+            Conn::Cluster(shards) | Conn::Asking { shards, .. } => Arc::clone(shards),
         };
         let (host, port) = addr.rsplit_once(':')?;
         Some(Conn::Asking {
-            conn,
-            host: host.to_owned(),
-            port: port.parse().ok()?,
+            shards,
+            to: (host.to_owned(), port.parse().ok()?),
         })
+    }
+
+    /// The connection routed by slot again (after a one-off `ASK`).
+    pub(super) fn routed(&self) -> Conn {
+        match self {
+            Conn::Asking { shards, .. } => Conn::Cluster(Arc::clone(shards)),
+            conn => conn.clone(),
+        }
     }
 }
 
@@ -190,26 +194,72 @@ fn after_asking(pipeline: &Pipeline) -> Pipeline {
     asking
 }
 
+/// The slot of the first command of `cmds` that names a key.
+fn slot_of_first<'a>(cmds: impl IntoIterator<Item = &'a Cmd>) -> Option<u16> {
+    cmds.into_iter().find_map(slot_of_cmd)
+}
+
+/// The slot of the key `cmd` acts on, if it names one. Plaza's commands
+/// name their key first, but for scripts (after the key count), stream
+/// reads (after `STREAMS`) and `XGROUP` (after the subcommand).
+pub(super) fn slot_of_cmd(cmd: &Cmd) -> Option<u16> {
+    let mut args = cmd.args_iter().map(|a| match a {
+        ::redis::Arg::Simple(bytes) => bytes,
+        _ => &b"0"[..],
+    });
+    let name = args.next()?.to_ascii_uppercase();
+    let key = match name.as_slice() {
+        b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" | b"FCALL" | b"FCALL_RO" => {
+            let _script = args.next()?;
+            let keys: usize = std::str::from_utf8(args.next()?).ok()?.parse().ok()?;
+            if keys == 0 {
+                return None;
+            }
+            args.next()?
+        }
+        b"XREAD" | b"XREADGROUP" => {
+            args.find(|a| a.eq_ignore_ascii_case(b"STREAMS"))?;
+            args.next()?
+        }
+        b"XGROUP" | b"XINFO" => args.nth(1)?,
+        b"PING" | b"PUBLISH" | b"MULTI" | b"EXEC" | b"DISCARD" | b"WAIT" | b"CLUSTER"
+        | b"SCRIPT" | b"INFO" | b"ASKING" | b"CLIENT" | b"HELLO" | b"SELECT" | b"ECHO"
+        | b"FUNCTION" | b"DBSIZE" | b"TIME" => return None,
+        _ => args.next()?,
+    };
+    Some(slot_of(key))
+}
+
+/// Whether `cmd` is `SCRIPT …`: a script is loaded on every primary, as the
+/// calls that use it may go to any of them.
+fn is_script_cmd(cmd: &Cmd) -> bool {
+    cmd.args_iter()
+        .next()
+        .is_some_and(|a| matches!(a, ::redis::Arg::Simple(n) if n.eq_ignore_ascii_case(b"SCRIPT")))
+}
+
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(conn) => conn.req_packed_command(cmd),
-            Conn::Cluster(conn) => conn.req_packed_command(cmd),
-            Conn::Asking { conn, host, port } => {
+            Conn::Cluster(shards) => {
+                let mut pipe = ::redis::pipe();
+                pipe.add_command(cmd.clone());
+                Box::pin(async move {
+                    let replies = if is_script_cmd(cmd) {
+                        shards.on_every_primary(&pipe).await?
+                    } else {
+                        shards.route(slot_of_cmd(cmd), &pipe, 0, 1).await?
+                    };
+                    one_reply(replies)
+                })
+            }
+            Conn::Asking { shards, to } => {
                 let mut pipe = ::redis::pipe();
                 pipe.cmd("ASKING").add_command(cmd.clone());
-                let route = SingleNodeRoutingInfo::ByAddress {
-                    host: host.clone(),
-                    port: *port,
-                };
                 Box::pin(async move {
-                    let mut replies = conn.route_pipeline(pipe, 1, 1, route).await?;
-                    replies.pop().ok_or_else(|| {
-                        ::redis::RedisError::from((
-                            ::redis::ErrorKind::UnexpectedReturnType,
-                            "no reply after ASKING",
-                        ))
-                    })
+                    let mut replies = shards.route_to(to, &pipe, 1, 1).await?;
+                    replies.pop().ok_or_else(no_reply)
                 })
             }
         }
@@ -223,17 +273,16 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(conn) => conn.req_packed_commands(cmd, offset, count),
-            Conn::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
-            Conn::Asking { conn, host, port } => {
-                let route = SingleNodeRoutingInfo::ByAddress {
-                    host: host.clone(),
-                    port: *port,
-                };
+            Conn::Cluster(shards) => Box::pin(async move {
+                let slot = slot_of_first(cmd.cmd_iter());
+                shards.route(slot, cmd, offset, count).await
+            }),
+            Conn::Asking { shards, to } => {
                 let pipe = after_asking(cmd);
                 let sent = pipe.len();
                 let transaction = cmd.is_transaction();
                 Box::pin(async move {
-                    let replies = conn.route_pipeline(pipe, 0, sent, route).await?;
+                    let replies = shards.route_to(to, &pipe, 0, sent).await?;
                     if transaction {
                         // ASKING, then MULTI … EXEC as the caller packed it.
                         return Ok(replies.into_iter().skip(1 + offset).take(count).collect());
@@ -249,9 +298,20 @@ impl ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(conn) => conn.get_db(),
-            Conn::Cluster(conn) | Conn::Asking { conn, .. } => conn.get_db(),
+            Conn::Cluster(_) | Conn::Asking { .. } => 0,
         }
     }
+}
+
+fn no_reply() -> ::redis::RedisError {
+    ::redis::RedisError::from((
+        ::redis::ErrorKind::UnexpectedReturnType,
+        "no reply from the redis cluster",
+    ))
+}
+
+fn one_reply(replies: Vec<Value>) -> ::redis::RedisResult<Value> {
+    replies.into_iter().next().ok_or_else(no_reply)
 }
 
 /// The command connection, replaced when a failover names a new primary
@@ -271,5 +331,45 @@ impl Commands {
     /// Calls from now on go to `conn`; calls in flight finish on the old one.
     pub(super) fn replace(&self, conn: Conn) {
         *self.0.write().unwrap_or_else(|p| p.into_inner()) = conn;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_routed_by_the_key_they_name() {
+        let key = "plaza:room:{lobby}";
+        let slot = Some(slot_of(key.as_bytes()));
+        let mut get = ::redis::cmd("HGET");
+        get.arg(key).arg("meta");
+        assert_eq!(slot_of_cmd(&get), slot);
+        let mut eval = ::redis::cmd("EVALSHA");
+        eval.arg("abc").arg(2).arg(key).arg("other").arg("x");
+        assert_eq!(slot_of_cmd(&eval), slot);
+        let mut keyless = ::redis::cmd("EVALSHA");
+        keyless.arg("abc").arg(0).arg("x");
+        assert_eq!(slot_of_cmd(&keyless), None);
+        let mut read = ::redis::cmd("XREADGROUP");
+        read.arg("GROUP").arg("g").arg("c").arg("COUNT").arg(1);
+        read.arg("STREAMS").arg(key).arg(">");
+        assert_eq!(slot_of_cmd(&read), slot);
+        let mut group = ::redis::cmd("XGROUP");
+        group.arg("CREATE").arg(key).arg("g").arg("0");
+        assert_eq!(slot_of_cmd(&group), slot);
+        for name in ["PING", "PUBLISH", "MULTI", "WAIT", "SCRIPT"] {
+            let mut cmd = ::redis::cmd(name);
+            cmd.arg("x");
+            assert_eq!(slot_of_cmd(&cmd), None, "{name}");
+        }
+        let mut pipe = ::redis::pipe();
+        pipe.cmd("MULTI")
+            .cmd("HSET")
+            .arg(key)
+            .arg("a")
+            .arg(1)
+            .cmd("EXEC");
+        assert_eq!(slot_of_first(pipe.cmd_iter()), slot);
     }
 }

@@ -87,9 +87,8 @@ enum Next {
 
 fn after_failure(conn: &Conn, e: &RedisError) -> Next {
     match e.kind() {
-        ErrorKind::Server(ServerErrorKind::Ask) => e
-            .redirect_node()
-            .and_then(|(addr, _slot)| conn.asking(addr))
+        ErrorKind::Server(ServerErrorKind::Ask) => ask_target(e)
+            .and_then(|addr| conn.asking(&addr))
             .map_or(Next::Pause, Next::Ask),
         ErrorKind::Server(
             ServerErrorKind::Moved
@@ -105,6 +104,22 @@ fn after_failure(conn: &Conn, e: &RedisError) -> Next {
     }
 }
 
+/// The server an `ASK` answer names: from the error itself, or for a
+/// pipeline (whose error lists its commands' failures, `Ask: 5439
+/// 127.0.0.1:7001` each) from the first of them. A pipeline's commands are
+/// all on one slot, so they are all sent on together.
+fn ask_target(e: &RedisError) -> Option<String> {
+    if let Some((addr, _slot)) = e.redirect_node() {
+        return Some(addr.to_owned());
+    }
+    let text = e.to_string();
+    let (_, rest) = text.split_once("Ask: ")?;
+    let mut words = rest.split(|c: char| c.is_whitespace() || c == ')' || c == ',');
+    let _slot = words.next()?;
+    let addr = words.next()?;
+    addr.contains(':').then(|| addr.to_owned())
+}
+
 /// Makes the call until it did not fail with an answer that says it did not
 /// run (the caller bounds the time).
 async fn redirected<T, Fut>(conn: &Conn, call: &impl Fn(Conn) -> Fut) -> RedisResult<T>
@@ -112,10 +127,7 @@ where
     Fut: Future<Output = RedisResult<T>>,
 {
     // An ASK redirection holds for one call only; the next goes by slot.
-    let routed = match conn {
-        Conn::Asking { conn, .. } => Conn::Cluster(conn.clone()),
-        conn => conn.clone(),
-    };
+    let routed = conn.routed();
     let mut target = conn.clone();
     let mut backoff = LEAST_BACKOFF;
     loop {
@@ -133,5 +145,30 @@ where
             }
             Next::Fail => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ask_names_its_server_alone_or_inside_a_pipeline_failure() {
+        let one = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::Ask),
+            "An error was signalled by the server",
+            "5439 127.0.0.1:38211".to_owned(),
+        ));
+        let text = format!("{one}");
+        assert!(ask_target(&one).is_some(), "{text}");
+        // The text of a pipeline's failure, as redis 1.8 writes it.
+        let piped = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::Ask),
+            "Pipeline failures",
+            "[(Index 0, error: Ask: 5439 127.0.0.1:38211), (Index 1, error: Ask: 5439 \
+             127.0.0.1:38211)]"
+                .to_owned(),
+        ));
+        assert_eq!(ask_target(&piped).as_deref(), Some("127.0.0.1:38211"));
     }
 }

@@ -86,6 +86,7 @@ use connect::{Commands, Conn, Servers};
 use endpoint::Source;
 use errors::on_conn;
 use keys::Keys;
+use shards::Shards;
 use subscriber::Subscriber;
 
 /// A Plaza node's connection to Redis, serving both [`crate::TicketStore`] and
@@ -133,10 +134,18 @@ impl RedisBroker {
         // With a fixed primary or a Redis Cluster the sender is dropped:
         // nothing ever changes (a cluster connection follows failovers).
         let (primary_tx, primary_rx) = watch::channel(servers.clone());
+        // On a Redis Cluster, commands and appends share the node's own
+        // routing (one connection per server, no lock held across a call).
+        let shards = match &servers {
+            Servers::Cluster(seeds) => {
+                Some(Arc::new(Shards::new(seeds, &config, scripts::all()).await?))
+            }
+            Servers::Primary(_) => None,
+        };
         let commands = Arc::new(Commands::new(
-            connect::command_conn(&servers, &config).await?,
+            connect::command_conn(&servers, &config, shards.as_ref()).await?,
         ));
-        let appender = Appender::start(&config, primary_rx, stop.child_token()).await?;
+        let appender = Appender::start(&config, primary_rx, shards, stop.child_token()).await?;
         let subscriber = Arc::new(Subscriber::start(&config, &servers, stop.child_token()).await?);
         let node_key = keys.node(&config.node_id);
         // The first beat before returning: a node is alive as soon as it exists.

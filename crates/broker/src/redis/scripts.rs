@@ -26,3 +26,20 @@ pub(super) static WEBHOOK_ENQUEUE_TARGET: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("webhook_enqueue_target.lua")));
 pub(super) static WEBHOOK_MARK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("webhook_mark.lua")));
+
+/// Every script, loaded on each connection to a Redis Cluster's servers.
+pub(super) fn all() -> Vec<&'static Script> {
+    vec![
+        &*APPEND,
+        &*PUBLISH,
+        &*CREATE_ROOM,
+        &*DELETE_ROOM,
+        &*SET_ROOM_MEMBERS,
+        &*STORE_SNAPSHOT,
+        &*WEBHOOK_ENQUEUE,
+        &*WEBHOOK_LEASE,
+        &*REDEEM_TICKET,
+        &*WEBHOOK_ENQUEUE_TARGET,
+        &*WEBHOOK_MARK,
+    ]
+}

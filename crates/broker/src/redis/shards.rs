@@ -16,10 +16,11 @@
 //! every write sent before it on that connection.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use ::redis::aio::MultiplexedConnection;
-use ::redis::cluster_async::ClusterConnection;
+use ::redis::aio::{ConnectionLike, MultiplexedConnection};
 use ::redis::{
     AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, RedisError,
     ServerErrorKind, Value,
@@ -62,19 +63,40 @@ pub(super) type Replied = Result<(Value, Option<Value>), ClusterError>;
 /// A primary's address.
 pub(super) type Addr = (String, u16);
 
-/// Connections to a Redis Cluster's primaries, and its slot map.
+/// The primary of each slot range, by the range's first slot.
+type SlotMap = Vec<(u16, u16, Addr)>;
+
+/// How long one server may take to answer `CLUSTER SLOTS` before the map
+/// is taken from another: a hung server must not hold up a refresh.
+const SLOTS_PATIENCE: Duration = Duration::from_millis(500);
+
+/// Connections to a Redis Cluster's servers, and its slot map, shared by
+/// every caller on a node (the append task's lanes, the command calls).
+///
+/// Nothing here waits on one server on behalf of another: the map and the
+/// connection table are behind short locks never held across an await;
+/// connections are opened outside them; the map is read anew from every
+/// known server at once, the first answer taken.
 pub(super) struct Shards {
-    /// Asked for the slot map (any server answers).
-    cluster: ClusterConnection,
-    /// Credentials and TCP settings for every primary.
+    /// Asked for the slot map besides the primaries known.
+    seeds: Vec<Addr>,
+    /// Credentials and TCP settings for every server.
     template: ConnectionInfo,
     settings: AsyncConnectionConfig,
     timeout: Duration,
-    /// The primary of each slot range, by the range's first slot.
-    map: Vec<(u16, u16, (String, u16))>,
-    conns: HashMap<(String, u16), MultiplexedConnection>,
+    map: RwLock<SlotMap>,
+    conns: Mutex<HashMap<Addr, MultiplexedConnection>>,
     /// Loaded on every connection opened.
     scripts: Vec<&'static ::redis::Script>,
+    /// Held by the one refresh under way; a caller that waited for it takes
+    /// its map rather than reading another.
+    refreshing: tokio::sync::Mutex<()>,
+    /// Counts maps read.
+    generation: AtomicU64,
+    /// The server keyless commands go to (`PUBLISH` on a classic channel,
+    /// which every server relays): the last that answered one, cleared when
+    /// one fails.
+    preferred: Mutex<Option<Addr>>,
 }
 
 /// Where a command goes next, and whether it was told to wait.
@@ -86,78 +108,151 @@ enum Next {
 }
 
 impl Shards {
-    /// Reads the slot map through `cluster`; connections to the primaries
-    /// are opened when first needed, with `scripts` loaded.
+    /// Reads the slot map from `seeds`; connections to the primaries are
+    /// opened when first needed, with `scripts` loaded.
     pub(super) async fn new(
-        cluster: ClusterConnection,
-        template: ConnectionInfo,
+        seeds: &[ConnectionInfo],
         config: &RedisConfig,
         scripts: Vec<&'static ::redis::Script>,
     ) -> Result<Self, ClusterError> {
-        let mut shards = Self {
-            cluster,
+        let template = seeds
+            .first()
+            .ok_or_else(|| unavailable("a Redis Cluster URL needs at least one server"))?
+            .clone()
+            .set_tcp_settings(super::connect::tcp_settings(config.timeout));
+        let seeds = seeds
+            .iter()
+            .filter_map(|info| match info.addr() {
+                ConnectionAddr::Tcp(host, port) => Some((host.clone(), *port)),
+                ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
+                _ => None,
+            })
+            .collect();
+        let shards = Self {
+            seeds,
             template,
             settings: super::connect::plain_config(config),
             timeout: config.timeout,
-            map: Vec::new(),
-            conns: HashMap::new(),
+            map: RwLock::new(Vec::new()),
+            conns: Mutex::new(HashMap::new()),
             scripts,
+            refreshing: tokio::sync::Mutex::new(()),
+            generation: AtomicU64::new(0),
+            preferred: Mutex::new(None),
         };
-        shards.refresh().await?;
+        shards.refresh().await;
+        if shards.read_map().is_empty() {
+            return Err(unavailable(
+                "no server of the Redis Cluster answered CLUSTER SLOTS",
+            ));
+        }
         Ok(shards)
     }
 
-    /// Reads the slot map again (`CLUSTER SLOTS`).
-    async fn refresh(&mut self) -> Result<(), ClusterError> {
-        let mut slots = ::redis::cmd("CLUSTER");
-        slots.arg("SLOTS");
-        let reply: Value = guarded(self.timeout, slots.query_async(&mut self.cluster)).await?;
-        let Value::Array(ranges) = reply else {
-            return Err(unavailable(format!(
-                "unexpected CLUSTER SLOTS reply: {reply:?}"
-            )));
-        };
-        let mut map = Vec::with_capacity(ranges.len());
-        for range in ranges {
-            let Value::Array(parts) = range else { continue };
-            let (Some(start), Some(end), Some(Value::Array(primary))) =
-                (parts.first(), parts.get(1), parts.get(2))
-            else {
-                continue;
-            };
-            let (Value::Int(start), Value::Int(end)) = (start, end) else {
-                continue;
-            };
-            let (Some(Value::BulkString(host)), Some(Value::Int(port))) =
-                (primary.first(), primary.get(1))
-            else {
-                continue;
-            };
-            let (Ok(start), Ok(end), Ok(port)) = (
-                u16::try_from(*start),
-                u16::try_from(*end),
-                u16::try_from(*port),
-            ) else {
-                continue;
-            };
-            let host = String::from_utf8_lossy(host).into_owned();
-            map.push((start, end, (host, port)));
-        }
-        map.sort_by_key(|r| r.0);
-        self.map = map;
-        Ok(())
+    fn read_map(&self) -> std::sync::RwLockReadGuard<'_, SlotMap> {
+        self.map.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn primary_of(&self, slot: u16) -> Option<(String, u16)> {
-        let at = self.map.partition_point(|r| r.0 <= slot).checked_sub(1)?;
-        let (_, end, addr) = &self.map[at];
+    /// Reads the slot map again (`CLUSTER SLOTS`), from every known server
+    /// at once, taking the first full answer. A caller that finds a refresh
+    /// under way waits for it and takes its map.
+    pub(super) async fn refresh(&self) {
+        let seen = self.generation.load(Ordering::Acquire);
+        let _one = self.refreshing.lock().await;
+        if self.generation.load(Ordering::Acquire) != seen {
+            return;
+        }
+        let mut servers: Vec<Addr> = self.read_map().iter().map(|r| r.2.clone()).collect();
+        servers.extend(self.seeds.iter().cloned());
+        servers.sort();
+        servers.dedup();
+        let asks = servers
+            .into_iter()
+            .map(|addr| Box::pin(async move { self.slots_at(&addr).await }));
+        match futures_util::future::select_ok(asks).await {
+            Ok((map, _)) => {
+                *self.map.write().unwrap_or_else(|p| p.into_inner()) = map;
+                self.generation.fetch_add(1, Ordering::AcqRel);
+            }
+            Err(e) => tracing::debug!("reading the redis cluster's slot map failed: {e}"),
+        }
+    }
+
+    /// The slot map as the server at `addr` sees it.
+    async fn slots_at(&self, addr: &Addr) -> Result<SlotMap, ClusterError> {
+        let patience = self.timeout.min(SLOTS_PATIENCE);
+        let mut conn = guarded(patience, self.conn(addr)).await?;
+        let mut slots = ::redis::cmd("CLUSTER");
+        slots.arg("SLOTS");
+        let reply: Value = guarded(patience, slots.query_async(&mut conn)).await?;
+        let map = parse_slots(reply)?;
+        if map.is_empty() {
+            return Err(unavailable(format!("{addr:?} serves no slot")));
+        }
+        Ok(map)
+    }
+
+    /// The primary serving `slot`, as far as the map knows.
+    pub(super) fn primary_of(&self, slot: u16) -> Option<Addr> {
+        let map = self.read_map();
+        let at = map.partition_point(|r| r.0 <= slot).checked_sub(1)?;
+        let (_, end, addr) = &map[at];
         (slot <= *end).then(|| addr.clone())
     }
 
+    /// Learns from a `MOVED` answer that `slot` is served at `addr` now,
+    /// without reading the whole map.
+    fn moved(&self, slot: u16, addr: Addr) {
+        let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
+        let Some(at) = map.partition_point(|r| r.0 <= slot).checked_sub(1) else {
+            return;
+        };
+        let (start, end, owner) = map[at].clone();
+        if slot > end || owner == addr {
+            return;
+        }
+        // Split the range around the slot.
+        let mut pieces = Vec::with_capacity(3);
+        if start < slot {
+            pieces.push((start, slot - 1, owner.clone()));
+        }
+        pieces.push((slot, slot, addr));
+        if slot < end {
+            pieces.push((slot + 1, end, owner));
+        }
+        map.splice(at..=at, pieces);
+    }
+
+    /// A server to send a keyless command to: the one that last answered
+    /// such a command, else the first primary of the map.
+    fn any_server(&self) -> Option<Addr> {
+        let preferred = self
+            .preferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        preferred.or_else(|| self.read_map().first().map(|r| r.2.clone()))
+    }
+
+    fn answered(&self, addr: &Addr, ok: bool) {
+        let mut preferred = self.preferred.lock().unwrap_or_else(|p| p.into_inner());
+        match (ok, preferred.as_ref() == Some(addr)) {
+            (true, false) if preferred.is_none() => *preferred = Some(addr.clone()),
+            (false, true) => {
+                // The next keyless command tries the next primary.
+                let map = self.read_map();
+                let next = map.iter().map(|r| &r.2).find(|a| *a != addr).cloned();
+                *preferred = next;
+            }
+            _ => {}
+        }
+    }
+
     /// The connection to `addr`, opened (with the scripts loaded) if there
-    /// is none. `Err` means nothing was sent.
-    async fn conn(&mut self, addr: &(String, u16)) -> Result<MultiplexedConnection, RedisError> {
-        if let Some(conn) = self.conns.get(addr) {
+    /// is none. `Err` means nothing was sent. Opening happens outside the
+    /// table's lock: a server slow to accept delays only its own callers.
+    pub(super) async fn conn(&self, addr: &Addr) -> Result<MultiplexedConnection, RedisError> {
+        if let Some(conn) = self.lock_conns().get(addr) {
             return Ok(conn.clone());
         }
         let info = self
@@ -171,14 +266,137 @@ impl Shards {
         for script in &self.scripts {
             script.load_async(&mut conn).await?;
         }
-        self.conns.insert(addr.clone(), conn.clone());
-        Ok(conn)
+        Ok(self
+            .lock_conns()
+            .entry(addr.clone())
+            .or_insert(conn)
+            .clone())
+    }
+
+    fn lock_conns(&self) -> MutexGuard<'_, HashMap<Addr, MultiplexedConnection>> {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forgets the connection to `addr`: the next call opens a new one.
+    pub(super) fn drop_conn(&self, addr: &Addr) {
+        self.lock_conns().remove(addr);
     }
 
     /// Forgets every connection: the next batch opens them again, loading
     /// the scripts (after someone flushed them).
-    pub(super) fn reset(&mut self) {
-        self.conns.clear();
+    pub(super) fn reset(&self) {
+        self.lock_conns().clear();
+    }
+
+    /// Sends `pipe` to the server of `slot` (any server for `None`), or to
+    /// `asking` after `ASKING` (see [`super::connect::Conn`]). Failures that
+    /// may mean the map is stale (no connection, a broken one, `MOVED`)
+    /// make it read anew; the caller decides whether to send again.
+    pub(super) async fn route(
+        &self,
+        slot: Option<u16>,
+        pipe: &::redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> ::redis::RedisResult<Vec<Value>> {
+        let addr = match slot {
+            Some(slot) => self.primary_of(slot),
+            None => self.any_server(),
+        };
+        let Some(addr) = addr else {
+            self.refresh().await;
+            return Err(RedisError::from((
+                ::redis::ErrorKind::ClusterConnectionNotFound,
+                "no primary known for the slot",
+            )));
+        };
+        self.route_to(&addr, pipe, offset, count).await
+    }
+
+    /// [`Self::route`] to the server at `addr`.
+    pub(super) async fn route_to(
+        &self,
+        addr: &Addr,
+        pipe: &::redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> ::redis::RedisResult<Vec<Value>> {
+        let mut conn = match self.conn(addr).await {
+            Ok(conn) => conn,
+            Err(e) => {
+                self.answered(addr, false);
+                self.refresh().await;
+                return Err(e);
+            }
+        };
+        let sent =
+            tokio::time::timeout(self.timeout, conn.req_packed_commands(pipe, offset, count)).await;
+        let replies = match sent {
+            Ok(Ok(replies)) => replies,
+            Ok(Err(e)) => {
+                self.answered(addr, false);
+                if e.is_io_error() || e.is_connection_dropped() {
+                    self.drop_conn(addr);
+                    self.refresh().await;
+                }
+                if let (::redis::ErrorKind::Server(ServerErrorKind::Moved), Some((to, slot))) =
+                    (e.kind(), e.redirect_node())
+                {
+                    if let Some(to) = parse_addr(to) {
+                        self.moved(slot, to);
+                    }
+                }
+                return Err(e);
+            }
+            Err(_) => {
+                // Replies still to come would be taken for the next call's.
+                self.answered(addr, false);
+                self.drop_conn(addr);
+                return Err(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer from {addr:?} within {:?}", self.timeout),
+                )));
+            }
+        };
+        self.answered(addr, true);
+        for value in &replies {
+            if let Value::ServerError(e) = value {
+                if e.kind() == Some(ServerErrorKind::Moved) {
+                    let e: RedisError = e.clone().into();
+                    if let Some((to, slot)) = e.redirect_node() {
+                        if let Some(to) = parse_addr(to) {
+                            self.moved(slot, to);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(replies)
+    }
+
+    /// Sends `pipe` to every primary of the map at once (loading a script:
+    /// calls that use it may go to any of them); the first primary's
+    /// replies, or the first failure.
+    pub(super) async fn on_every_primary(
+        &self,
+        pipe: &::redis::Pipeline,
+    ) -> ::redis::RedisResult<Vec<Value>> {
+        let mut primaries: Vec<Addr> = self.read_map().iter().map(|r| r.2.clone()).collect();
+        primaries.sort();
+        primaries.dedup();
+        let count = pipe.len();
+        let replies = join_all(
+            primaries
+                .iter()
+                .map(|addr| self.route_to(addr, pipe, 0, count)),
+        )
+        .await;
+        replies.into_iter().next().unwrap_or_else(|| {
+            Err(RedisError::from((
+                ::redis::ErrorKind::ClusterConnectionNotFound,
+                "no primary known",
+            )))
+        })
     }
 
     /// Sends every command to its slot's primary, each primary's share as
@@ -189,7 +407,7 @@ impl Shards {
     /// primary still serves the slot's shard channels, so what the command
     /// published there reached no subscriber (see [`Self::publish_at`]).
     pub(super) async fn send(
-        &mut self,
+        &self,
         cmds: Vec<Routed>,
         trailer: Option<Cmd>,
     ) -> Vec<(Replied, Option<Addr>)> {
@@ -216,8 +434,14 @@ impl Shards {
             }
             let mut sends = Vec::with_capacity(by_primary.len());
             let mut refused = Vec::new();
-            for (addr, items) in by_primary {
-                match self.conn(&addr).await {
+            // At once: a primary slow to accept delays only its own share.
+            let opened = join_all(by_primary.into_iter().map(|(addr, items)| async move {
+                let conn = self.conn(&addr).await;
+                (addr, items, conn)
+            }))
+            .await;
+            for (addr, items, conn) in opened {
+                match conn {
                     Ok(conn) => sends.push((addr, items, conn)),
                     // Nothing was sent: try again once the map is read anew.
                     Err(e) => {
@@ -257,7 +481,7 @@ impl Shards {
                         // The primary was gone before the pipeline was
                         // written (it died): nothing ran. Connect anew,
                         // wherever the slot map now says.
-                        self.conns.remove(&addr);
+                        self.drop_conn(&addr);
                         refresh = true;
                         pause = true;
                         todo.extend(items.into_iter().map(|(i, _)| (i, None)));
@@ -265,7 +489,7 @@ impl Shards {
                     }
                     failed => {
                         // They may have run: fail them, and connect anew.
-                        self.conns.remove(&addr);
+                        self.drop_conn(&addr);
                         let e = match failed {
                             Ok(Err(e)) => unavailable(e),
                             _ => unavailable(format!(
@@ -321,9 +545,7 @@ impl Shards {
                 backoff = (backoff * 2).min(MOST_BACKOFF);
             }
             if refresh {
-                if let Err(e) = self.refresh().await {
-                    tracing::debug!("reading the redis cluster's slot map failed: {e}");
-                }
+                self.refresh().await;
             }
         }
         answers
@@ -339,7 +561,7 @@ impl Shards {
     /// only logged, and a subscriber that misses an entry reads it from the
     /// log when the next one shows the gap, or when the slot's move ends
     /// its subscription.
-    pub(super) async fn publish_at(&mut self, at: &Addr, channel: &str, messages: Vec<Vec<u8>>) {
+    pub(super) async fn publish_at(&self, at: &Addr, channel: &str, messages: Vec<Vec<u8>>) {
         let mut pipe = ::redis::pipe();
         for message in messages {
             pipe.cmd("SPUBLISH").arg(channel).arg(message).ignore();
@@ -352,6 +574,43 @@ impl Shards {
             tracing::debug!(?at, "publishing at the migrating primary failed: {e}");
         }
     }
+}
+
+/// A `CLUSTER SLOTS` reply as a map sorted by first slot.
+fn parse_slots(reply: Value) -> Result<SlotMap, ClusterError> {
+    let Value::Array(ranges) = reply else {
+        return Err(unavailable(format!(
+            "unexpected CLUSTER SLOTS reply: {reply:?}"
+        )));
+    };
+    let mut map = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let Value::Array(parts) = range else { continue };
+        let (Some(start), Some(end), Some(Value::Array(primary))) =
+            (parts.first(), parts.get(1), parts.get(2))
+        else {
+            continue;
+        };
+        let (Value::Int(start), Value::Int(end)) = (start, end) else {
+            continue;
+        };
+        let (Some(Value::BulkString(host)), Some(Value::Int(port))) =
+            (primary.first(), primary.get(1))
+        else {
+            continue;
+        };
+        let (Ok(start), Ok(end), Ok(port)) = (
+            u16::try_from(*start),
+            u16::try_from(*end),
+            u16::try_from(*port),
+        ) else {
+            continue;
+        };
+        let host = String::from_utf8_lossy(host).into_owned();
+        map.push((start, end, (host, port)));
+    }
+    map.sort_by_key(|r| r.0);
+    Ok(map)
 }
 
 /// Whether a failed pipeline certainly never reached the server: the

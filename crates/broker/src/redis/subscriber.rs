@@ -138,7 +138,7 @@ async fn open(
             .map(PubSub::Single)
         }
         Servers::Cluster(seeds) => {
-            connect::cluster_connection(seeds, config, ProtocolVersion::RESP3, Some(tag), true)
+            connect::cluster_connection(seeds, config, ProtocolVersion::RESP3, Some(tag))
                 .await
                 .map(PubSub::Cluster)
         }

@@ -8,3 +8,4 @@ mod memory_cluster;
 mod redis_ack;
 mod redis_broker;
 mod redis_cluster;
+mod redis_shard_isolation;

@@ -198,3 +198,184 @@ async fn a_primary_killed_with_primary_acks_reports_what_was_lost() {
     c.pump_until(LIMIT, |c| c.received.len() == 5).await;
     assert_exactly_once(&[&b, &c]);
 }
+
+/// What one publisher saw: for each publish, when it was sent and when it
+/// was answered, and whether the answer was an ack.
+struct Timeline {
+    room: String,
+    shard: usize,
+    answers: Vec<(Instant, Instant, bool)>,
+    member: Member,
+}
+
+/// Publishes one message at a time as `m` until `stop`, each retried (same
+/// id) after `broker_unavailable` as a client would, timing every answer.
+async fn publish_timed(
+    mut m: Member,
+    shard: usize,
+    stop: watch::Receiver<bool>,
+    progress: watch::Sender<usize>,
+) -> Timeline {
+    let mut answers = Vec::new();
+    let mut i = 0;
+    while !*stop.borrow() {
+        let id = id(&m, i);
+        i += 1;
+        m.publish(&id, json!(id)).await;
+        loop {
+            let sent = Instant::now();
+            m.pump_until(LIMIT, |m| m.all_acked() || !m.errors.is_empty())
+                .await;
+            let failed = !m.errors.is_empty();
+            for e in m.errors.drain(..) {
+                assert_eq!(e["code"], "broker_unavailable", "{}: {e}", m.name);
+            }
+            answers.push((sent, Instant::now(), !failed));
+            if m.all_acked() {
+                break;
+            }
+            // A client's backoff before retrying, not a synchronisation.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            m.resend_unacked().await;
+        }
+        progress.send_replace(m.acked.len());
+    }
+    Timeline {
+        room: m.room.clone(),
+        shard,
+        answers,
+        member: m,
+    }
+}
+
+/// The p-th percentile of `sorted` (milliseconds).
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let at = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[at.min(sorted.len() - 1)]
+}
+
+/// One shard's primary is SIGKILLed under publish load on rooms of every
+/// shard (`replicas:1`, as deploy/README.md runs it): the rooms of the other
+/// shards are never refused and lose nothing, and the failed-over shard's
+/// rooms come back. Their ack latency and longest gap between acks around
+/// the kill are printed (docs/benchmarks.md, "One shard's failover"), not
+/// asserted: a speed is the benchmark's business.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_shards_failover_leaves_the_other_shards_rooms_serving() {
+    let (mut cluster, _dir) =
+        start_on_redis_cluster("rc-isolation", 2, &["--broker-ack", "replicas:1"], 3);
+    let redis = cluster.redis_cluster().unwrap();
+    let shards: Vec<std::ops::RangeInclusive<u16>> =
+        (0..3).map(|i| redis.initial_slots(i).unwrap()).collect();
+    let (stop_tx, stop) = watch::channel(false);
+    let mut tasks = Vec::new();
+    let mut receivers = Vec::new();
+    let mut progress = Vec::new();
+    for (shard, slots) in shards.iter().enumerate() {
+        for k in 0..2 {
+            let room = (0..)
+                .map(|n| format!("s{shard}r{k}x{n}"))
+                .find(|r| slots.contains(&room_slot(r)))
+                .unwrap();
+            let node = (shard + k) % 2;
+            let publisher =
+                Member::join(&ws_url(&cluster.node(node).url(), &room), &room, "p").await;
+            let receiver =
+                Member::join(&ws_url(&cluster.node(1 - node).url(), &room), &room, "r").await;
+            receivers.push(receiver);
+            let (tx, rx) = watch::channel(0usize);
+            progress.push((shard, rx));
+            tasks.push(tokio::spawn(publish_timed(
+                publisher,
+                shard,
+                stop.clone(),
+                tx,
+            )));
+        }
+    }
+    for (_, rx) in progress.iter_mut() {
+        rx.wait_for(|&n| n >= 20).await.unwrap();
+    }
+    let slot = shards[0].clone().next().unwrap();
+    let killed_at = Instant::now();
+    let (mut cluster, old, new) = tokio::task::spawn_blocking(move || {
+        let redis = cluster.redis_cluster_mut().unwrap();
+        let old = redis.primary_of(slot).unwrap();
+        let new = redis.kill_primary(slot).unwrap();
+        (cluster, old, new)
+    })
+    .await
+    .unwrap();
+    let failed_over = killed_at.elapsed();
+    // Back as the new primary's replica, so that replicas:1 is met again on
+    // that shard.
+    let redis = cluster.redis_cluster_mut().unwrap();
+    let i = redis
+        .servers()
+        .iter()
+        .position(|s| s.addr() == old)
+        .unwrap();
+    redis.servers_mut()[i].restart().unwrap();
+    for (_, rx) in progress.iter_mut() {
+        let now = *rx.borrow();
+        rx.wait_for(|&n| n >= now + 20).await.unwrap();
+    }
+    stop_tx.send_replace(true);
+    let mut timelines = Vec::new();
+    for t in tasks {
+        timelines.push(t.await.unwrap());
+    }
+
+    let window_end = killed_at + failed_over + std::time::Duration::from_secs(2);
+    let mut before = Vec::new();
+    let mut during = Vec::new();
+    let mut longest_gap = std::time::Duration::ZERO;
+    for t in timelines.iter().filter(|t| t.shard != 0) {
+        let refused = t.answers.iter().filter(|a| !a.2).count();
+        assert_eq!(refused, 0, "{}: a healthy shard's room was refused", t.room);
+        let mut last: Option<Instant> = None;
+        for &(sent, answered, _) in &t.answers {
+            let ms = (answered - sent).as_secs_f64() * 1000.0;
+            if answered < killed_at {
+                before.push(ms);
+            } else if sent < window_end {
+                during.push(ms);
+                if let Some(last) = last {
+                    longest_gap = longest_gap.max(answered - last.max(killed_at));
+                }
+            }
+            last = Some(answered);
+        }
+    }
+    before.sort_by(f64::total_cmp);
+    during.sort_by(f64::total_cmp);
+    let failed_shard: usize = timelines
+        .iter()
+        .filter(|t| t.shard == 0)
+        .map(|t| t.answers.iter().filter(|a| !a.2).count())
+        .sum();
+    println!(
+        "shard failover: primary {old} killed, {new} promoted after {failed_over:?}; \
+         healthy shards' acks before the kill: {} (p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms); \
+         from the kill to 2 s after the promotion: {} (p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms), \
+         longest gap between acks {longest_gap:?}; the failed shard's rooms: {failed_shard} \
+         broker_unavailable answers retried",
+        before.len(),
+        percentile(&before, 50.0),
+        percentile(&before, 99.0),
+        before.last().copied().unwrap_or(0.0),
+        during.len(),
+        percentile(&during, 50.0),
+        percentile(&during, 99.0),
+        during.last().copied().unwrap_or(0.0),
+    );
+    // Every acknowledged message reached the room's other member once.
+    for (t, mut r) in timelines.into_iter().zip(receivers) {
+        let want = t.member.acked.len();
+        r.pump_until(LIMIT, |r| r.received.len() >= want).await;
+        assert_exactly_once(&[&t.member, &r]);
+    }
+}
