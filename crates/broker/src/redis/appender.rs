@@ -3,9 +3,10 @@
 //! trip. A batch's entries for one room go in one `append.lua` call.
 //!
 //! On one server a batch is one pipeline on the task's own connection. On a
-//! Redis Cluster each room's call goes on its own to its slot's primary, all
-//! at once, and a call redirected elsewhere is made again there (a
-//! redirection means it did not run; see [`super::errors::on_conn`]).
+//! Redis Cluster appends go in lanes, one per primary, each with one batch
+//! in flight and none waiting for another ([`lanes`]); a batch goes as one
+//! pipeline per primary, and a call redirected elsewhere is made again
+//! there (a redirection means it did not run; see [`Shards::send`]).
 //!
 //! With [`BrokerAck::Replicas`](super::BrokerAck::Replicas) a call is
 //! followed by `WAIT N` on the same connection (on a Redis Cluster, in the
@@ -122,11 +123,11 @@ impl Appender {
                 let client = connect::client(info, config, ProtocolVersion::RESP2)?;
                 let settings = connect::plain_config(config);
                 let conn = guarded(config.timeout, open(&client, &settings)).await?;
-                Link::Single(tokio::sync::Mutex::new(SingleLink {
+                Link::Single(Box::new(tokio::sync::Mutex::new(SingleLink {
                     client,
                     settings,
                     conn: Some(conn),
-                }))
+                })))
             }
         };
         let (queue, rx) = mpsc::unbounded_channel();
@@ -213,7 +214,7 @@ struct SingleLink {
 enum Link {
     /// Its own connection to one server (one batch in flight: the lock is
     /// never contended).
-    Single(tokio::sync::Mutex<SingleLink>),
+    Single(Box<tokio::sync::Mutex<SingleLink>>),
     /// The node's connections to a Redis Cluster's primaries, shared by
     /// the lanes (see [`lanes`]).
     Cluster(Arc<Shards>),

@@ -17,6 +17,18 @@ impl RedisBroker {
     /// Every listed room id: from the one registry set, or on a Redis
     /// Cluster from each part of it.
     pub(super) async fn room_ids(&self) -> Result<Vec<String>, ClusterError> {
+        self.room_id_parts()
+            .await
+            .into_iter()
+            .try_fold(Vec::new(), |mut ids, part| {
+                ids.extend(part?);
+                Ok(ids)
+            })
+    }
+
+    /// The room ids of each part of the registry, each read on its own: on
+    /// a Redis Cluster a part on a shard without a primary fails alone.
+    pub(super) async fn room_id_parts(&self) -> Vec<Result<Vec<String>, ClusterError>> {
         let sets = match self.on_cluster() {
             true => self.keys.rooms_parts(),
             false => vec![self.keys.rooms()],
@@ -26,8 +38,7 @@ impl RedisBroker {
             members.arg(set);
             members
         });
-        let parts: Vec<Vec<String>> = self.query_each(reads.collect()).await?;
-        Ok(parts.into_iter().flatten().collect())
+        self.query_each_settled(reads.collect()).await
     }
 }
 

@@ -32,6 +32,17 @@
 //! (appends, heartbeat, pub/sub dispatch and ping) end when the broker is
 //! dropped or [`Cluster::leave`](crate::Cluster::leave) is called.
 //!
+//! On a Redis Cluster, commands and appends go through the node's own slot
+//! routing (`shards`: one connection per server, the slot map read from
+//! any server that answers), and appends go in one lane per primary, each
+//! with its own batch in flight (`appender::lanes`). So a primary that
+//! hangs, dies or fails over delays only the calls on its own slots. The
+//! redis crate's cluster connection, which holds every call while it
+//! recovers from one server's failure, carries only pub/sub: messages of
+//! live subscriptions keep flowing from the other servers meanwhile, but a
+//! new subscription waits for that recovery (bounded by the connect
+//! timeout).
+//!
 //! # Sentinel
 //!
 //! With a `redis+sentinel://` URL the primary is the server the Sentinels
@@ -209,6 +220,27 @@ impl RedisBroker {
             .await
             .into_iter()
             .collect()
+    }
+
+    /// [`Self::query_each`], each answer on its own: on a Redis Cluster a
+    /// shard without a primary fails only its own calls (on one server, a
+    /// failure fails them all).
+    async fn query_each_settled<T: FromRedisValue>(
+        &self,
+        cmds: Vec<Cmd>,
+    ) -> Vec<Result<T, ClusterError>> {
+        if !self.cluster {
+            let count = cmds.len();
+            return match self.query_each::<T>(cmds).await {
+                Ok(values) => values.into_iter().map(Ok).collect(),
+                Err(e) => (0..count).map(|_| Err(e.clone())).collect(),
+            };
+        }
+        futures_util::stream::iter(cmds)
+            .map(|cmd| async move { self.query(&cmd).await })
+            .buffered(CONCURRENT_CALLS)
+            .collect()
+            .await
     }
 
     /// Whether the data is on a Redis Cluster.

@@ -1,10 +1,12 @@
-//! The append task's own routing on a Redis Cluster: a connection to each
-//! primary and the map of which primary serves which slot, so that a batch
-//! goes as one pipeline per primary.
+//! A node's own routing on a Redis Cluster: a connection to each server and
+//! the map of which primary serves which slot, shared by the append task
+//! (a batch goes as one pipeline per primary) and the command calls.
 //!
-//! The redis crate's cluster connection sends each call on its own, and
-//! retries or fails a whole pipeline when one of its commands is
-//! redirected, which would run the others twice. Here each command's answer
+//! Why not the redis crate's cluster connection: it holds every call while
+//! it recovers from one server's failure (reconnecting to the seeds,
+//! reading the slot map), so one shard's failover stalled the rooms of all
+//! the others; and it retries or fails a whole pipeline when one of its
+//! commands is redirected, which would run the others twice. Here each command's answer
 //! is taken on its own: a command redirected (`MOVED`, `ASK`), refused for
 //! a slot in migration (`TRYAGAIN`) or a cluster in failover (`CLUSTERDOWN`,
 //! `MASTERDOWN`, `READONLY`, `LOADING`) did not run, and is sent again where

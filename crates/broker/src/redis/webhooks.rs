@@ -147,17 +147,31 @@ impl WebhookStreams for RedisBroker {
 
     async fn lagging_rooms(&self) -> Result<Vec<(String, u64, u64)>, ClusterError> {
         self.check_member()?;
-        let ids = self.room_ids().await?;
+        // The sweep takes what it can reach: rooms on a shard without a
+        // primary (or registry parts there) wait for a later sweep, and
+        // hold up no other room.
+        let parts = self.room_id_parts().await;
+        let reachable = parts.iter().filter(|p| p.is_ok()).count();
+        let mut ids: Vec<String> = Vec::new();
+        for part in parts {
+            match part {
+                Ok(part) => ids.extend(part),
+                Err(e) if reachable == 0 => return Err(e),
+                Err(e) => tracing::debug!("a part of the room registry is unreachable: {e}"),
+            }
+        }
         let reads = ids.iter().map(|id| {
             let mut read = ::redis::cmd("HMGET");
             read.arg(self.keys.room(id)).arg("n").arg("wh");
             read
         });
-        let marks: Vec<(Option<u64>, Option<u64>)> = self.query_each(reads.collect()).await?;
+        let marks: Vec<Result<(Option<u64>, Option<u64>), ClusterError>> =
+            self.query_each_settled(reads.collect()).await;
         Ok(ids
             .into_iter()
             .zip(marks)
-            .filter_map(|(id, (n, wh))| {
+            .filter_map(|(id, marks)| {
+                let (n, wh) = marks.ok()?;
                 let (n, wh) = (n?, wh.unwrap_or(0));
                 (n > wh).then_some((id, n, wh))
             })
