@@ -4,9 +4,7 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ::redis::aio::{AsyncPushSender, ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use ::redis::cluster::ClusterClientBuilder;
-use ::redis::cluster_async::ClusterConnection;
+use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::io::tcp::TcpSettings;
 use ::redis::{
     AsyncConnectionConfig, Client, Cmd, ConnectionInfo, Pipeline, ProtocolVersion, RedisFuture,
@@ -77,35 +75,6 @@ pub(super) fn plain_config(config: &RedisConfig) -> AsyncConnectionConfig {
         .set_connection_timeout(Some(connection_timeout(config)))
         .set_response_timeout(Some(config.timeout))
 }
-
-/// The redis crate's connection to a Redis Cluster through `seeds`, for
-/// pub/sub (RESP3, its pushes sent to `pushes`): it follows redirections
-/// itself and sends a command again after a lost connection, which is safe
-/// for (un)subscribing. Commands and appends go through [`Shards`] instead:
-/// this connection waits for a failed server's recovery before sending
-/// anything else.
-pub(super) async fn cluster_connection(
-    seeds: &[ConnectionInfo],
-    config: &RedisConfig,
-    protocol: ProtocolVersion,
-    pushes: Option<impl AsyncPushSender>,
-) -> Result<ClusterConnection, ClusterError> {
-    let mut builder = ClusterClientBuilder::new(seeds.to_vec())
-        .retries(IDEMPOTENT_RETRIES)
-        .use_protocol(protocol)
-        .connection_timeout(connection_timeout(config))
-        .response_timeout(config.timeout)
-        .tcp_settings(tcp_settings(config.timeout));
-    if let Some(pushes) = pushes {
-        builder = builder.push_sender(pushes);
-    }
-    let client = builder.build().map_err(unavailable)?;
-    super::errors::guarded(config.timeout, client.get_async_connection()).await
-}
-
-/// How often the redis crate sends a pub/sub command again (after a
-/// redirection, a slot in migration or a lost connection).
-const IDEMPOTENT_RETRIES: u32 = 5;
 
 /// The servers a connection goes to.
 #[derive(Clone)]

@@ -34,14 +34,12 @@
 //!
 //! On a Redis Cluster, commands and appends go through the node's own slot
 //! routing (`shards`: one connection per server, the slot map read from
-//! any server that answers), and appends go in one lane per primary, each
-//! with its own batch in flight (`appender::lanes`). So a primary that
-//! hangs, dies or fails over delays only the calls on its own slots. The
-//! redis crate's cluster connection, which holds every call while it
-//! recovers from one server's failure, carries only pub/sub: messages of
-//! live subscriptions keep flowing from the other servers meanwhile, but a
-//! new subscription waits for that recovery (bounded by the connect
-//! timeout).
+//! any server that answers), appends in one lane per primary, each with its
+//! own batch in flight (`appender::lanes`), and pub/sub on a RESP3
+//! connection per server (`subscriber::shard_pubsub`). So a primary that
+//! hangs, dies or fails over delays only the calls on its own slots. (The
+//! redis crate's cluster connection is not used: it holds every call while
+//! it recovers from one server's failure.)
 //!
 //! # Sentinel
 //!
@@ -156,8 +154,11 @@ impl RedisBroker {
         let commands = Arc::new(Commands::new(
             connect::command_conn(&servers, &config, shards.as_ref()).await?,
         ));
-        let appender = Appender::start(&config, primary_rx, shards, stop.child_token()).await?;
-        let subscriber = Arc::new(Subscriber::start(&config, &servers, stop.child_token()).await?);
+        let appender =
+            Appender::start(&config, primary_rx, shards.clone(), stop.child_token()).await?;
+        let subscriber = Arc::new(
+            Subscriber::start(&config, &servers, shards.as_ref(), stop.child_token()).await?,
+        );
         let node_key = keys.node(&config.node_id);
         // The first beat before returning: a node is alive as soon as it exists.
         heartbeat::beat(&commands.get(), &node_key, config.timeout).await?;

@@ -225,9 +225,16 @@ impl Shards {
         map.splice(at..=at, pieces);
     }
 
+    /// [`Self::moved`], from a `MOVED` answer's `host:port`.
+    pub(super) fn moved_to(&self, slot: u16, to: &str) {
+        if let Some(to) = parse_addr(to) {
+            self.moved(slot, to);
+        }
+    }
+
     /// A server to send a keyless command to: the one that last answered
     /// such a command, else the first primary of the map.
-    fn any_server(&self) -> Option<Addr> {
+    pub(super) fn any_server(&self) -> Option<Addr> {
         let preferred = self
             .preferred
             .lock()

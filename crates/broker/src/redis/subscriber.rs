@@ -24,14 +24,16 @@
 //!
 //! Room channels are shard channels there (`SSUBSCRIBE`, delivered by the
 //! primary of the room's slot only); the control channel stays a classic
-//! channel, which every server relays. Each subscription is kept lost, and
-//! made again, just as on one server, in three more cases: the cluster
-//! connection reports the loss of its connection to any one server (which
-//! one is not said, so every subscription counts as lost); and a server
-//! ends a shard subscription itself (`SUNSUBSCRIBE`) when the slot moves to
-//! another primary, by a migration or a failover. A shard channel is
-//! subscribed again one at a time, so that each goes to its own slot's
-//! primary, and as soon as it is lost rather than on the next ping.
+//! channel, which every server relays. The node keeps one RESP3 connection
+//! per server ([`shard_pubsub`]), and each push says which server it came
+//! from. A subscription is kept lost, and made again, just as on one
+//! server, when the connection to *its* server is lost (a `Disconnection`
+//! push from that connection, or a ping it left unanswered: other servers'
+//! channels are untouched), and when a server ends a shard subscription
+//! itself (`SUNSUBSCRIBE`) because the slot moved to another primary, by a
+//! migration or a failover. A lost channel is subscribed again at the
+//! primary the slot map now names, as soon as it is lost rather than on the
+//! next ping.
 //!
 //! The redis crate's own automatic resubscription is not used: in 1.8 it
 //! sends one SUBSCRIBE for all channels but waits for one confirmation only,
@@ -52,49 +54,38 @@ use tokio_util::sync::CancellationToken;
 
 use super::connect::{self, Servers};
 use super::errors::guarded;
+use super::shards::{Addr, Shards};
 use super::wire::decode_message;
 use super::RedisConfig;
 use crate::{ClusterError, LogListener, LogNotice};
+use shard_pubsub::ShardPubSub;
 
 /// How often the subscriber connection is pinged: a dead socket otherwise
 /// stays silent, and reconnecting after an outage is driven by these pings.
 pub(super) const PING_INTERVAL: Duration = Duration::from_secs(1);
 
-/// A push, with the generation of the connection it came on.
-type Push = (u64, PushInfo);
+mod shard_pubsub;
+
+/// A push, with the generation of the connection it came on and, on a
+/// Redis Cluster, the server it came from.
+type Push = (u64, Option<Addr>, PushInfo);
 
 /// Lost shard channels subscribed again at the same time, at most.
 const RESUBSCRIBING: usize = 64;
 
-/// A subscriber connection: to one server, or to a Redis Cluster.
+/// A subscriber connection: to one server, or one per server of a Redis
+/// Cluster.
 #[derive(Clone)]
 enum PubSub {
     Single(ConnectionManager),
-    Cluster(::redis::cluster_async::ClusterConnection),
+    Cluster(Arc<ShardPubSub>),
 }
 
 impl PubSub {
     async fn subscribe(&mut self, channel: &[u8], sharded: bool) -> ::redis::RedisResult<()> {
         match self {
             PubSub::Single(conn) => conn.subscribe(channel).await,
-            PubSub::Cluster(conn) if sharded => conn.ssubscribe(channel).await,
-            PubSub::Cluster(conn) => conn.subscribe(channel).await,
-        }
-    }
-
-    async fn unsubscribe(&mut self, channel: &[u8], sharded: bool) -> ::redis::RedisResult<()> {
-        match self {
-            PubSub::Single(conn) => conn.unsubscribe(channel).await,
-            PubSub::Cluster(conn) if sharded => conn.sunsubscribe(channel).await,
-            PubSub::Cluster(conn) => conn.unsubscribe(channel).await,
-        }
-    }
-
-    async fn ping(&mut self) -> ::redis::RedisResult<Value> {
-        let ping = ::redis::cmd("PING");
-        match self {
-            PubSub::Single(conn) => ping.query_async(conn).await,
-            PubSub::Cluster(conn) => ping.query_async(conn).await,
+            PubSub::Cluster(conns) => conns.subscribe(channel, sharded).await,
         }
     }
 }
@@ -121,13 +112,28 @@ impl Link {
 /// `generation`.
 async fn open(
     servers: &Servers,
+    shards: Option<&Arc<Shards>>,
     config: &RedisConfig,
     generation: u64,
     pushes: mpsc::UnboundedSender<Push>,
 ) -> Result<PubSub, ClusterError> {
-    let tag = move |push: PushInfo| pushes.send((generation, push));
-    match servers {
-        Servers::Primary(primary) => {
+    match (servers, shards) {
+        (Servers::Cluster(seeds), Some(shards)) => {
+            let seed = seeds
+                .first()
+                .ok_or_else(|| ClusterError::Unavailable("no Redis Cluster server given".into()))?;
+            Ok(PubSub::Cluster(Arc::new(ShardPubSub::new(
+                Arc::clone(shards),
+                seed,
+                config,
+                pushes,
+            ))))
+        }
+        (Servers::Cluster(_), None) => Err(ClusterError::Unavailable(
+            "a Redis Cluster needs its slot routing".into(),
+        )),
+        (Servers::Primary(primary), _) => {
+            let tag = move |push: PushInfo| pushes.send((generation, None, push));
             let client = connect::client(primary, config, ProtocolVersion::RESP3)?;
             let settings = connect::manager_config(config).set_push_sender(tag);
             guarded(
@@ -136,11 +142,6 @@ async fn open(
             )
             .await
             .map(PubSub::Single)
-        }
-        Servers::Cluster(seeds) => {
-            connect::cluster_connection(seeds, config, ProtocolVersion::RESP3, Some(tag))
-                .await
-                .map(PubSub::Cluster)
         }
     }
 }
@@ -158,10 +159,11 @@ impl Subscriber {
     pub(super) async fn start(
         config: &RedisConfig,
         servers: &Servers,
+        shards: Option<&Arc<Shards>>,
         stop: CancellationToken,
     ) -> Result<Self, ClusterError> {
         let (pushes, rx) = mpsc::unbounded_channel();
-        let conn = open(servers, config, 0, pushes.clone()).await?;
+        let conn = open(servers, shards, config, 0, pushes.clone()).await?;
         let link = Arc::new(Link {
             conn: RwLock::new(conn),
             generation: AtomicU64::new(0),
@@ -196,7 +198,7 @@ impl Subscriber {
     ) -> Result<(), ClusterError> {
         let generation = self.link.generation() + 1;
         let servers = Servers::Primary(primary.clone());
-        let conn = open(&servers, config, generation, self.link.pushes.clone()).await?;
+        let conn = open(&servers, None, config, generation, self.link.pushes.clone()).await?;
         {
             let mut current = self.link.conn.write().unwrap_or_else(|p| p.into_inner());
             *current = conn;
@@ -261,9 +263,18 @@ impl Subscriber {
     /// Stops delivering `channel`. Unsubscribing in Redis is best effort: if
     /// it fails, the connection is gone and took the subscription with it.
     pub(super) async fn unsubscribe(&self, channel: String) {
-        if let Some(sharded) = self.subs.remove(channel.as_bytes()) {
-            let mut conn = self.link.conn();
-            let _ = guarded(self.timeout, conn.unsubscribe(channel.as_bytes(), sharded)).await;
+        let Some((sharded, server)) = self.subs.remove(channel.as_bytes()) else {
+            return;
+        };
+        match self.link.conn() {
+            PubSub::Single(mut conn) => {
+                let _ = guarded(self.timeout, conn.unsubscribe(channel.as_bytes())).await;
+            }
+            PubSub::Cluster(conns) => {
+                let at = server.as_ref();
+                let unsubscribe = conns.unsubscribe(channel.as_bytes(), sharded, at);
+                let _ = tokio::time::timeout(self.timeout, unsubscribe).await;
+            }
         }
     }
 }
@@ -283,6 +294,8 @@ struct Sub {
     state: State,
     /// A shard channel on a Redis Cluster.
     sharded: bool,
+    /// On a Redis Cluster, the server that confirmed it last.
+    server: Option<Addr>,
 }
 
 /// The subscribed channels with their listeners and states.
@@ -318,6 +331,7 @@ impl Subscriptions {
                         listener,
                         state: State::Pending,
                         sharded,
+                        server: None,
                     },
                 );
                 None
@@ -325,9 +339,10 @@ impl Subscriptions {
         }
     }
 
-    /// Forgets the channel; whether it was a shard channel, if it was there.
-    fn remove(&self, channel: &[u8]) -> Option<bool> {
-        self.lock().remove(channel).map(|s| s.sharded)
+    /// Forgets the channel; whether it was a shard channel, and the server
+    /// that confirmed it, if it was there.
+    fn remove(&self, channel: &[u8]) -> Option<(bool, Option<Addr>)> {
+        self.lock().remove(channel).map(|s| (s.sharded, s.server))
     }
 
     fn listener(&self, channel: &[u8]) -> Option<LogListener> {
@@ -336,9 +351,10 @@ impl Subscriptions {
 
     /// Redis confirmed `channel`; the listener to tell `Resubscribed` if the
     /// subscription had been lost.
-    fn confirmed(&self, channel: &[u8]) -> Option<LogListener> {
+    fn confirmed(&self, channel: &[u8], server: Option<Addr>) -> Option<LogListener> {
         let mut subs = self.lock();
         let sub = subs.get_mut(channel)?;
+        sub.server = server;
         let was = std::mem::replace(&mut sub.state, State::Live);
         (was == State::Lost).then(|| Arc::clone(&sub.listener))
     }
@@ -349,6 +365,22 @@ impl Subscriptions {
             sub.state = State::Lost;
         }
         self.lost.notify_one();
+    }
+
+    /// The connection to one server of a Redis Cluster was lost: the
+    /// channels it served are, and those not confirmed yet (their
+    /// subscription may have gone there).
+    fn lost_at(&self, server: &Addr) {
+        let mut any = false;
+        for sub in self.lock().values_mut() {
+            if sub.state == State::Pending || sub.server.as_ref() == Some(server) {
+                sub.state = State::Lost;
+                any = true;
+            }
+        }
+        if any {
+            self.lost.notify_one();
+        }
     }
 
     fn mark_lost(&self, channel: &[u8]) {
@@ -377,7 +409,7 @@ async fn dispatch(
     stop: CancellationToken,
 ) {
     loop {
-        let (generation, push) = tokio::select! {
+        let (generation, server, push) = tokio::select! {
             biased;
             _ = stop.cancelled() => return,
             push = pushes.recv() => match push {
@@ -408,7 +440,7 @@ async fn dispatch(
                 }
             }
             PushKind::Subscribe | PushKind::SSubscribe => {
-                if let Some(listener) = subs.confirmed(channel) {
+                if let Some(listener) = subs.confirmed(channel, server) {
                     listener(LogNotice::Resubscribed);
                 }
             }
@@ -418,10 +450,24 @@ async fn dispatch(
                 tracing::debug!("a shard channel's slot moved; subscribing it again");
                 subs.mark_lost(channel);
             }
-            PushKind::Disconnection => {
-                tracing::warn!("redis subscriber connection lost; resubscribing once it is back");
-                subs.connection_lost();
-            }
+            PushKind::Disconnection => match server {
+                Some(server) => {
+                    tracing::warn!(
+                        ?server,
+                        "redis subscriber connection lost; resubscribing its channels"
+                    );
+                    if let PubSub::Cluster(conns) = link.conn() {
+                        conns.drop_conn(&server);
+                    }
+                    subs.lost_at(&server);
+                }
+                None => {
+                    tracing::warn!(
+                        "redis subscriber connection lost; resubscribing once it is back"
+                    );
+                    subs.connection_lost();
+                }
+            },
             _ => {}
         }
     }
@@ -445,22 +491,30 @@ async fn ping(
             _ = tick.tick() => {}
             _ = subs.lost.notified() => {}
         }
-        let mut conn = link.conn();
-        if let Err(e) = guarded(timeout, conn.ping()).await {
-            tracing::debug!("redis subscriber ping failed: {e}");
-            continue;
+        let conn = link.conn();
+        match &conn {
+            PubSub::Single(c) => {
+                let ping = ::redis::cmd("PING");
+                let mut c = c.clone();
+                if let Err(e) = guarded(timeout, ping.query_async::<Value>(&mut c)).await {
+                    tracing::debug!("redis subscriber ping failed: {e}");
+                    continue;
+                }
+            }
+            // Each server's connection on its own: a silent one loses its
+            // own channels only.
+            PubSub::Cluster(conns) => {
+                for server in conns.check(timeout).await {
+                    tracing::debug!(?server, "redis subscriber ping failed");
+                    subs.lost_at(&server);
+                }
+            }
         }
         let (classic, sharded) = subs.lost();
-        if !classic.is_empty() {
-            let mut all = conn.clone();
-            let resubscribe = async {
-                match &mut all {
-                    PubSub::Single(c) => c.subscribe(&classic).await,
-                    PubSub::Cluster(c) => c.subscribe(&classic).await,
-                }
-            };
-            if let Err(e) = guarded(timeout, resubscribe).await {
-                tracing::warn!("resubscribing {} channels failed: {e}", classic.len());
+        for channel in classic {
+            let mut conn = conn.clone();
+            if let Err(e) = guarded(timeout, conn.subscribe(&channel, false)).await {
+                tracing::warn!("resubscribing a channel failed: {e}");
             }
         }
         // One at a time: each shard channel goes to its own slot's primary.
