@@ -82,12 +82,10 @@ const SLOTS_PATIENCE: Duration = Duration::from_millis(500);
 pub(super) struct Shards {
     /// Asked for the slot map besides the primaries known.
     seeds: Vec<Addr>,
-    /// Credentials and TCP settings for every server.
-    template: ConnectionInfo,
     settings: AsyncConnectionConfig,
     timeout: Duration,
     map: RwLock<SlotMap>,
-    conns: Mutex<HashMap<Addr, MultiplexedConnection>>,
+    conns: Connections,
     /// Loaded on every connection opened.
     scripts: Vec<&'static ::redis::Script>,
     /// Held by the one refresh under way; a caller that waited for it takes
@@ -99,6 +97,70 @@ pub(super) struct Shards {
     /// which every server relays): the last that answered one, cleared when
     /// one fails.
     preferred: Mutex<Option<Addr>>,
+}
+
+/// Connections by server, opened outside the table's lock: a server slow
+/// to accept delays only its own callers.
+pub(super) struct Connections {
+    /// Credentials and settings for every server.
+    template: ConnectionInfo,
+    conns: Mutex<HashMap<Addr, MultiplexedConnection>>,
+}
+
+impl Connections {
+    pub(super) fn new(template: ConnectionInfo) -> Self {
+        Self {
+            template,
+            conns: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Addr, MultiplexedConnection>> {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The connection to `addr`, or the one `open` makes from the
+    /// template's settings at that address. Two callers may open one at
+    /// once: the first kept is everyone's.
+    pub(super) async fn get_or_open<F>(
+        &self,
+        addr: &Addr,
+        open: impl FnOnce(ConnectionInfo) -> F,
+    ) -> Result<MultiplexedConnection, RedisError>
+    where
+        F: std::future::Future<Output = Result<MultiplexedConnection, RedisError>>,
+    {
+        if let Some(conn) = self.lock().get(addr) {
+            return Ok(conn.clone());
+        }
+        let info = self
+            .template
+            .clone()
+            .set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1));
+        let conn = open(info).await?;
+        Ok(self.lock().entry(addr.clone()).or_insert(conn).clone())
+    }
+
+    /// The connection to `addr`, if one is open.
+    pub(super) fn get(&self, addr: &Addr) -> Option<MultiplexedConnection> {
+        self.lock().get(addr).cloned()
+    }
+
+    /// Every open connection.
+    pub(super) fn all(&self) -> Vec<(Addr, MultiplexedConnection)> {
+        self.lock()
+            .iter()
+            .map(|(a, c)| (a.clone(), c.clone()))
+            .collect()
+    }
+
+    pub(super) fn remove(&self, addr: &Addr) {
+        self.lock().remove(addr);
+    }
+
+    pub(super) fn clear(&self) {
+        self.lock().clear();
+    }
 }
 
 /// Where a command goes next, and whether it was told to wait.
@@ -132,11 +194,10 @@ impl Shards {
             .collect();
         let shards = Self {
             seeds,
-            template,
             settings: super::connect::plain_config(config),
             timeout: config.timeout,
             map: RwLock::new(Vec::new()),
-            conns: Mutex::new(HashMap::new()),
+            conns: Connections::new(template),
             scripts,
             refreshing: tokio::sync::Mutex::new(()),
             generation: AtomicU64::new(0),
@@ -261,40 +322,29 @@ impl Shards {
     /// is none. `Err` means nothing was sent. Opening happens outside the
     /// table's lock: a server slow to accept delays only its own callers.
     pub(super) async fn conn(&self, addr: &Addr) -> Result<MultiplexedConnection, RedisError> {
-        if let Some(conn) = self.lock_conns().get(addr) {
-            return Ok(conn.clone());
-        }
-        let info = self
-            .template
-            .clone()
-            .set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1));
-        let client = Client::open(info)?;
-        let mut conn = client
-            .get_multiplexed_async_connection_with_config(&self.settings)
-            .await?;
-        for script in &self.scripts {
-            script.load_async(&mut conn).await?;
-        }
-        Ok(self
-            .lock_conns()
-            .entry(addr.clone())
-            .or_insert(conn)
-            .clone())
-    }
-
-    fn lock_conns(&self) -> MutexGuard<'_, HashMap<Addr, MultiplexedConnection>> {
-        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+        self.conns
+            .get_or_open(addr, |info| async move {
+                let client = Client::open(info)?;
+                let mut conn = client
+                    .get_multiplexed_async_connection_with_config(&self.settings)
+                    .await?;
+                for script in &self.scripts {
+                    script.load_async(&mut conn).await?;
+                }
+                Ok(conn)
+            })
+            .await
     }
 
     /// Forgets the connection to `addr`: the next call opens a new one.
     pub(super) fn drop_conn(&self, addr: &Addr) {
-        self.lock_conns().remove(addr);
+        self.conns.remove(addr);
     }
 
     /// Forgets every connection: the next batch opens them again, loading
     /// the scripts (after someone flushed them).
     pub(super) fn reset(&self) {
-        self.lock_conns().clear();
+        self.conns.clear();
     }
 
     /// Sends `pipe` to the server of `slot` (any server for `None`), or to

@@ -8,30 +8,28 @@
 //! command's reply); the control channel, a classic one that every server
 //! relays, at any one server.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionLike, MultiplexedConnection};
 use ::redis::{
-    AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, ProtocolVersion, PushInfo,
-    RedisError, RedisResult, ServerErrorKind, Value,
+    AsyncConnectionConfig, Client, ConnectionInfo, ProtocolVersion, PushInfo, RedisError,
+    RedisResult, ServerErrorKind, Value,
 };
 use futures_util::future::join_all;
 use tokio::sync::mpsc;
 
 use super::Push;
 use crate::redis::connect::{self, tcp_settings};
-use crate::redis::shards::{slot_of, Addr, Shards};
+use crate::redis::shards::{slot_of, Addr, Connections, Shards};
 use crate::redis::RedisConfig;
 
 /// The node's pub/sub connections to a Redis Cluster's servers.
 pub(super) struct ShardPubSub {
     shards: Arc<Shards>,
-    /// Credentials for every server, speaking RESP3.
-    template: ConnectionInfo,
     config: RedisConfig,
-    conns: Mutex<HashMap<Addr, MultiplexedConnection>>,
+    /// Speaking RESP3.
+    conns: Connections,
     /// Where every connection's pushes go, tagged with its server.
     pushes: mpsc::UnboundedSender<Push>,
 }
@@ -53,44 +51,33 @@ impl ShardPubSub {
             .set_tcp_settings(tcp_settings(config.timeout));
         Self {
             shards,
-            template,
             config: config.clone(),
-            conns: Mutex::new(HashMap::new()),
+            conns: Connections::new(template),
             pushes,
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Addr, MultiplexedConnection>> {
-        self.conns.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The connection to `addr`, opened outside the table's lock (a server
-    /// slow to accept delays only its own channels).
+    /// The connection to `addr`, its pushes tagged with it.
     async fn conn(&self, addr: &Addr) -> RedisResult<MultiplexedConnection> {
-        if let Some(conn) = self.lock().get(addr) {
-            return Ok(conn.clone());
-        }
-        let info = self
-            .template
-            .clone()
-            .set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1));
-        let client = Client::open(info)?;
-        let pushes = self.pushes.clone();
-        let server = addr.clone();
-        let tag = move |push: PushInfo| pushes.send((0, Some(server.clone()), push));
-        let settings = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(connect::connection_timeout(&self.config)))
-            .set_response_timeout(Some(self.config.timeout))
-            .set_push_sender(tag);
-        let conn = client
-            .get_multiplexed_async_connection_with_config(&settings)
-            .await?;
-        Ok(self.lock().entry(addr.clone()).or_insert(conn).clone())
+        self.conns
+            .get_or_open(addr, |info| async move {
+                let pushes = self.pushes.clone();
+                let server = addr.clone();
+                let tag = move |push: PushInfo| pushes.send((0, Some(server.clone()), push));
+                let settings = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(connect::connection_timeout(&self.config)))
+                    .set_response_timeout(Some(self.config.timeout))
+                    .set_push_sender(tag);
+                Client::open(info)?
+                    .get_multiplexed_async_connection_with_config(&settings)
+                    .await
+            })
+            .await
     }
 
     /// Forgets the connection to `addr` (its subscriptions count as lost).
     pub(super) fn drop_conn(&self, addr: &Addr) {
-        self.lock().remove(addr);
+        self.conns.remove(addr);
     }
 
     /// Where `channel` is subscribed: its slot's primary for a shard
@@ -164,7 +151,7 @@ impl ShardPubSub {
     /// Ends `channel`'s subscription at `at`, the server that confirmed it.
     pub(super) async fn unsubscribe(&self, channel: &[u8], sharded: bool, at: Option<&Addr>) {
         let Some(at) = at else { return };
-        let Some(mut conn) = self.lock().get(at).cloned() else {
+        let Some(mut conn) = self.conns.get(at) else {
             // The connection is gone, and its subscriptions with it.
             return;
         };
@@ -187,18 +174,17 @@ impl ShardPubSub {
     /// within `timeout`, whose connections are dropped (their channels are
     /// then lost, and subscribed again where the map says).
     pub(super) async fn check(&self, timeout: Duration) -> Vec<Addr> {
-        let conns: Vec<(Addr, MultiplexedConnection)> = self
-            .lock()
-            .iter()
-            .map(|(a, c)| (a.clone(), c.clone()))
-            .collect();
-        let pings = conns.into_iter().map(|(addr, mut conn)| async move {
-            let ping = ::redis::cmd("PING");
-            let answered = tokio::time::timeout(timeout, ping.query_async::<Value>(&mut conn))
-                .await
-                .is_ok_and(|r| r.is_ok());
-            (addr, answered)
-        });
+        let pings = self
+            .conns
+            .all()
+            .into_iter()
+            .map(|(addr, mut conn)| async move {
+                let ping = ::redis::cmd("PING");
+                let answered = tokio::time::timeout(timeout, ping.query_async::<Value>(&mut conn))
+                    .await
+                    .is_ok_and(|r| r.is_ok());
+                (addr, answered)
+            });
         let mut failed = Vec::new();
         for (addr, answered) in join_all(pings).await {
             if !answered {
