@@ -673,7 +673,9 @@ export class RoomHandle extends Emitter<RoomEvents> {
   private holdUntilAttached(): void {
     this.held = [];
     const release = () => this.releaseHeld();
-    if (typeof setImmediate === 'function') setImmediate(release);
+    // setImmediate where there is one (Node): a timer may be clamped or throttled.
+    const { setImmediate } = globalThis as { setImmediate?: (callback: () => void) => unknown };
+    if (setImmediate) setImmediate(release);
     else setTimeout(release, 0);
   }
 
