@@ -8,6 +8,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 const env = (name, fallback) => {
   const v = process.env[name] ?? fallback;
@@ -19,7 +20,8 @@ const PLAZA_API_KEY = env('PLAZA_API_KEY');
 const JWT_SECRET = env('JWT_SECRET');
 const WEBHOOK_KEY = Buffer.from(env('WEBHOOK_SECRET').replace(/^whsec_/, ''), 'base64');
 const PORT = Number(env('PORT', '3000'));
-const DATA_DIR = env('DATA_DIR', './data');
+// Beside this file by default: not ./data, where scripts/run.sh keeps Plaza's own store.
+const DATA_DIR = env('DATA_DIR', fileURLToPath(new URL('./mirrors', import.meta.url)));
 const TOLERANCE_S = 5 * 60;
 
 // --- Tokens -------------------------------------------------------------------------------

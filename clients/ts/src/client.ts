@@ -197,6 +197,8 @@ export class PlazaClient extends Emitter<ClientEvents> {
   /**
    * Joins a room; resolves with its {@link RoomHandle} on `joined`, rejects with a
    * {@link PlazaError} on `error` (e.g. `room_not_found`, `ticket_used`). Connects if needed.
+   * The room's events after the snapshot wait for the next macrotask: handlers attached where
+   * the `await` resumes (before awaiting anything else) get every one of them.
    */
   async join(room: string, options: JoinOptions): Promise<RoomHandle> {
     if (this.rooms.has(room)) throw new PlazaError('already_joined', `already in room ${room}`);

@@ -107,6 +107,11 @@ export class RoomHandle extends Emitter<RoomEvents> {
   private joinHistory: JoinHistory | undefined;
   /** Called once when the handle ends, however it ends (see {@link RoomHandle._whenEnded}). */
   private readonly endedCallbacks = new Set<() => void>();
+  /**
+   * The room's frames that came after the first `joined`, held until the code awaiting
+   * `join()` has attached its handlers (see {@link RoomHandle.holdUntilAttached}).
+   */
+  private held: ServerFrame[] | undefined;
 
   /** @internal Created by {@link PlazaClient.join}. */
   constructor(room: string, options: JoinOptions, transport: RoomTransport) {
@@ -582,6 +587,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
 
   /** @internal The connection dropped: in-flight requests fail, publishes wait for the resume. */
   _onDisconnect(): void {
+    this.releaseHeld();
     if (this.status === 'ended') {
       this.leaveWaiter?.();
       return;
@@ -612,6 +618,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
    * resume on the new one (nothing waits for an answer: see {@link _busy}).
    */
   _beginMove(): void {
+    this.releaseHeld();
     if (this.status === 'ended') return;
     this.moving = true;
     if (this.status === 'live') this.status = 'rejoining';
@@ -639,6 +646,7 @@ export class RoomHandle extends Emitter<RoomEvents> {
 
   /** @internal The client was closed. */
   _onClientClosed(): void {
+    this.releaseHeld();
     if (this.status === 'ended') {
       this.leaveWaiter?.();
       return;
@@ -650,6 +658,36 @@ export class RoomHandle extends Emitter<RoomEvents> {
 
   /** @internal A frame for this room. */
   _handle(frame: ServerFrame): void {
+    if (this.held) this.held.push(frame);
+    else this.handleNow(frame);
+  }
+
+  /**
+   * Holds the room's frames from the first `joined` on until the next macrotask. `join()`
+   * resolves on `joined`, but the code awaiting it resumes only after the current task's
+   * microtasks: frames that came in the same chunk as `joined` (a backend's instant welcome,
+   * read together by a busy client) would be handled before it attached its handlers, and
+   * missed. A macrotask runs after every microtask, however many `await`s stand between.
+   * Holding whole frames, acks and responses included, keeps their order and `lastSeq`'s.
+   */
+  private holdUntilAttached(): void {
+    this.held = [];
+    const release = () => this.releaseHeld();
+    // setImmediate where there is one (Node): a timer may be clamped or throttled.
+    const { setImmediate } = globalThis as { setImmediate?: (callback: () => void) => unknown };
+    if (setImmediate) setImmediate(release);
+    else setTimeout(release, 0);
+  }
+
+  /** Handles the held frames, in the order they came (before anything that comes after). */
+  private releaseHeld(): void {
+    const held = this.held;
+    if (!held) return;
+    this.held = undefined;
+    for (const frame of held) this.handleNow(frame);
+  }
+
+  private handleNow(frame: ServerFrame): void {
     switch (frame.type) {
       case 'joined':
       case 'resync':
@@ -726,7 +764,10 @@ export class RoomHandle extends Emitter<RoomEvents> {
     this.emit('members', this.memberList);
     const waiter = this.joinWaiter;
     this.joinWaiter = undefined;
-    waiter?.resolve(this);
+    if (waiter) {
+      this.holdUntilAttached();
+      waiter.resolve(this);
+    }
   }
 
   private onEvent(frame: RoomEvent): void {

@@ -103,19 +103,21 @@ async function login(name: string): Promise<string> {
   return token;
 }
 
-/** Joins `room` with `token`; `received` collects every event from the first one on. */
+/**
+ * Joins `room` with `token` as the SDK's README shows: handlers attached right after `await
+ * join()`. `received` collects every message from the first one after the snapshot on.
+ */
 async function member(room: string, token: string): Promise<RoomHandle & { received: MessageEvent[] }> {
-  const received: MessageEvent[] = [];
   const c = new PlazaClient(`ws://${plazaProcess.addr}/v1/ws`, {
     WebSocket,
     token,
     reconnect: { initialMs: 20, maxMs: 200 },
-    onEvent: (_room, frame) => {
-      if (frame.type === 'event' && frame.kind === 'message') received.push(frame);
-    },
   });
   onTestFinished(() => c.close());
-  return Object.assign(await c.join(room, {}), { received });
+  const handle = await c.join(room, {});
+  const received: MessageEvent[] = [];
+  handle.on('message', (m) => received.push(m));
+  return Object.assign(handle, { received });
 }
 
 interface Mirror {
@@ -213,7 +215,8 @@ describe('examples/backend', () => {
     await plaza.createRoom({ id: room });
     const bob = await member(room, await login('Bob'));
     // The webhook (member.joined) is sent once the join is ordered; the example answers it
-    // with a publish, which may reach the member before its join promise resolves.
+    // with a publish, which may reach the member together with its `joined`: the handler
+    // attached after `await join()` gets it all the same.
     const welcome = await until(() => bob.received.find((e) => e.event === 'welcome'));
     expect(welcome).toMatchObject({ from: '@server', data: { text: 'Welcome, Bob' }, id: expect.stringMatching(new RegExp(`^welcome-${room}:`)) });
     // Exactly once, even if plaza had to deliver the webhook again.

@@ -125,6 +125,9 @@ async function joinedClient(
   const joined = vector('server', joinedVector);
   socket.deliver(seq === null ? joined : { ...joined, seq });
   const room = await joining;
+  // The handle holds what follows `joined` until the next macrotask (for handlers attached
+  // after `await join()`); the frames below are delivered synchronously, so that task passes first.
+  await new Promise((resolve) => setImmediate(resolve));
   return { client, socket, room, join };
 }
 

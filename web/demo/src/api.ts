@@ -1,4 +1,5 @@
 /** The HTTP API of the Plaza server this page came from (docs/protocol.md, "HTTP API"). */
+import { OBJECT_COLORS } from './util';
 
 /** A room as `GET /v1/rooms` lists it. */
 export interface RoomInfo {
@@ -51,9 +52,9 @@ export async function listRooms(): Promise<RoomInfo[]> {
 /** The shared objects every new room starts with (kind `object`). */
 export function initialObjects(): Array<{ kind: string; data: { x: number; y: number; color: string; label: string } }> {
   return [
-    { x: 220, y: 160, color: '#17bebb', label: 'crate' },
-    { x: 400, y: 330, color: '#8e6c8a', label: 'ball' },
-    { x: 590, y: 170, color: '#f18f01', label: 'lamp' },
+    { x: 220, y: 160, color: OBJECT_COLORS.crate, label: 'crate' },
+    { x: 400, y: 330, color: OBJECT_COLORS.ball, label: 'ball' },
+    { x: 590, y: 170, color: OBJECT_COLORS.lamp, label: 'lamp' },
   ].map((data) => ({ kind: 'object', data }));
 }
 

@@ -5,6 +5,8 @@ export interface DebugObject {
   id: string;
   x: number;
   y: number;
+  /** Its fill colour (`#rrggbb`). */
+  color: string;
   /** Session id of the lock's holder, or null. */
   holder: string | null;
 }
@@ -28,8 +30,8 @@ declare global {
       transport(): TransportName | undefined;
       /** The delivery policy in force in the room (quiet mode's), or undefined without one. */
       policy(): DeliveryPolicy | undefined;
-      /** Where this tab draws `session`'s avatar now, and its target. */
-      avatar(session: string): { x: number; y: number; tx: number; ty: number } | undefined;
+      /** Where this tab draws `session`'s avatar now, its target, and its colour. */
+      avatar(session: string): { x: number; y: number; tx: number; ty: number; color: string } | undefined;
       /** The shared objects as drawn, with the session holding each one's lock (or null). */
       objects(): DebugObject[];
       /** Who highlights which object (`by`: session id, `name`: their name). */

@@ -6,8 +6,10 @@ import type { Member, RoomHandle } from '@plaza/client';
 import { h } from './util';
 
 export class Members {
-  /** The member count (shown in the room's header). */
+  /** The member count with its noun, "1 member" or "3 members" (shown in the room's header). */
   readonly count: HTMLElement;
+  private readonly countNumber: HTMLElement;
+  private readonly countNoun: HTMLElement;
   /** The "Members" card. */
   readonly element: HTMLElement;
   private readonly list: HTMLElement;
@@ -30,9 +32,11 @@ export class Members {
     this.room = room;
     this.colorOf = colorOf;
     this.changed = changed;
-    this.count = h('span', { 'data-testid': 'member-count' }, '0');
+    this.countNumber = h('span', { 'data-testid': 'member-count' }, '0');
+    this.countNoun = h('span', {}, ' members');
+    this.count = h('span', { 'data-testid': 'member-count-label' }, this.countNumber, this.countNoun);
     this.list = h('ul', { class: 'members', 'data-testid': 'member-list' });
-    this.element = h('section', { class: 'card' }, h('h2', {}, 'Members'), this.list);
+    this.element = h('section', { class: 'card members-card' }, h('h2', {}, 'Members'), this.list);
   }
 
   /** Remembers a member's name (from its join or its avatar). */
@@ -54,7 +58,8 @@ export class Members {
     const key = JSON.stringify([me, rows]);
     if (key === this.key) return;
     this.key = key;
-    this.count.textContent = String(members.length);
+    this.countNumber.textContent = String(members.length);
+    this.countNoun.textContent = members.length === 1 ? ' member' : ' members';
     this.list.replaceChildren(
       ...rows.map((m) =>
         h(

@@ -110,7 +110,7 @@ export class RoomView {
         { class: 'room-header' },
         h('h1', {}, h('span', { class: 'muted' }, 'Room '), h('span', { 'data-testid': 'room-id' }, roomId)),
         h('span', { class: 'pill' }, this.stateEl),
-        h('span', { class: 'pill' }, this.members.count, ' members'),
+        h('span', { class: 'pill' }, this.members.count),
         leave,
       ),
       h(
@@ -125,9 +125,12 @@ export class RoomView {
             { class: 'muted hint' },
             'Click the plaza to walk there. Hover an object to highlight it; drag it to move it (others see who holds it).',
           ),
-          this.video.element,
         ),
-        h('aside', { class: 'side' }, this.members.element, this.chat.element),
+        // Beside the plaza on a wide screen, the video above the chat so that a call shows
+        // without scrolling; under it on a narrow one, the video first (style.css, .room-body).
+        this.members.element,
+        this.video.element,
+        this.chat.element,
       ),
     );
     root.replaceChildren(this.root);
@@ -242,9 +245,11 @@ export class RoomView {
     return policy === undefined ? undefined : (JSON.parse(JSON.stringify(policy)) as DeliveryPolicy);
   }
 
-  /** The drawn position and target of `session`'s avatar. */
-  avatar(session: string): { x: number; y: number; tx: number; ty: number } | undefined {
-    return this.avatars.position(session);
+  /** The drawn position and target of `session`'s avatar, and its colour. */
+  avatar(session: string): { x: number; y: number; tx: number; ty: number; color: string } | undefined {
+    const position = this.avatars.position(session);
+    const color = this.avatars.colorOf(session);
+    return position && color !== undefined ? { ...position, color } : undefined;
   }
 
   objects(): DebugObject[] {
@@ -252,6 +257,7 @@ export class RoomView {
       id: o.id,
       x: o.x,
       y: o.y,
+      color: o.color,
       holder: this.room?.state.lock(o.id)?.owner ?? null,
     }));
   }

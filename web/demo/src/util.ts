@@ -77,8 +77,14 @@ export function randomRoomId(): string {
   return `plaza-${1000 + Math.floor(Math.random() * 9000)}`;
 }
 
-/** Colours for avatars and objects. */
-export const PALETTE = ['#e4572e', '#17bebb', '#ffc914', '#76b041', '#8e6c8a', '#2e86ab', '#f18f01', '#c73e1d'];
+/** The avatars' colours. */
+export const PALETTE = ['#d62839', '#ffc914', '#76b041', '#2e86ab', '#7b2cbf', '#3d405b', '#ff5d8f', '#6f4e37'];
+
+/**
+ * The shared objects' colours, none of them an avatar's ({@link PALETTE}): an avatar the colour
+ * of the crate would read as part of it.
+ */
+export const OBJECT_COLORS = { crate: '#17bebb', ball: '#8e6c8a', lamp: '#f18f01' } as const;
 
 export function pick<T>(items: readonly T[]): T {
   return items[Math.floor(Math.random() * items.length)] as T;

@@ -42,8 +42,7 @@ export class ProximityVideo {
       h('h2', {}, 'Proximity video'),
       h('p', { class: 'muted' }, 'Walk up to someone on the plaza: a video call opens while you stand together.'),
       this.status,
-      this.preview,
-      this.callsBox,
+      h('div', { class: 'media' }, this.preview, this.callsBox),
     );
   }
 
