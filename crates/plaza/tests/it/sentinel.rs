@@ -28,7 +28,7 @@ fn start_with(name: &str, ack: &str, sentinel: bool) -> (LocalCluster, tempfile:
 }
 
 /// Waits until the Sentinels name a primary other than server `old`.
-async fn promoted(cluster: &LocalCluster, old: usize) -> usize {
+pub(crate) async fn promoted(cluster: &LocalCluster, old: usize) -> usize {
     let deadline = Instant::now() + LIMIT;
     loop {
         if let Ok(now) = cluster.sentinels().unwrap().primary() {
@@ -43,7 +43,7 @@ async fn promoted(cluster: &LocalCluster, old: usize) -> usize {
 }
 
 /// SIGKILLs the server the Sentinels name as primary; its index.
-fn kill_primary(cluster: &mut LocalCluster) -> usize {
+pub(crate) fn kill_primary(cluster: &mut LocalCluster) -> usize {
     let sentinels = cluster.sentinels_mut().unwrap();
     let primary = sentinels.primary().unwrap();
     sentinels.servers_mut()[primary].kill().unwrap();

@@ -475,10 +475,23 @@ pub async fn publish_all_retrying(m: &mut Member, count: usize, on_ack: impl Fn(
 
 /// A room's log payloads as the Redis at `url` holds them (`XRANGE`).
 pub fn log_payloads(url: &str, room: &str) -> Vec<Vec<u8>> {
+    log_entries(url, room, false)
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect()
+}
+
+/// A room's log as the Redis at `url` holds them (`XRANGE`): each entry's position and
+/// payload. `replica_of_cluster`: the server is a Redis Cluster replica, which serves reads
+/// only after `READONLY`.
+pub fn log_entries(url: &str, room: &str, replica_of_cluster: bool) -> Vec<(u64, Vec<u8>)> {
     /// A stream entry as XRANGE gives it: id, then field and value pairs.
     type StreamEntry = (String, Vec<(String, Vec<u8>)>);
     let client = redis::Client::open(url).unwrap();
     let mut conn = client.get_connection().unwrap();
+    if replica_of_cluster {
+        let _: () = redis::cmd("READONLY").query(&mut conn).unwrap();
+    }
     let log: Vec<StreamEntry> = redis::cmd("XRANGE")
         .arg(format!("plaza:room:{{{room}}}:log"))
         .arg("-")
@@ -486,7 +499,14 @@ pub fn log_payloads(url: &str, room: &str) -> Vec<Vec<u8>> {
         .query(&mut conn)
         .unwrap();
     log.into_iter()
-        .flat_map(|(_, fields)| fields.into_iter().filter(|(k, _)| k == "p").map(|(_, v)| v))
+        .flat_map(|(id, fields)| {
+            // Entry ids are `<position>-0`.
+            let n: u64 = id.split('-').next().unwrap().parse().unwrap();
+            fields
+                .into_iter()
+                .filter(|(k, _)| k == "p")
+                .map(move |(_, v)| (n, v))
+        })
         .collect()
 }
 
