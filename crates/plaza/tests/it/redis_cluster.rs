@@ -48,7 +48,7 @@ fn room_keys(room: &str) -> Vec<String> {
 }
 
 /// A room id other than `room` whose keys are in the same slot.
-fn neighbour_of(room: &str) -> String {
+pub(crate) fn neighbour_of(room: &str) -> String {
     let slot = room_slot(room);
     (0..)
         .map(|i| format!("n{i}"))
