@@ -8,7 +8,8 @@
 //! to lack them, the primary is SIGKILLed and a replica promoted. The new primary's log then
 //! ends before the members' last seq, and new entries take the lost ones' positions.
 //!
-//! What must follow: every member that saw the lost entries is closed with 4005; it joins
+//! What must follow, in a room that goes on after the failover and in one where nobody
+//! publishes again: every member that saw the lost entries is closed with 4005; it joins
 //! again without `resume` and gets the new history (the snapshot without what was lost, the
 //! messages from before the cut, none of the lost ones); each node counts the regression in
 //! `plaza_log_regressions_total`; and nothing acknowledged after it is lost.
@@ -83,6 +84,15 @@ async fn lose_delivered_entries(mut cluster: LocalCluster, setup: Setup) {
         }
     }
     let seen = busy.a.last_seq.min(busy.b.last_seq);
+    let offset = |addr, field: &str| -> u64 { replication(addr)[field].parse().unwrap() };
+    let primary_offset = offset(primary, "master_repl_offset");
+    for &r in &replicas {
+        let replica_offset = offset(r, "slave_repl_offset");
+        assert!(
+            replica_offset < primary_offset,
+            "replica {r} at offset {replica_offset}, its primary at {primary_offset}"
+        );
+    }
 
     let new = fail_over(&mut cluster, setup, &busy.room, primary, &replicas).await;
     assert!(
@@ -96,9 +106,9 @@ async fn lose_delivered_entries(mut cluster: LocalCluster, setup: Setup) {
         let code = m.until_closed().await;
         assert_eq!(code, HISTORY_REWRITTEN, "{}'s close code", m.name);
     }
-    // A publishes again in the busy room: its entries take lost positions. Whether those
-    // answered by the close landed is unknown; any acknowledged is checked at the end like
-    // the others.
+    // A publishes again in the busy room, until closed: its node tells on subscribing again
+    // too, or else from the entries that take lost positions. Whether the publishes answered
+    // by the close landed is unknown; any acknowledged is checked at the end like the others.
     let acked_after = busy.a.publish_until_closed("after-a").await;
     let code = busy.b.until_closed().await;
     assert_eq!(busy.a.closed, Some(HISTORY_REWRITTEN), "a's close code");
