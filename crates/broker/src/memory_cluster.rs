@@ -140,7 +140,7 @@ impl MemoryCluster {
     /// contents it has. Nothing is told to the nodes (a real failover makes
     /// them subscribe again: [`MemoryCluster::set_available`] does that);
     /// those that applied the lost entries learn of it from the entries
-    /// that take their place. A member count recorded after `to_n` is lost
+    /// that take their place, or from the log's end when they catch up. A member count recorded after `to_n` is lost
     /// too. Does nothing if there is no such room or `to_n` is not before
     /// the log's end. Test support.
     ///

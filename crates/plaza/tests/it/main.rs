@@ -12,6 +12,7 @@ mod cluster;
 mod cluster_quota;
 mod data_dir;
 mod launch;
+mod log_regression;
 mod redis_cluster;
 mod sentinel;
 mod starvation;

@@ -1033,6 +1033,36 @@ async fn a_log_that_went_back_closes_its_nodes_connections_with_4005_and_they_fo
 }
 
 #[tokio::test]
+async fn a_log_that_went_back_in_a_room_nobody_publishes_in_is_caught_when_the_nodes_subscribe_again(
+) {
+    // The failover loses the room's last entries and nothing is appended
+    // afterwards: no entry ever reaches a lost position. The nodes tell
+    // from the log's end, before the last entry they applied, on the
+    // catch-up that follows their subscribing again.
+    let c = cluster(2).await;
+    c.nodes[0].create_room(json!({"id": "rw"})).await;
+    let (mut ann, _) = c.nodes[0].join("rw", "ann").await;
+    let (mut bob, _) = join_seen(&c.nodes[1], "rw", "bob", &mut [&mut ann]).await;
+    ann.publish("rw", "m", json!("kept")).await;
+    bob.recv_event("message").await;
+    let k = c.hub.log_end("rw").unwrap();
+    ann.publish("rw", "m", json!("lost")).await;
+    bob.recv_event("message").await;
+    c.hub.set_available(false);
+    c.hub.rewind_log("rw", k);
+    c.hub.set_available(true);
+    assert_eq!(ann.closed().await, Closed::Code(4005));
+    assert_eq!(bob.closed().await, Closed::Code(4005));
+    for node in &c.nodes {
+        assert_eq!(node.metric("plaza_log_regressions_total").await, Some(1.0));
+    }
+    // Both rebuilt the room from the new history: their sessions left it.
+    let (cid, cid_joined) = c.nodes[1].join("rw", "cid").await;
+    assert_eq!(names(&cid_joined), ["cid"], "{cid_joined}");
+    drop(cid);
+}
+
+#[tokio::test]
 async fn a_log_that_went_back_and_on_past_a_node_is_caught_on_its_catch_up() {
     // node-0 hears nothing while the log goes back and on past what it
     // applied: entries after its position would apply on top of the lost

@@ -112,6 +112,10 @@ pub struct Member {
     /// Other room events (kind, frame).
     pub events: Vec<Value>,
     pub reconnects: usize,
+    /// The server closed the connection with 4005: the room's history was rewritten (a
+    /// failover lost entries this member saw). The member stops there: resuming would get
+    /// `resync`.
+    pub history_rewritten: bool,
     /// `pong` frames received.
     pub pongs: usize,
     /// When set, a connection silent this long gets an application `ping`,
@@ -149,6 +153,7 @@ impl Member {
             responses: HashMap::new(),
             events: Vec::new(),
             reconnects: 0,
+            history_rewritten: false,
             pongs: 0,
             liveness: None,
             heard: Instant::now(),
@@ -274,6 +279,11 @@ impl Member {
         let deadline = Instant::now() + limit;
         while !done(self) {
             assert!(
+                !self.history_rewritten,
+                "{}: closed with 4005 (history rewritten)",
+                self.name
+            );
+            assert!(
                 Instant::now() < deadline,
                 "{}: condition not met in {limit:?}; acked {}/{} received {}",
                 self.name,
@@ -316,6 +326,10 @@ impl Member {
                 } else {
                     self.on_frame(v);
                 }
+            }
+            Ok(Err(e)) if e == CLOSED_HISTORY_REWRITTEN => {
+                self.ws = None;
+                self.history_rewritten = true;
             }
             Ok(Err(_)) => self.reconnect().await,
         }
@@ -385,6 +399,9 @@ impl Member {
     }
 }
 
+/// [`next_frame`]'s error for a close with 4005 (history rewritten).
+pub const CLOSED_HISTORY_REWRITTEN: &str = "closed with 4005 (history rewritten)";
+
 /// The next JSON frame, or why there is none (the connection ended).
 pub async fn next_frame(ws: &mut Ws) -> Result<Value, String> {
     loop {
@@ -393,6 +410,9 @@ pub async fn next_frame(ws: &mut Ws) -> Result<Value, String> {
             Some(Err(e)) => return Err(e.to_string()),
             Some(Ok(Message::Text(t))) => {
                 return serde_json::from_str(&t).map_err(|e| e.to_string())
+            }
+            Some(Ok(Message::Close(Some(f)))) if u16::from(f.code) == 4005 => {
+                return Err(CLOSED_HISTORY_REWRITTEN.into())
             }
             Some(Ok(Message::Close(_))) => return Err("closed".into()),
             Some(Ok(_)) => continue,
@@ -475,10 +495,23 @@ pub async fn publish_all_retrying(m: &mut Member, count: usize, on_ack: impl Fn(
 
 /// A room's log payloads as the Redis at `url` holds them (`XRANGE`).
 pub fn log_payloads(url: &str, room: &str) -> Vec<Vec<u8>> {
+    log_entries(url, room, false)
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect()
+}
+
+/// A room's log as the Redis at `url` holds them (`XRANGE`): each entry's position and
+/// payload. `replica_of_cluster`: the server is a Redis Cluster replica, which serves reads
+/// only after `READONLY`.
+pub fn log_entries(url: &str, room: &str, replica_of_cluster: bool) -> Vec<(u64, Vec<u8>)> {
     /// A stream entry as XRANGE gives it: id, then field and value pairs.
     type StreamEntry = (String, Vec<(String, Vec<u8>)>);
     let client = redis::Client::open(url).unwrap();
     let mut conn = client.get_connection().unwrap();
+    if replica_of_cluster {
+        let _: () = redis::cmd("READONLY").query(&mut conn).unwrap();
+    }
     let log: Vec<StreamEntry> = redis::cmd("XRANGE")
         .arg(format!("plaza:room:{{{room}}}:log"))
         .arg("-")
@@ -486,7 +519,14 @@ pub fn log_payloads(url: &str, room: &str) -> Vec<Vec<u8>> {
         .query(&mut conn)
         .unwrap();
     log.into_iter()
-        .flat_map(|(_, fields)| fields.into_iter().filter(|(k, _)| k == "p").map(|(_, v)| v))
+        .flat_map(|(id, fields)| {
+            // Entry ids are `<position>-0`.
+            let n: u64 = id.split('-').next().unwrap().parse().unwrap();
+            fields
+                .into_iter()
+                .filter(|(k, _)| k == "p")
+                .map(move |(_, v)| (n, v))
+        })
         .collect()
 }
 

@@ -109,7 +109,8 @@ impl Replica {
     /// Each read starts at the last entry applied, when its fingerprint is
     /// remembered, to check that the log still holds that entry: after a
     /// failover the log can have gone back and on again past `applied`,
-    /// and the entries after it would belong to another history.
+    /// and the entries after it would belong to another history; or it can
+    /// end before `applied`, which shows it went back as well.
     pub(super) async fn catch_up(&mut self) -> Result<(), ClusterError> {
         // Cleared when the entry at `applied` is trimmed away (the log moved
         // on far): the read then starts after it.
@@ -121,6 +122,14 @@ impl Replica {
             let overlap = check && self.applied > 0 && self.prints.holds(self.applied);
             let after = self.applied - u64::from(overlap);
             match self.cluster.read(&self.id, after, READ_BATCH).await {
+                Ok(entries) if overlap && entries.is_empty() => {
+                    // The log ends before the last entry applied here, and was
+                    // not trimmed past it (that reads as `Trimmed`): it went
+                    // back. Told now, on the catch-up that follows a failover
+                    // (the nodes subscribe again), rather than when new entries
+                    // reach the lost positions, which may be never.
+                    self.log_went_back(self.applied);
+                }
                 Ok(entries) => {
                     let mut applied_any = false;
                     for e in entries {

@@ -8,7 +8,9 @@
 //! The log can also go back: a broker failover to a replica that lacked its
 //! last entries, after this node applied and delivered them (see
 //! [`history`]). The replica tells that from an entry at a position it
-//! applied with other contents; it then closes its connections in the room
+//! applied with other contents, or from a log that ends before the last
+//! entry it applied when it catches up (as it does after every failover,
+//! on subscribing again); it then closes its connections in the room
 //! (close code 4005, join again without resuming), their sessions leave,
 //! and it rebuilds the room from the broker's snapshot and log
 //! (`log::log_went_back`, `reload::rebuild`).
