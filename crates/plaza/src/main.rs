@@ -214,9 +214,14 @@ struct ServeArgs {
     #[arg(long, value_name = "ORIGINS", value_delimiter = ',')]
     #[serde(skip_serializing_if = "Option::is_none")]
     allowed_origins: Option<Vec<String>>,
-    /// The secret (at least 16 bytes) that creating and deleting rooms and minting
-    /// tickets must present as `Authorization: Bearer <key>`; better given as
-    /// PLAZA_API_KEY than on the command line [default: none, those calls are open].
+    /// The secret (at least 16 bytes) the server API needs as `Authorization: Bearer
+    /// <key>`: creating rooms, minting tickets, /v1/broadcast and /v1/users/... take only the
+    /// key; DELETE /v1/rooms/{id} and every call under /v1/rooms/{id}/ (publish, direct,
+    /// entities, state, history, members, kick) the key or a room's admin token. Open either
+    /// way: GET /v1/rooms and /v1/rooms/{id}, /v1/status, /healthz, /readyz, /metrics, the web
+    /// pages, the trajectory filters, and /v1/ws and /v1/sessions (clients use tokens or
+    /// tickets). Better given as PLAZA_API_KEY than on the command line [default: none, all
+    /// those calls are open].
     #[arg(long, value_name = "KEY")]
     #[serde(skip_serializing_if = "Option::is_none")]
     api_key: Option<String>,
@@ -452,8 +457,8 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
     if node.config().api_key.is_empty() && !addr.ip().is_loopback() {
         tracing::warn!(
             %addr,
-            "anyone who reaches this address can create and delete rooms and mint tickets: \
-             set api_key (PLAZA_API_KEY)"
+            "anyone who reaches this address can use the server API (create, delete and \
+             publish into rooms, read their state, mint tickets): set api_key (PLAZA_API_KEY)"
         );
     }
     for name in unknown_plaza_env(std::env::vars()) {
