@@ -319,7 +319,11 @@ fn unknown_plaza_env(vars: impl Iterator<Item = (String, String)>) -> Vec<String
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     plaza_server::allocator::set_allocator_probe(jemalloc_figures);
+    // Colours only for a person at a terminal: a log file or a collector
+    // would keep the escape codes as text.
+    let colours = std::io::IsTerminal::is_terminal(&std::io::stdout());
     tracing_subscriber::fmt()
+        .with_ansi(colours)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PLAZA_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
@@ -556,7 +560,7 @@ async fn serve(config: ServerConfig, tokens: bool) -> std::io::Result<()> {
         let incarnation = format!("{}.{}", config.node_id, plaza_broker::new_session_id());
         let disk = plaza_broker::DiskBroker::open(&dir, config.fsync, &incarnation)
             .map_err(std::io::Error::other)?;
-        tracing::info!(data_dir = %dir.display(), fsync = ?config.fsync, "rooms kept in the data directory");
+        tracing::info!(data_dir = %dir.display(), fsync = %fsync_name(config.fsync), "rooms kept in the data directory");
         data_dir = Some(disk.clone());
         let tickets: Arc<dyn plaza_broker::TicketStore> = disk.clone();
         let cluster: Arc<dyn Cluster> = disk;
@@ -582,6 +586,7 @@ async fn serve(config: ServerConfig, tokens: bool) -> std::io::Result<()> {
         None => println!("Plaza is running: open http://{addr}/ (WebSocket at ws://{addr}/v1/ws)"),
     }
     // After the first line, which scripts read for the address.
+    log_settings(node.config(), tokens);
     if !node.config().api_key.is_empty() && node.config().auto_create_rooms {
         tracing::warn!(
             "auto_create_rooms lets any client create rooms over /v1/ws, api_key or not"
@@ -629,6 +634,84 @@ async fn serve(config: ServerConfig, tokens: bool) -> std::io::Result<()> {
         disk.close().await;
     }
     served
+}
+
+/// One log line of what guards this node and what keeps its rooms, so that
+/// an operator sees at startup what is on; never a secret's value.
+fn log_settings(config: &ServerConfig, tokens: bool) {
+    let api_key = if config.api_key.is_empty() {
+        "not set (the server API is open)"
+    } else {
+        "set"
+    };
+    let mut keys = Vec::new();
+    if !config.jwt_secret.is_empty() {
+        keys.push("jwt_secret (HMAC)".to_owned());
+    }
+    if let Some(file) = &config.jwt_public_key_file {
+        keys.push(format!("public key file {}", file.display()));
+    }
+    if let Some(file) = &config.jwt_jwks_file {
+        keys.push(format!("JWKS file {}", file.display()));
+    }
+    let identities = if tokens {
+        keys.join(", ")
+    } else {
+        "development mode (no jwt_* key: joins are trusted as they come)".to_owned()
+    };
+    let webhooks = match config.webhooks.len() {
+        0 => "none".to_owned(),
+        n => {
+            let urls: Vec<String> = config
+                .webhooks
+                .iter()
+                .map(|w| without_secrets(&w.url))
+                .collect();
+            format!("{n}: {}", urls.join(", "))
+        }
+    };
+    let storage = match (&config.data_dir, config.redis.is_empty()) {
+        (Some(dir), _) => format!(
+            "data_dir {}, fsync {}",
+            dir.display(),
+            fsync_name(config.fsync)
+        ),
+        (None, true) => "in memory (rooms are lost when the process ends)".to_owned(),
+        (None, false) => format!(
+            "redis {}, broker_ack {}",
+            without_secrets(&config.redis),
+            config.broker_ack
+        ),
+    };
+    tracing::info!(
+        %api_key,
+        %identities,
+        %webhooks,
+        %storage,
+        "security and durability settings"
+    );
+}
+
+/// `url` without what may be secret: its user and password (`***@` shows
+/// there were some), query and fragment.
+fn without_secrets(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or_default();
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rfind('@') {
+        Some(at) => format!("{scheme}://***@{}{path}", &authority[at + 1..]),
+        None => format!("{scheme}://{authority}{path}"),
+    }
+}
+
+/// `fsync`'s setting value (`always`, `interval`, `off`).
+fn fsync_name(fsync: plaza_broker::Fsync) -> String {
+    serde_json::to_value(fsync)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 /// Node ids go into log records as `node/connection`: no `/`, nothing odd.

@@ -495,3 +495,108 @@ fn a_malformed_allowed_origin_stops_serve_naming_it() {
     assert!(stderr.contains("\"app.example.org/path\""), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// Everything `plaza serve` with `args` and `env` prints on stdout (a pipe,
+/// not a terminal) until its "plaza listening" line, and then it is stopped.
+fn startup_output(args: &[&str], env: &[(&str, &str)]) -> String {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plaza"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .envs(env.iter().copied())
+        .env_remove("PLAZA_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut text = String::new();
+    while !text.contains("plaza listening") {
+        let read = out.read_line(&mut text).unwrap();
+        assert_ne!(read, 0, "plaza serve ended before listening: {text}");
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    text
+}
+
+/// The line of the security and durability settings in `output`.
+fn settings_line(output: &str) -> &str {
+    output
+        .lines()
+        .find(|l| l.contains("security and durability settings"))
+        .unwrap_or_else(|| panic!("no settings line in {output}"))
+}
+
+#[test]
+fn startup_logs_are_plain_and_list_the_security_and_durability_settings() {
+    // Nothing set: colourless, the address as such, and every setting said off.
+    let output = startup_output(&[], &[]);
+    assert!(
+        !output.contains('\u{1b}'),
+        "escape codes in a pipe: {output:?}"
+    );
+    assert!(output.contains("addr=127.0.0.1:"), "{output}");
+    assert!(!output.contains("Some("), "{output}");
+    let line = settings_line(&output);
+    for says in [
+        "api_key=not set",
+        "identities=development mode",
+        "webhooks=none",
+        "storage=in memory",
+    ] {
+        assert!(line.contains(says), "{says:?} not in {line}");
+    }
+
+    // Everything set: each is named, and no secret shows.
+    let key = "startup-api-key-0123456789";
+    let jwt = "startup-jwt-secret-of-32-bytes-or-more";
+    let webhook_secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plaza.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[webhooks]]\nname = \"backend\"\nurl = \"http://hook-user:hook-pw@127.0.0.1:9/hook?token=hook-token\"\n\
+             secret = \"{webhook_secret}\"\nevents = [\"*\"]\n"
+        ),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let output = startup_output(
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--fsync",
+            "interval",
+        ],
+        &[("PLAZA_API_KEY", key), ("PLAZA_JWT_SECRET", jwt)],
+    );
+    let line = settings_line(&output);
+    for says in [
+        "api_key=set".to_owned(),
+        "identities=jwt_secret".to_owned(),
+        "webhooks=1: http://***@127.0.0.1:9/hook".to_owned(),
+        format!("storage=data_dir {}, fsync interval", data.display()),
+    ] {
+        assert!(line.contains(&says), "{says:?} not in {line}");
+    }
+    for secret in [key, jwt, webhook_secret, "hook-pw", "hook-token"] {
+        assert!(!output.contains(secret), "{secret:?} shown: {output}");
+    }
+
+    // Cluster mode: the Redis URL without its password, and broker_ack.
+    let redis = plaza_launch::RedisProcess::start(&dir.path().join("redis")).unwrap();
+    // Redis's `default` user has no password: any given is taken.
+    let url = format!("redis://default:redis-pw@127.0.0.1:{}/", redis.port());
+    let output = startup_output(&["--redis", &url], &[]);
+    let line = settings_line(&output);
+    let says = format!(
+        "storage=redis redis://***@127.0.0.1:{}/, broker_ack primary",
+        redis.port()
+    );
+    assert!(line.contains(&says), "{says:?} not in {line}");
+    assert!(!output.contains("redis-pw"), "{output}");
+}
