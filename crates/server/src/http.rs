@@ -47,13 +47,22 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for JsonBody {
                 "this call takes a JSON body: send Content-Type: application/json",
             ));
         }
-        // Beyond the framework's body limit (2 MiB) the answer is JSON too.
+        // Beyond the framework's body limit (2 MiB) the answer is JSON too,
+        // as a route's own limit (`max_frame_bytes`) answers it.
         let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                ErrorCode::InvalidRequest,
-                e.body_text(),
-            )
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    ErrorCode::PayloadTooLarge,
+                    "the body has more than 2 MiB",
+                )
+            } else {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    ErrorCode::InvalidRequest,
+                    e.body_text(),
+                )
+            }
         })?;
         Ok(JsonBody(bytes))
     }

@@ -244,6 +244,11 @@ async fn every_documented_json_route_refuses_a_body_without_a_json_content_type(
             let (status, v) = keyed(&s, route, Some(content_type), "{}").await;
             assert_ne!(status, 415, "{what} with {content_type}: {v}");
         }
+        // Over the framework's limit: a JSON error too.
+        let big = format!("{{\"pad\": \"{}\"}}", "x".repeat(2 << 20));
+        let (status, v) = keyed(&s, route, Some("application/json"), &big).await;
+        assert_eq!(status, 413, "{what} with 2 MiB: {v}");
+        assert_eq!(v["error"]["code"], "payload_too_large", "{what}: {v}");
         // An empty body is no body: the route itself decides (a kick and a
         // disconnect take it, the others answer 400).
         let (status, v) = keyed(&s, route, None, "").await;
