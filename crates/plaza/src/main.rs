@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 use figment::providers::{Env, Format, Serialized, Toml};
-use figment::Figment;
+use figment::{Figment, Provider};
 use plaza_broker::{Cluster, MemoryTicketStore, RedisBroker};
 use plaza_server::{Node, ServerConfig};
 use serde::Serialize;
@@ -50,6 +50,10 @@ enum Command {
     ///
     /// Webhook targets are [[webhooks]] tables of the --config file only (no variable, no
     /// flag): see docs/protocol.md, "Webhooks".
+    ///
+    /// An invalid setting (out of bounds, malformed, or at odds with another) stops it before
+    /// it listens with exit status 2, naming the setting as given, its value and what it may
+    /// be; a node that then fails to start exits with status 1.
     Serve(Box<ServeArgs>),
     /// Load tests: run a scenario file against Plaza or a peer.
     #[cfg(feature = "bench")]
@@ -214,9 +218,14 @@ struct ServeArgs {
     #[arg(long, value_name = "ORIGINS", value_delimiter = ',')]
     #[serde(skip_serializing_if = "Option::is_none")]
     allowed_origins: Option<Vec<String>>,
-    /// The secret (at least 16 bytes) that creating and deleting rooms and minting
-    /// tickets must present as `Authorization: Bearer <key>`; better given as
-    /// PLAZA_API_KEY than on the command line [default: none, those calls are open].
+    /// The secret (at least 16 bytes) the server API needs as `Authorization: Bearer
+    /// <key>`: creating rooms, minting tickets, /v1/broadcast and /v1/users/... take only the
+    /// key; DELETE /v1/rooms/{id} and every call under /v1/rooms/{id}/ (publish, direct,
+    /// entities, state, history, members, kick) the key or a room's admin token. Open either
+    /// way: GET /v1/rooms and /v1/rooms/{id}, /v1/status, /healthz, /readyz, /metrics, the web
+    /// pages, the trajectory filters, and /v1/ws and /v1/sessions (clients use tokens or
+    /// tickets). Better given as PLAZA_API_KEY than on the command line [default: none, all
+    /// those calls are open].
     #[arg(long, value_name = "KEY")]
     #[serde(skip_serializing_if = "Option::is_none")]
     api_key: Option<String>,
@@ -254,7 +263,9 @@ struct ServeArgs {
 /// PLAZA_LOG the log filter.
 const ENV_NOT_SETTINGS: [&str; 2] = ["config", "log"];
 
-fn load_config(args: &ServeArgs) -> Result<ServerConfig, Box<figment::Error>> {
+/// The settings' sources, in rising priority: defaults, the `--config`
+/// file, `PLAZA_*` variables, flags.
+fn figment_of(args: &ServeArgs) -> Figment {
     let mut fig = Figment::from(Serialized::defaults(ServerConfig::default()));
     if let Some(path) = &args.config {
         fig = fig.merge(Toml::file_exact(path));
@@ -268,8 +279,10 @@ fn load_config(args: &ServeArgs) -> Result<ServerConfig, Box<figment::Error>> {
             .any(|s| key.as_str().eq_ignore_ascii_case(s))
     }))
     .merge(Serialized::defaults(args))
-    .extract()
-    .map_err(Box::new)
+}
+
+fn load_config(args: &ServeArgs) -> Result<ServerConfig, Box<figment::Error>> {
+    figment_of(args).extract().map_err(Box::new)
 }
 
 /// Settings given only as tables of the TOML file, never by the environment.
@@ -306,7 +319,11 @@ fn unknown_plaza_env(vars: impl Iterator<Item = (String, String)>) -> Vec<String
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     plaza_server::allocator::set_allocator_probe(jemalloc_figures);
+    // Colours only for a person at a terminal: a log file or a collector
+    // would keep the escape codes as text.
+    let colours = std::io::IsTerminal::is_terminal(&std::io::stdout());
     tracing_subscriber::fmt()
+        .with_ansi(colours)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PLAZA_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
@@ -317,19 +334,26 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => plaza_bench::cli::main(args),
         Command::Cluster(args) => cluster::main(args),
         Command::Serve(args) => {
-            let config = match load_config(&args) {
+            let names = SettingNames::new(&args);
+            let refuse = |message: String| {
+                eprintln!("plaza: invalid configuration: {message}");
+                std::process::ExitCode::from(CONFIG_ERROR_EXIT)
+            };
+            let mut config = match load_config(&args) {
                 Ok(c) => c,
                 Err(e) => {
-                    eprintln!("plaza: invalid configuration: {e}");
-                    return std::process::ExitCode::from(2);
+                    let fig = figment_of(&args);
+                    let lines: Vec<String> =
+                        e.into_iter().map(|e| names.describe(&e, &fig)).collect();
+                    return refuse(lines.join("\nplaza: invalid configuration: "));
                 }
             };
-            if let Err(e) = config.check_bounds() {
-                eprintln!("plaza: invalid configuration: {e}");
-                return std::process::ExitCode::from(2);
-            }
+            let tokens = match check_settings(&mut config) {
+                Ok(tokens) => tokens,
+                Err(message) => return refuse(names.reword(&message)),
+            };
             let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
-            match rt.block_on(serve(config)) {
+            match rt.block_on(serve(config, tokens)) {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("plaza: {e}");
@@ -340,45 +364,186 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
+/// The exit status of `plaza serve` for any invalid setting: clap's, for a
+/// malformed flag, so that every refusal of a configuration is the same.
+const CONFIG_ERROR_EXIT: u8 = 2;
+
+/// Every check of the settings, alone and together, made before anything
+/// starts, so that each refusal exits with [`CONFIG_ERROR_EXIT`]. Trims the
+/// secrets, canonicalises `web_dir`; `Ok(true)` when tokens are verified.
+fn check_settings(config: &mut ServerConfig) -> Result<bool, String> {
+    config.check_bounds()?;
     if config.node_id.is_empty() {
         config.node_id = format!("n-{}", plaza_broker::new_session_id());
     }
     if !valid_node_id(&config.node_id) {
-        return Err(std::io::Error::other(format!(
-            "invalid node id {:?}: use 1 to 64 letters, digits, '-', '_' or '.'",
+        return Err(format!(
+            "node_id {:?}: use 1 to 64 letters, digits, '-', '_' or '.'",
             config.node_id
-        )));
+        ));
     }
     // A key read from a file often ends with a newline that no client sends.
     config.api_key = config.api_key.trim().to_owned();
     if !config.api_key.is_empty() && config.api_key.len() < plaza_server::config::MIN_API_KEY_LEN {
-        return Err(std::io::Error::other(format!(
+        return Err(format!(
             "api_key is {} bytes: use at least {} (e.g. `openssl rand -hex 24`)",
             config.api_key.len(),
             plaza_server::config::MIN_API_KEY_LEN
-        )));
+        ));
     }
     if let Some(bad) = config
         .allowed_origins
         .iter()
         .find(|o| !plaza_server::origin::valid_entry(o))
     {
-        return Err(std::io::Error::other(format!(
+        return Err(format!(
             "allowed_origins: {bad:?} is not an origin (scheme://host[:port], no path) nor *"
-        )));
-    }
-    config.jwt_secret = config.jwt_secret.trim().to_owned();
-    let tokens = plaza_server::check_token_keys(&config).map_err(std::io::Error::other)?;
-    if config.demo_tokens && config.jwt_secret.is_empty() {
-        return Err(std::io::Error::other(
-            "demo_tokens signs with jwt_secret: set jwt_secret too",
         ));
     }
-    if let Some(dir) = &config.web_dir {
-        config.web_dir =
-            Some(plaza_server::config::check_web_dir(dir).map_err(std::io::Error::other)?);
+    config.jwt_secret = config.jwt_secret.trim().to_owned();
+    let tokens = plaza_server::check_token_keys(config)?;
+    if config.demo_tokens && config.jwt_secret.is_empty() {
+        return Err("demo_tokens signs with jwt_secret: set jwt_secret too".into());
     }
+    if let Some(dir) = &config.web_dir {
+        config.web_dir = Some(plaza_server::config::check_web_dir(dir)?);
+    }
+    if config.redis.is_empty() && config.broker_ack != plaza_broker::BrokerAck::Primary {
+        return Err(format!(
+            "broker_ack {} is for cluster mode (with redis): embedded mode has no replicas",
+            config.broker_ack
+        ));
+    }
+    if config.data_dir.is_some() && !config.redis.is_empty() {
+        return Err("data_dir is for embedded mode: a cluster keeps its rooms in Redis".into());
+    }
+    Ok(tokens)
+}
+
+/// How the user gave each setting — the flag, the `PLAZA_` variable or the
+/// key of the `--config` file, whichever won — so that a refusal names it so.
+struct SettingNames {
+    /// The settings given as flags.
+    flags: Vec<String>,
+    /// (setting, the variable's name as set) for the `PLAZA_` variables.
+    env: Vec<(String, String)>,
+    /// The `--config` file and the settings it holds.
+    file: Option<(PathBuf, Vec<String>)>,
+    /// Every setting's name but the tables' (whose messages say
+    /// `webhooks[1].url`, the file's own words).
+    settings: Vec<String>,
+}
+
+impl SettingNames {
+    fn new(args: &ServeArgs) -> SettingNames {
+        let flags = serde_json::to_value(args)
+            .ok()
+            .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect()))
+            .unwrap_or_default();
+        let settings = setting_names();
+        let env = std::env::vars()
+            .filter_map(|(var, _)| {
+                let key = var.strip_prefix("PLAZA_")?.to_ascii_lowercase();
+                settings.contains(&key).then_some((key, var))
+            })
+            .collect();
+        let file = args.config.as_ref().map(|path| {
+            let keys = Figment::from(Toml::file_exact(path))
+                .data()
+                .ok()
+                .and_then(|mut profiles| profiles.remove(&figment::Profile::Default))
+                .map(|dict| dict.into_keys().collect())
+                .unwrap_or_default();
+            (path.clone(), keys)
+        });
+        SettingNames {
+            flags,
+            env,
+            file,
+            settings,
+        }
+    }
+
+    /// Setting `key` as the user wrote it; a setting left at its default
+    /// keeps its key.
+    fn name(&self, key: &str) -> String {
+        if self.flags.iter().any(|f| f == key) {
+            return format!("--{}", key.replace('_', "-"));
+        }
+        if let Some((_, var)) = self.env.iter().find(|(k, _)| k == key) {
+            return var.clone();
+        }
+        match &self.file {
+            Some((path, keys)) if keys.iter().any(|k| k == key) => {
+                format!("{key} in {}", path.display())
+            }
+            _ => key.to_owned(),
+        }
+    }
+
+    /// `message` with each setting it names (as a whole word) named as the
+    /// user wrote it.
+    fn reword(&self, message: &str) -> String {
+        let mut out = String::with_capacity(message.len());
+        let mut word = String::new();
+        for c in message.chars().map(Some).chain([None]) {
+            if let Some(c) = c.filter(|c| c.is_ascii_alphanumeric() || *c == '_') {
+                word.push(c);
+                continue;
+            }
+            if self.settings.contains(&word) {
+                out.push_str(&self.name(&word));
+            } else {
+                out.push_str(&word);
+            }
+            word.clear();
+            out.extend(c);
+        }
+        out
+    }
+
+    /// One error of the configuration reader in the user's words: the
+    /// setting, its value and what it may be; never the reader's own terms
+    /// (its profiles, types or source locations).
+    fn describe(&self, e: &figment::Error, fig: &Figment) -> String {
+        use figment::error::Kind;
+        let key = e.path.join(".").to_ascii_lowercase();
+        let name = self.name(&key);
+        let value = fig
+            .find_value(&key)
+            .ok()
+            .and_then(|v| serde_json::to_string(&v).ok())
+            .unwrap_or_else(|| "this value".into());
+        match &e.kind {
+            // A setting's own parser (broker_ack, say) says all of it.
+            Kind::Message(m) => self.reword(m),
+            Kind::UnknownField(field, _) => {
+                let place = match &self.file {
+                    Some((path, _)) => format!(" in {}", path.display()),
+                    None => String::new(),
+                };
+                format!("{field}{place} is no setting (see `plaza serve --help`)")
+            }
+            Kind::UnknownVariant(found, allowed) => {
+                format!(
+                    "{name} must be one of {}, not {found:?}",
+                    allowed.join(", ")
+                )
+            }
+            Kind::InvalidType(_, expected) | Kind::InvalidValue(_, expected) => {
+                let allowed = match plaza_server::config::number_range_text(&key) {
+                    Some(range) => format!("a whole number {range}"),
+                    None if expected == "a boolean" => "true or false".into(),
+                    None => expected.clone(),
+                };
+                format!("{name} must be {allowed}, not {value}")
+            }
+            other => format!("{name} is {value}: {other}"),
+        }
+    }
+}
+
+async fn serve(config: ServerConfig, tokens: bool) -> std::io::Result<()> {
     // Every connection is a file: take the whole hard limit on open files
     // (many systems start processes with a soft limit of 1,024), as the
     // default `max_connections` is what it allows.
@@ -388,25 +553,14 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
     }
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;
     let addr = listener.local_addr()?;
-    if config.redis.is_empty() && config.broker_ack != plaza_broker::BrokerAck::Primary {
-        return Err(std::io::Error::other(format!(
-            "broker_ack {} is for cluster mode (with redis): embedded mode has no replicas",
-            config.broker_ack
-        )));
-    }
     let mut data_dir = None;
     let (node, cluster) = if let Some(dir) = config.data_dir.clone() {
-        if !config.redis.is_empty() {
-            return Err(std::io::Error::other(
-                "data_dir is for embedded mode: a cluster keeps its rooms in Redis",
-            ));
-        }
         // Each run is a node of its own: the members of an earlier run are
         // on a dead node (disconnected, resumable), not on this one.
         let incarnation = format!("{}.{}", config.node_id, plaza_broker::new_session_id());
         let disk = plaza_broker::DiskBroker::open(&dir, config.fsync, &incarnation)
             .map_err(std::io::Error::other)?;
-        tracing::info!(data_dir = %dir.display(), fsync = ?config.fsync, "rooms kept in the data directory");
+        tracing::info!(data_dir = %dir.display(), fsync = %fsync_name(config.fsync), "rooms kept in the data directory");
         data_dir = Some(disk.clone());
         let tickets: Arc<dyn plaza_broker::TicketStore> = disk.clone();
         let cluster: Arc<dyn Cluster> = disk;
@@ -432,6 +586,7 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
         None => println!("Plaza is running: open http://{addr}/ (WebSocket at ws://{addr}/v1/ws)"),
     }
     // After the first line, which scripts read for the address.
+    log_settings(node.config(), tokens);
     if !node.config().api_key.is_empty() && node.config().auto_create_rooms {
         tracing::warn!(
             "auto_create_rooms lets any client create rooms over /v1/ws, api_key or not"
@@ -452,8 +607,8 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
     if node.config().api_key.is_empty() && !addr.ip().is_loopback() {
         tracing::warn!(
             %addr,
-            "anyone who reaches this address can create and delete rooms and mint tickets: \
-             set api_key (PLAZA_API_KEY)"
+            "anyone who reaches this address can use the server API (create, delete and \
+             publish into rooms, read their state, mint tickets): set api_key (PLAZA_API_KEY)"
         );
     }
     for name in unknown_plaza_env(std::env::vars()) {
@@ -479,6 +634,84 @@ async fn serve(mut config: ServerConfig) -> std::io::Result<()> {
         disk.close().await;
     }
     served
+}
+
+/// One log line of what guards this node and what keeps its rooms, so that
+/// an operator sees at startup what is on; never a secret's value.
+fn log_settings(config: &ServerConfig, tokens: bool) {
+    let api_key = if config.api_key.is_empty() {
+        "not set (the server API is open)"
+    } else {
+        "set"
+    };
+    let mut keys = Vec::new();
+    if !config.jwt_secret.is_empty() {
+        keys.push("jwt_secret (HMAC)".to_owned());
+    }
+    if let Some(file) = &config.jwt_public_key_file {
+        keys.push(format!("public key file {}", file.display()));
+    }
+    if let Some(file) = &config.jwt_jwks_file {
+        keys.push(format!("JWKS file {}", file.display()));
+    }
+    let identities = if tokens {
+        keys.join(", ")
+    } else {
+        "development mode (no jwt_* key: joins are trusted as they come)".to_owned()
+    };
+    let webhooks = match config.webhooks.len() {
+        0 => "none".to_owned(),
+        n => {
+            let urls: Vec<String> = config
+                .webhooks
+                .iter()
+                .map(|w| without_secrets(&w.url))
+                .collect();
+            format!("{n}: {}", urls.join(", "))
+        }
+    };
+    let storage = match (&config.data_dir, config.redis.is_empty()) {
+        (Some(dir), _) => format!(
+            "data_dir {}, fsync {}",
+            dir.display(),
+            fsync_name(config.fsync)
+        ),
+        (None, true) => "in memory (rooms are lost when the process ends)".to_owned(),
+        (None, false) => format!(
+            "redis {}, broker_ack {}",
+            without_secrets(&config.redis),
+            config.broker_ack
+        ),
+    };
+    tracing::info!(
+        %api_key,
+        %identities,
+        %webhooks,
+        %storage,
+        "security and durability settings"
+    );
+}
+
+/// `url` without what may be secret: its user and password (`***@` shows
+/// there were some), query and fragment.
+fn without_secrets(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or_default();
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rfind('@') {
+        Some(at) => format!("{scheme}://***@{}{path}", &authority[at + 1..]),
+        None => format!("{scheme}://{authority}{path}"),
+    }
+}
+
+/// `fsync`'s setting value (`always`, `interval`, `off`).
+fn fsync_name(fsync: plaza_broker::Fsync) -> String {
+    serde_json::to_value(fsync)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 /// Node ids go into log records as `node/connection`: no `/`, nothing odd.

@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -109,7 +108,7 @@ pub(crate) async fn kick(
     _: RoomAdmin,
     State(node): State<Arc<Node>>,
     Path((id, session)): Path<(String, String)>,
-    body: Bytes,
+    crate::http::JsonBody(body): crate::http::JsonBody,
 ) -> Result<StatusCode, ApiError> {
     let invalid = |m: String| ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, m);
     let req: KickRequest = if body.iter().all(u8::is_ascii_whitespace) {

@@ -1,7 +1,6 @@
 //! The HTTP error every endpoint answers with: a status and
 //! `{"error":{"code","message"}}`.
 
-use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -83,16 +82,6 @@ impl From<RoomError> for ApiError {
             _ => StatusCode::BAD_REQUEST,
         };
         ApiError::new(status, e.code, e.message)
-    }
-}
-
-impl From<JsonRejection> for ApiError {
-    fn from(r: JsonRejection) -> Self {
-        let status = match r {
-            JsonRejection::MissingJsonContentType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            _ => StatusCode::BAD_REQUEST,
-        };
-        ApiError::new(status, ErrorCode::InvalidRequest, r.body_text())
     }
 }
 

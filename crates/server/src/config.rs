@@ -151,6 +151,50 @@ pub const MAX_MEMBERS_LIMIT: usize = 1_000_000;
 /// A day, the longest duration a setting may name.
 const DAY_MS: u64 = 86_400_000;
 
+/// The number settings' fixed bounds, both ends included: docs/protocol.md's
+/// `bounds` column. `history_size` and `lock_ttl_ms` are bounded above by
+/// `max_history_size` and `max_lock_ttl_ms` instead.
+const NUMBER_BOUNDS: [(&str, u64, u64); 20] = [
+    ("max_frame_bytes", 64, 16 << 20),
+    ("max_rooms_per_connection", 1, 1024),
+    ("rate_limit_per_sec", 1, 1_000_000),
+    ("rate_limit_burst", 1, 1_000_000),
+    ("send_queue_frames", 1, 1 << 20),
+    ("write_coalesce_ms", 0, 1000),
+    ("compression_min_bytes", 0, 16 << 20),
+    ("heartbeat_interval_ms", 10, 3_600_000),
+    ("idle_timeout_ms", 100, DAY_MS),
+    ("ticket_ttl_ms", 1, DAY_MS),
+    ("resume_window_ms", 0, DAY_MS),
+    ("max_history_size", 1, 10_000_000),
+    ("max_members", 1, MAX_MEMBERS_LIMIT as u64),
+    ("max_rooms", 1, 10_000_000),
+    ("max_connections", 0, 10_000_000),
+    ("max_connections_per_ip", 0, 10_000_000),
+    ("max_joins_per_ip_per_sec", 0, 1_000_000),
+    ("max_lock_ttl_ms", 1, DAY_MS),
+    ("shutdown_grace_ms", 0, 3_600_000),
+    ("room_linger_ms", 0, DAY_MS),
+];
+
+/// The fixed bounds of number setting `name`, if it has some.
+pub fn number_bounds(name: &str) -> Option<(u64, u64)> {
+    NUMBER_BOUNDS
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|&(_, lo, hi)| (lo, hi))
+}
+
+/// What number setting `name` may be, in words (`from 1 to 1000000`), for a
+/// value that is no number of its type.
+pub fn number_range_text(name: &str) -> Option<String> {
+    match name {
+        "history_size" => Some("from 1 to max_history_size".into()),
+        "lock_ttl_ms" => Some("from 1 to max_lock_ttl_ms".into()),
+        _ => number_bounds(name).map(|(lo, hi)| format!("from {lo} to {hi}")),
+    }
+}
+
 /// `name` is `value`, which must be from `lo` to `hi` (both included).
 pub(crate) fn within(name: &str, value: u64, lo: u64, hi: u64) -> Result<(), String> {
     if (lo..=hi).contains(&value) {
@@ -166,40 +210,35 @@ impl ServerConfig {
     /// names the setting, its limits and its value.
     pub fn check_bounds(&self) -> Result<(), String> {
         let n = |v: usize| v as u64;
-        within("max_frame_bytes", n(self.max_frame_bytes), 64, 16 << 20)?;
-        within(
-            "max_rooms_per_connection",
-            n(self.max_rooms_per_connection),
-            1,
-            1024,
-        )?;
-        within(
-            "rate_limit_per_sec",
-            self.rate_limit_per_sec.into(),
-            1,
-            1_000_000,
-        )?;
-        within(
-            "rate_limit_burst",
-            self.rate_limit_burst.into(),
-            1,
-            1_000_000,
-        )?;
-        within("send_queue_frames", n(self.send_queue_frames), 1, 1 << 20)?;
-        within("write_coalesce_ms", self.write_coalesce_ms, 0, 1000)?;
-        within(
-            "compression_min_bytes",
-            n(self.compression_min_bytes),
-            0,
-            16 << 20,
-        )?;
-        within(
-            "heartbeat_interval_ms",
-            self.heartbeat_interval_ms,
-            10,
-            3_600_000,
-        )?;
-        within("idle_timeout_ms", self.idle_timeout_ms, 100, DAY_MS)?;
+        let fixed = [
+            ("max_frame_bytes", n(self.max_frame_bytes)),
+            ("max_rooms_per_connection", n(self.max_rooms_per_connection)),
+            ("rate_limit_per_sec", self.rate_limit_per_sec.into()),
+            ("rate_limit_burst", self.rate_limit_burst.into()),
+            ("send_queue_frames", n(self.send_queue_frames)),
+            ("write_coalesce_ms", self.write_coalesce_ms),
+            ("compression_min_bytes", n(self.compression_min_bytes)),
+            ("heartbeat_interval_ms", self.heartbeat_interval_ms),
+            ("idle_timeout_ms", self.idle_timeout_ms),
+            ("ticket_ttl_ms", self.ticket_ttl_ms),
+            ("resume_window_ms", self.resume_window_ms),
+            ("max_history_size", n(self.max_history_size)),
+            ("max_members", n(self.max_members)),
+            ("max_rooms", n(self.max_rooms)),
+            ("max_connections", n(self.max_connections)),
+            ("max_connections_per_ip", n(self.max_connections_per_ip)),
+            (
+                "max_joins_per_ip_per_sec",
+                self.max_joins_per_ip_per_sec.into(),
+            ),
+            ("max_lock_ttl_ms", self.max_lock_ttl_ms),
+            ("shutdown_grace_ms", self.shutdown_grace_ms),
+            ("room_linger_ms", self.room_linger_ms),
+        ];
+        for (name, value) in fixed {
+            let (lo, hi) = number_bounds(name).expect("every fixed bound is in NUMBER_BOUNDS");
+            within(name, value, lo, hi)?;
+        }
         if self.heartbeat_interval_ms >= self.idle_timeout_ms {
             return Err(format!(
                 "heartbeat_interval_ms ({}) must be less than idle_timeout_ms ({}): \
@@ -207,9 +246,6 @@ impl ServerConfig {
                 self.heartbeat_interval_ms, self.idle_timeout_ms
             ));
         }
-        within("ticket_ttl_ms", self.ticket_ttl_ms, 1, DAY_MS)?;
-        within("resume_window_ms", self.resume_window_ms, 0, DAY_MS)?;
-        within("max_history_size", n(self.max_history_size), 1, 10_000_000)?;
         within(
             "history_size",
             n(self.history_size),
@@ -217,26 +253,8 @@ impl ServerConfig {
             n(self.max_history_size),
         )
         .map_err(|e| format!("{e} (max_history_size)"))?;
-        within("max_members", n(self.max_members), 1, n(MAX_MEMBERS_LIMIT))?;
-        within("max_rooms", n(self.max_rooms), 1, 10_000_000)?;
-        within("max_connections", n(self.max_connections), 0, 10_000_000)?;
-        within(
-            "max_connections_per_ip",
-            n(self.max_connections_per_ip),
-            0,
-            10_000_000,
-        )?;
-        within(
-            "max_joins_per_ip_per_sec",
-            self.max_joins_per_ip_per_sec.into(),
-            0,
-            1_000_000,
-        )?;
-        within("max_lock_ttl_ms", self.max_lock_ttl_ms, 1, DAY_MS)?;
         within("lock_ttl_ms", self.lock_ttl_ms, 1, self.max_lock_ttl_ms)
             .map_err(|e| format!("{e} (max_lock_ttl_ms)"))?;
-        within("shutdown_grace_ms", self.shutdown_grace_ms, 0, 3_600_000)?;
-        within("room_linger_ms", self.room_linger_ms, 0, DAY_MS)?;
         crate::webhooks::check_targets(&self.webhooks)?;
         Ok(())
     }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::rejection::JsonRejection;
+use axum::body::Bytes;
 use axum::extract::{Path, Request, State};
 use axum::handler::HandlerWithoutStateExt;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -25,28 +25,85 @@ use crate::Node;
 
 type ApiResult<T> = Result<T, ApiError>;
 
+/// The body of a call that takes JSON. Every such route reads its body
+/// through this one extractor, so the content type is checked in one place:
+/// a body of another type, or of none, is 415 `invalid_request`. An empty
+/// body is no body and passes (a route that needs one answers 400). Listed
+/// after the credentials' extractors, so an unauthorised call gets 401
+/// whatever its body.
+pub(crate) struct JsonBody(pub(crate) Bytes);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        use axum::body::HttpBody;
+        let body = req.body();
+        let has_body = !body.is_end_stream() && body.size_hint().exact() != Some(0);
+        if has_body && !is_json_content_type(req.headers()) {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                ErrorCode::InvalidRequest,
+                "this call takes a JSON body: send Content-Type: application/json",
+            ));
+        }
+        // Beyond the framework's body limit (2 MiB) the answer is JSON too,
+        // as a route's own limit (`max_frame_bytes`) answers it.
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    ErrorCode::PayloadTooLarge,
+                    "the body has more than 2 MiB",
+                )
+            } else {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    ErrorCode::InvalidRequest,
+                    e.body_text(),
+                )
+            }
+        })?;
+        Ok(JsonBody(bytes))
+    }
+}
+
+/// `application/json` or an `application/...+json` type, parameters (a
+/// `charset`) allowed, in any case: what RFC 6839 and axum's own `Json` take.
+pub(crate) fn is_json_content_type(headers: &axum::http::HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || essence
+            .strip_prefix("application/")
+            .is_some_and(|sub| sub.len() > "+json".len() && sub.ends_with("+json"))
+}
+
 /// Reads a JSON object body into `T`. serde would also read a struct from a
 /// JSON array (fields by position), so a top-level array must be refused here.
-pub(crate) fn json_object<T: DeserializeOwned>(
-    body: Result<Json<Value>, JsonRejection>,
-) -> ApiResult<T> {
-    let Json(v) = body?;
+pub(crate) fn json_object<T: DeserializeOwned>(JsonBody(bytes): JsonBody) -> ApiResult<T> {
+    let invalid = |m: String| ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, m);
+    // Through serde_path_to_error even as a `Value`: a number out of range
+    // (`1e400`) is named by its path (`options.max_members`).
+    let v: Value =
+        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&bytes))
+            .map_err(|e| invalid(format!("invalid request body: {e}")))?;
     if !v.is_object() {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::InvalidRequest,
-            "the request body must be a JSON object",
-        ));
+        return Err(invalid("the request body must be a JSON object".into()));
     }
     // The path names the field at fault (`options.max_members: invalid
     // value: integer `-1`, expected usize`).
-    serde_path_to_error::deserialize(v).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::InvalidRequest,
-            format!("invalid request body: {e}"),
-        )
-    })
+    serde_path_to_error::deserialize(v).map_err(|e| invalid(format!("invalid request body: {e}")))
 }
 
 pub(crate) fn router(node: Arc<Node>) -> Router {
@@ -332,7 +389,7 @@ async fn list_rooms(State(node): State<Arc<Node>>) -> ApiResult<Response> {
 async fn create_room(
     _: Management,
     State(node): State<Arc<Node>>,
-    body: Result<Json<Value>, JsonRejection>,
+    body: JsonBody,
 ) -> ApiResult<Response> {
     if node.is_shutting_down() {
         return Err(ApiError::shutting_down());
@@ -383,7 +440,7 @@ async fn create_ticket(
     _: Management,
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
-    body: Result<Json<Value>, JsonRejection>,
+    body: JsonBody,
 ) -> ApiResult<Response> {
     let req: TicketRequest = json_object(body)?;
     if node.room_summary(&id).await?.is_none() {

@@ -36,7 +36,6 @@ pub use node::Node;
 pub use status::{ErrorTotals, LatencySummary, Status};
 pub use webhooks::{WebhookEvent, WebhookKind, WebhookTarget, Webhooks};
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,8 +57,10 @@ pub fn router(node: Arc<Node>) -> axum::Router {
 /// every client to reconnect (close code 1012) and waits up to
 /// `shutdown_grace_ms` for connections to finish.
 pub async fn serve(node: Arc<Node>, listener: TcpListener) -> std::io::Result<()> {
-    let addr: Option<SocketAddr> = listener.local_addr().ok();
-    tracing::info!(?addr, broker = node.broker_kind(), "plaza listening");
+    match listener.local_addr() {
+        Ok(addr) => tracing::info!(%addr, broker = node.broker_kind(), "plaza listening"),
+        Err(_) => tracing::info!(broker = node.broker_kind(), "plaza listening"),
+    }
     if let Some(dir) = &node.config().web_dir {
         tracing::info!(web_dir = %dir.display(), "serving the web app in web_dir at /");
     }

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use crate::admin::RoomAdmin;
 use crate::api_error::ApiError;
 use crate::clock::now_ms;
-use crate::http::Management;
+use crate::http::{JsonBody, Management};
 use crate::room::Intent;
 use crate::Node;
 
@@ -118,7 +118,7 @@ pub(crate) async fn publish(
     _: RoomAdmin,
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
-    bytes: Bytes,
+    JsonBody(bytes): JsonBody,
 ) -> ApiResult<Response> {
     let req: PublishBody = body(&node, &bytes)?;
     req.check()?;
@@ -158,7 +158,7 @@ struct RoomOutcome {
 pub(crate) async fn broadcast(
     _: Management,
     State(node): State<Arc<Node>>,
-    bytes: Bytes,
+    JsonBody(bytes): JsonBody,
 ) -> ApiResult<Response> {
     let req: BroadcastBody = body(&node, &bytes)?;
     if req.rooms.is_empty() || req.rooms.len() > MAX_BROADCAST_ROOMS {
@@ -237,7 +237,7 @@ pub(crate) async fn direct(
     _: RoomAdmin,
     State(node): State<Arc<Node>>,
     Path((id, session)): Path<(String, String)>,
-    bytes: Bytes,
+    JsonBody(bytes): JsonBody,
 ) -> ApiResult<Response> {
     let req: DirectBody = body(&node, &bytes)?;
     req.check()?;
@@ -284,7 +284,7 @@ pub(crate) async fn user_direct(
     _: Management,
     State(node): State<Arc<Node>>,
     Path(user): Path<String>,
-    bytes: Bytes,
+    JsonBody(bytes): JsonBody,
 ) -> ApiResult<Response> {
     check_user(&user)?;
     let req: DirectBody = body(&node, &bytes)?;
@@ -311,7 +311,7 @@ pub(crate) async fn user_disconnect(
     _: Management,
     State(node): State<Arc<Node>>,
     Path(user): Path<String>,
-    bytes: Bytes,
+    JsonBody(bytes): JsonBody,
 ) -> ApiResult<Response> {
     check_user(&user)?;
     let req: DisconnectBody = if bytes.iter().all(u8::is_ascii_whitespace) {
@@ -408,7 +408,7 @@ pub(crate) async fn create_entity(
     _: RoomAdmin,
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
-    bytes: Bytes,
+    JsonBody(bytes): JsonBody,
 ) -> ApiResult<Response> {
     let req: EntityBody = body(&node, &bytes)?;
     let op = Op::EntityCreate {
@@ -448,7 +448,7 @@ pub(crate) async fn set_entity(
     State(node): State<Arc<Node>>,
     Path((id, entity)): Path<(String, String)>,
     headers: HeaderMap,
-    bytes: Bytes,
+    JsonBody(bytes): JsonBody,
 ) -> ApiResult<Response> {
     let version = if_match(&headers)?;
     let req: SetBody = body(&node, &bytes)?;

@@ -42,17 +42,84 @@ pub struct ServerPublish {
 
 impl ServerPublish {
     /// A digest of everything but the key: a key used again with another
-    /// body is a conflict, not a retry. FxHash is deterministic for one
-    /// build, so every replica of a cluster (one version, see
-    /// architecture.md) computes the same.
+    /// body is a conflict, not a retry. `data` counts as parsed JSON (see
+    /// [`hash_json`]), so a retry that another JSON library wrote again is
+    /// still a retry. FxHash is deterministic for one build, so every
+    /// replica of a cluster (one version, see architecture.md) computes the
+    /// same.
     fn digest(&self) -> u64 {
         let mut h = rustc_hash::FxHasher::default();
         self.channel.hash(&mut h);
         self.event.hash(&mut h);
-        self.data.as_ref().map(|d| d.get()).hash(&mut h);
+        match self.data.as_ref().map(|d| d.get()) {
+            None => 0u8.hash(&mut h),
+            Some(raw) => {
+                1u8.hash(&mut h);
+                // A `RawValue` was valid JSON when it was read: the error
+                // arm is only a fallback that still tells bodies apart.
+                match serde_json::from_str::<serde_json::Value>(raw) {
+                    Ok(v) => hash_json(&v, &mut h),
+                    Err(_) => raw.hash(&mut h),
+                }
+            }
+        }
         self.topic.hash(&mut h);
         self.reply_to.hash(&mut h);
         h.finish()
+    }
+}
+
+/// Hashes a parsed JSON value so that equal values hash alike however they
+/// were written: object keys in sorted order (whatever order the map keeps),
+/// strings unescaped (`"\u00e9"` is `"é"`, `"\/"` is `"/"`), no whitespace,
+/// and numbers by value: an integral number is the integer (`1`, `1.0` and
+/// `1e0` are one value), any other the 64-bit float it parses to.
+fn hash_json(v: &serde_json::Value, h: &mut impl Hasher) {
+    use serde_json::Value;
+    match v {
+        Value::Null => 0u8.hash(h),
+        Value::Bool(b) => (1u8, b).hash(h),
+        Value::Number(n) => {
+            2u8.hash(h);
+            hash_number(n, h);
+        }
+        Value::String(s) => (3u8, s).hash(h),
+        Value::Array(items) => {
+            (4u8, items.len() as u64).hash(h);
+            for item in items {
+                hash_json(item, h);
+            }
+        }
+        Value::Object(fields) => {
+            (5u8, fields.len() as u64).hash(h);
+            let mut sorted: Vec<_> = fields.iter().collect();
+            sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            for (k, item) in sorted {
+                k.hash(h);
+                hash_json(item, h);
+            }
+        }
+    }
+}
+
+/// A JSON number by its value: integers (and integral floats within the
+/// 64-bit integer range) as integers, anything else as its float's bits.
+fn hash_number(n: &serde_json::Number, h: &mut impl Hasher) {
+    // 2^63 and 2^64 are exact as f64.
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if let Some(i) = n.as_i64() {
+        (0u8, i).hash(h);
+    } else if let Some(u) = n.as_u64() {
+        (1u8, u).hash(h);
+    } else if let Some(f) = n.as_f64() {
+        if f.fract() == 0.0 && (-TWO_63..TWO_63).contains(&f) {
+            // `-0.0` lands here too, as 0.
+            (0u8, f as i64).hash(h);
+        } else if f.fract() == 0.0 && (TWO_63..2.0 * TWO_63).contains(&f) {
+            (1u8, f as u64).hash(h);
+        } else {
+            (2u8, f.to_bits()).hash(h);
+        }
     }
 }
 
@@ -119,7 +186,8 @@ impl<S> Room<S> {
                 format!("idempotency_key has 1 to {MAX_SERVER_KEY_BYTES} bytes"),
             ));
         }
-        let digest = p.digest();
+        // Only a keyed message is ever compared: others skip the parse.
+        let digest = if p.key.is_some() { p.digest() } else { 0 };
         if let Some(key) = &p.key {
             if let Some(&(seq, seen)) = self.server_keys.by_key.get(key) {
                 if seen != digest {
@@ -279,6 +347,40 @@ mod tests {
         assert_eq!((again.seq, again.entry.is_none()), (1, true));
         let e = r.server_publish(message("k", "b"), 12).unwrap_err();
         assert_eq!(e.code, ErrorCode::IdempotencyConflict);
+        assert_eq!(r.seq(), 1);
+    }
+
+    fn raw_message(key: &str, data: &str) -> ServerPublish {
+        ServerPublish {
+            data: Some(serde_json::value::RawValue::from_string(data.into()).unwrap()),
+            ..message(key, "")
+        }
+    }
+
+    #[test]
+    fn a_retry_is_compared_as_parsed_json() {
+        let first = r#"{"a": 1, "b": ["é", "x/y", 2.5, null, true], "n": 10}"#;
+        let same = [
+            r#"{"n":10,"b":["\u00e9","x\/y",2.5,null,true],"a":1}"#,
+            "{ \"a\" :1.0,\n \"b\":[\"é\",\"x/y\",25e-1,null,true],\"n\":1e1}",
+        ];
+        let changed = [
+            r#"{"a": 1, "b": ["é", "x/y", 2.5, null, false], "n": 10}"#,
+            r#"{"a": 1, "b": ["é", "x/y", 2.5, null, true], "n": 11}"#,
+            r#"{"a": 1, "b": ["é", "x/y", 2.5, null, true]}"#,
+            r#"{"a": 1, "b": ["x/y", "é", 2.5, null, true], "n": 10}"#,
+            r#"{"a": "1", "b": ["é", "x/y", 2.5, null, true], "n": 10}"#,
+        ];
+        let mut r = room();
+        assert_eq!(r.server_publish(raw_message("k", first), 1).unwrap().seq, 1);
+        for body in same {
+            let again = r.server_publish(raw_message("k", body), 2).unwrap();
+            assert_eq!((again.seq, again.entry.is_none()), (1, true), "{body}");
+        }
+        for body in changed {
+            let e = r.server_publish(raw_message("k", body), 3).unwrap_err();
+            assert_eq!(e.code, ErrorCode::IdempotencyConflict, "{body}");
+        }
         assert_eq!(r.seq(), 1);
     }
 

@@ -140,42 +140,56 @@ fn a_number_out_of_bounds_stops_serve_naming_it_and_its_limits() {
         (
             &["--max-members", "0"][..],
             &[][..],
-            "plaza: invalid configuration: max_members must be from 1 to 1000000, not 0",
+            "plaza: invalid configuration: --max-members must be from 1 to 1000000, not 0",
         ),
         (
             &[],
             &[("PLAZA_MAX_ROOMS_PER_CONNECTION", "1025")][..],
-            "plaza: invalid configuration: max_rooms_per_connection must be from 1 to 1024, not 1025",
+            "plaza: invalid configuration: PLAZA_MAX_ROOMS_PER_CONNECTION must be from 1 to 1024, not 1025",
         ),
         (
             &["--lock-ttl-ms", "600001"],
             &[],
-            "plaza: invalid configuration: lock_ttl_ms must be from 1 to 600000, not 600001 (max_lock_ttl_ms)",
+            "plaza: invalid configuration: --lock-ttl-ms must be from 1 to 600000, not 600001 (max_lock_ttl_ms)",
         ),
         (
             &["--heartbeat-interval-ms", "30000"],
             &[],
-            "plaza: invalid configuration: heartbeat_interval_ms (30000) must be less than idle_timeout_ms (30000)",
+            "plaza: invalid configuration: --heartbeat-interval-ms (30000) must be less than idle_timeout_ms (30000)",
         ),
     ] {
         let (code, stderr) = serve(args, env);
         assert_eq!(code, Some(2), "{args:?} {env:?}: {stderr}");
         assert!(stderr.starts_with(says), "{args:?} {env:?}: {stderr}");
     }
-    // Not a count: named by the configuration reader (as the variable is).
+    // Not a count: named as the variable is, with the setting's bounds.
     let (code, stderr) = serve(&[], &[("PLAZA_MAX_MEMBERS", "-1")]);
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("\"MAX_MEMBERS\""), "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "plaza: invalid configuration: PLAZA_MAX_MEMBERS must be a whole number from 1 to 1000000, not -1"
+        ),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn a_bad_broker_ack_stops_serve_naming_its_forms_and_bounds() {
-    let forms = "broker_ack must be primary or replicas:N with N from 1 to 16";
+    let forms = "must be primary or replicas:N with N from 1 to 16";
     for (args, env, bad) in [
-        (&["--broker-ack", "replicas:17"][..], &[][..], "replicas:17"),
-        (&[], &[("PLAZA_BROKER_ACK", "replicas:0")][..], "replicas:0"),
-        (&["--broker-ack", "all"], &[], "all"),
+        (
+            &["--broker-ack", "replicas:17"][..],
+            &[][..],
+            "--broker-ack",
+        ),
+        (
+            &[],
+            &[("PLAZA_BROKER_ACK", "replicas:0")][..],
+            "PLAZA_BROKER_ACK",
+        ),
+        (&["--broker-ack", "all"], &[], "--broker-ack"),
     ] {
+        let value = args.get(1).copied().unwrap_or_else(|| env[0].1);
         let (code, stderr) = serve(args, env);
         assert_eq!(code, Some(2), "{args:?} {env:?}: {stderr}");
         assert!(
@@ -183,17 +197,87 @@ fn a_bad_broker_ack_stops_serve_naming_its_forms_and_bounds() {
             "{stderr}"
         );
         assert!(
-            stderr.contains(&format!("{forms}, not {bad:?}")),
+            stderr.contains(&format!("{bad} {forms}, not {value:?}")),
             "{args:?} {env:?}: {stderr}"
         );
     }
-    // Well formed, but there is nothing to replicate to without Redis.
+    // Well formed, but there is nothing to replicate to without Redis: refused
+    // as any invalid setting is, with the same status.
     let (code, stderr) = serve(&["--broker-ack", "replicas:1"], &[]);
-    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
-        stderr.contains("broker_ack replicas:1 is for cluster mode"),
+        stderr.starts_with(
+            "plaza: invalid configuration: --broker-ack replicas:1 is for cluster mode (with redis)"
+        ),
         "{stderr}"
     );
+}
+
+/// Every invalid setting is refused in the user's words — the flag, the
+/// variable or the file key as given, its value and what it may be — never
+/// the configuration reader's (profiles, Rust types, source locations), and
+/// always with exit status 2.
+#[test]
+fn an_invalid_setting_is_named_as_the_user_gave_it_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plaza.toml");
+    std::fs::write(&file, "fsync = \"sometimes\"\nidle_timeout_ms = 20000\n").unwrap();
+    let in_file = format!("in {}", file.display());
+    let config = ["--config", file.to_str().unwrap()];
+    // (flags, variables, the refusal's start)
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, String);
+    let cases: Vec<Case> = vec![
+        (
+            vec!["--broker-ack", "replicas:0"],
+            vec![],
+            "--broker-ack must be primary or replicas:N with N from 1 to 16, not \"replicas:0\""
+                .into(),
+        ),
+        (
+            vec![],
+            vec![("PLAZA_MAX_FRAME_BYTES", "lots")],
+            "PLAZA_MAX_FRAME_BYTES must be a whole number from 64 to 16777216, not \"lots\"".into(),
+        ),
+        (
+            vec![],
+            vec![("PLAZA_WEBSOCKET_COMPRESSION", "maybe")],
+            "PLAZA_WEBSOCKET_COMPRESSION must be true or false, not \"maybe\"".into(),
+        ),
+        (
+            config.to_vec(),
+            vec![],
+            format!("fsync {in_file} must be one of always, interval, off, not \"sometimes\""),
+        ),
+        // Two settings that disagree: each named as given (the file's, a default's key).
+        (
+            [&config[..], &["--fsync", "off"]].concat(),
+            vec![],
+            format!(
+                "heartbeat_interval_ms (25000) must be less than idle_timeout_ms {in_file} (20000)"
+            ),
+        ),
+        (
+            vec!["--broker-ack", "replicas:2"],
+            vec![],
+            "--broker-ack replicas:2 is for cluster mode (with redis)".into(),
+        ),
+        (
+            vec!["--data-dir", dir.path().to_str().unwrap()],
+            vec![("PLAZA_REDIS", "redis://127.0.0.1:1/")],
+            "--data-dir is for embedded mode".into(),
+        ),
+    ];
+    for (args, env, says) in cases {
+        let (code, stderr) = serve(&args, &env);
+        assert_eq!(code, Some(2), "{args:?} {env:?}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("plaza: invalid configuration: {says}")),
+            "{args:?} {env:?}: {stderr}"
+        );
+        for internal in [".rs:", "default.", "ServeArgs", "usize", "for key"] {
+            assert!(!stderr.contains(internal), "{internal:?} in {stderr}");
+        }
+    }
 }
 
 #[test]
@@ -303,9 +387,9 @@ fn a_short_api_key_stops_serve_and_a_good_one_guards_management_calls() {
         .env("PLAZA_API_KEY", "short")
         .output()
         .unwrap();
-    assert!(!out.status.success(), "exit status {:?}", out.status);
+    assert_eq!(out.status.code(), Some(2), "exit status {:?}", out.status);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("api_key is 5 bytes"), "{stderr}");
+    assert!(stderr.contains("PLAZA_API_KEY is 5 bytes"), "{stderr}");
     assert!(!stderr.contains("short"), "never echo the key: {stderr}");
 
     let p = start(&[], &[("PLAZA_API_KEY", "0123456789abcdef0123")]);
@@ -323,27 +407,28 @@ fn token_keys_that_do_not_load_stop_serve() {
             cmd.env(k, v);
         }
         let out = cmd.output().unwrap();
-        assert!(
-            !out.status.success(),
+        assert_eq!(
+            out.status.code(),
+            Some(2),
             "{args:?}: exit status {:?}",
             out.status
         );
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
     let stderr = refused(&[], &[("PLAZA_JWT_SECRET", "too-short-secret")]);
-    assert!(stderr.contains("jwt_secret has 16 bytes"), "{stderr}");
+    assert!(stderr.contains("PLAZA_JWT_SECRET has 16 bytes"), "{stderr}");
     assert!(
         !stderr.contains("too-short-secret"),
         "never echo the secret: {stderr}"
     );
     let stderr = refused(&["--jwt-public-key-file", "/nonexistent/key.pem"], &[]);
     assert!(
-        stderr.contains("jwt_public_key_file /nonexistent/key.pem"),
+        stderr.contains("--jwt-public-key-file /nonexistent/key.pem"),
         "{stderr}"
     );
     let stderr = refused(&["--demo-tokens"], &[]);
     assert!(
-        stderr.contains("demo_tokens signs with jwt_secret"),
+        stderr.contains("--demo-tokens signs with jwt_secret"),
         "{stderr}"
     );
     // With a good secret it serves (the address line first, its warnings after) and signs.
@@ -409,4 +494,109 @@ fn a_malformed_allowed_origin_stops_serve_naming_it() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("\"app.example.org/path\""), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// Everything `plaza serve` with `args` and `env` prints on stdout (a pipe,
+/// not a terminal) until its "plaza listening" line, and then it is stopped.
+fn startup_output(args: &[&str], env: &[(&str, &str)]) -> String {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plaza"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .envs(env.iter().copied())
+        .env_remove("PLAZA_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut text = String::new();
+    while !text.contains("plaza listening") {
+        let read = out.read_line(&mut text).unwrap();
+        assert_ne!(read, 0, "plaza serve ended before listening: {text}");
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    text
+}
+
+/// The line of the security and durability settings in `output`.
+fn settings_line(output: &str) -> &str {
+    output
+        .lines()
+        .find(|l| l.contains("security and durability settings"))
+        .unwrap_or_else(|| panic!("no settings line in {output}"))
+}
+
+#[test]
+fn startup_logs_are_plain_and_list_the_security_and_durability_settings() {
+    // Nothing set: colourless, the address as such, and every setting said off.
+    let output = startup_output(&[], &[]);
+    assert!(
+        !output.contains('\u{1b}'),
+        "escape codes in a pipe: {output:?}"
+    );
+    assert!(output.contains("addr=127.0.0.1:"), "{output}");
+    assert!(!output.contains("Some("), "{output}");
+    let line = settings_line(&output);
+    for says in [
+        "api_key=not set",
+        "identities=development mode",
+        "webhooks=none",
+        "storage=in memory",
+    ] {
+        assert!(line.contains(says), "{says:?} not in {line}");
+    }
+
+    // Everything set: each is named, and no secret shows.
+    let key = "startup-api-key-0123456789";
+    let jwt = "startup-jwt-secret-of-32-bytes-or-more";
+    let webhook_secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plaza.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[webhooks]]\nname = \"backend\"\nurl = \"http://hook-user:hook-pw@127.0.0.1:9/hook?token=hook-token\"\n\
+             secret = \"{webhook_secret}\"\nevents = [\"*\"]\n"
+        ),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let output = startup_output(
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--fsync",
+            "interval",
+        ],
+        &[("PLAZA_API_KEY", key), ("PLAZA_JWT_SECRET", jwt)],
+    );
+    let line = settings_line(&output);
+    for says in [
+        "api_key=set".to_owned(),
+        "identities=jwt_secret".to_owned(),
+        "webhooks=1: http://***@127.0.0.1:9/hook".to_owned(),
+        format!("storage=data_dir {}, fsync interval", data.display()),
+    ] {
+        assert!(line.contains(&says), "{says:?} not in {line}");
+    }
+    for secret in [key, jwt, webhook_secret, "hook-pw", "hook-token"] {
+        assert!(!output.contains(secret), "{secret:?} shown: {output}");
+    }
+
+    // Cluster mode: the Redis URL without its password, and broker_ack.
+    let redis = plaza_launch::RedisProcess::start(&dir.path().join("redis")).unwrap();
+    // Redis's `default` user has no password: any given is taken.
+    let url = format!("redis://default:redis-pw@127.0.0.1:{}/", redis.port());
+    let output = startup_output(&["--redis", &url], &[]);
+    let line = settings_line(&output);
+    let says = format!(
+        "storage=redis redis://***@127.0.0.1:{}/, broker_ack primary",
+        redis.port()
+    );
+    assert!(line.contains(&says), "{says:?} not in {line}");
+    assert!(!output.contains("redis-pw"), "{output}");
 }

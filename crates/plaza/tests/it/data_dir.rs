@@ -267,9 +267,9 @@ fn bad_data_dir_settings_stop_serve() {
         "{out:?}"
     );
     let out = run(&["--data-dir", d, "--redis", "redis://127.0.0.1:1/"]);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("data_dir is for embedded mode"),
+        String::from_utf8_lossy(&out.stderr).contains("--data-dir is for embedded mode"),
         "{out:?}"
     );
 }

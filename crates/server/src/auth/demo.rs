@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 
-use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
@@ -34,7 +33,7 @@ struct DemoTokenRequest {
 /// in every room, for ten minutes. Answers `{"token", "user", "expires_at"}`.
 pub(crate) async fn token(
     State(node): State<Arc<Node>>,
-    body: Result<Json<Value>, JsonRejection>,
+    body: crate::http::JsonBody,
 ) -> Result<Json<Value>, ApiError> {
     let invalid = |m: String| ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, m);
     let req: DemoTokenRequest = crate::http::json_object(body)?;

@@ -23,6 +23,7 @@ mod locks;
 mod policy;
 mod requests;
 mod resume;
+mod routes;
 mod server_api;
 mod smoke;
 mod spatial;

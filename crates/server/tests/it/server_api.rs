@@ -111,6 +111,58 @@ async fn a_server_message_reaches_members_once_per_key_as_no_member() {
     assert!(!members.to_string().contains("@server"));
 }
 
+/// A retry that another JSON library wrote again (keys re-ordered, other
+/// spacing, other escapes, `1.0` for `1`) is the same message: the first
+/// seq and `"duplicate": true`, in a publish and in each room of a
+/// broadcast; one value changed is still a conflict.
+#[tokio::test]
+async fn a_retry_rewritten_by_another_json_library_is_a_duplicate() {
+    let s = TestServer::start().await;
+    for id in ["r", "a", "b"] {
+        s.create_room(json!({"id": id})).await;
+    }
+    let first = r#"{"event": "e", "data": {"text": "café", "path": "x/y", "n": 1, "list": [1, 2.5]}, "idempotency_key": "k"}"#;
+    let rewritten = [
+        r#"{"idempotency_key":"k","data":{"list":[1,2.5],"n":1,"path":"x/y","text":"café"},"event":"e"}"#,
+        "{\n  \"event\" : \"e\",\n  \"data\" : { \"text\" : \"caf\\u00e9\", \"path\" : \"x\\/y\", \"n\" : 1.0, \"list\" : [ 1e0, 25e-1 ] },\n  \"idempotency_key\" : \"k\"\n}",
+    ];
+    let changed = r#"{"event": "e", "data": {"text": "café", "path": "x/y", "n": 2, "list": [1, 2.5]}, "idempotency_key": "k"}"#;
+
+    let (status, v) = call(&s, post(), "/v1/rooms/r/publish", &[], Some(first)).await;
+    assert_eq!((status, &v["duplicate"]), (200, &json!(false)), "{v}");
+    let seq = v["seq"].clone();
+    for body in rewritten {
+        let (status, v) = call(&s, post(), "/v1/rooms/r/publish", &[], Some(body)).await;
+        assert_eq!(status, 200, "{body}: {v}");
+        assert_eq!((&v["seq"], &v["duplicate"]), (&seq, &json!(true)), "{body}");
+    }
+    let (status, v) = call(&s, post(), "/v1/rooms/r/publish", &[], Some(changed)).await;
+    assert_eq!(
+        (status, error_code(&v)),
+        (409, "idempotency_conflict"),
+        "{v}"
+    );
+
+    let in_rooms = |body: &str| body.replacen('{', r#"{"rooms": ["a", "b"], "#, 1);
+    let (status, v) = call(&s, post(), "/v1/broadcast", &[], Some(&in_rooms(first))).await;
+    assert_eq!(status, 200, "{v}");
+    let seqs: Vec<Value> = (0..2).map(|i| v["results"][i]["seq"].clone()).collect();
+    for body in rewritten {
+        let (_, v) = call(&s, post(), "/v1/broadcast", &[], Some(&in_rooms(body))).await;
+        for (i, seq) in seqs.iter().enumerate() {
+            assert_eq!(v["results"][i]["seq"], *seq, "{body}: {v}");
+            assert_eq!(v["results"][i]["duplicate"], true, "{body}: {v}");
+        }
+    }
+    let (_, v) = call(&s, post(), "/v1/broadcast", &[], Some(&in_rooms(changed))).await;
+    for i in 0..2 {
+        assert_eq!(
+            v["results"][i]["error"]["code"], "idempotency_conflict",
+            "{v}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_channel_message_reaches_only_its_subscribers() {
     let s = TestServer::start().await;
