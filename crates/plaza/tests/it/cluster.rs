@@ -196,8 +196,10 @@ async fn a_drained_nodes_members_move_without_loss() {
     }
     p.pump_until(LIMIT, |p| p.all_acked()).await;
     for m in [&mut a, &mut b] {
-        m.pump_until(LIMIT, |m| m.received.len() == 20).await;
-        assert!(m.reconnects >= 1, "{} was moved", m.name);
+        // The draining node may still deliver all 20 before it closes the
+        // member: the move is the event awaited, not the messages.
+        m.pump_until(LIMIT, |m| m.received.len() == 20 && m.reconnects >= 1)
+            .await;
         assert_eq!(
             m.node,
             cluster.node(other).id(),
