@@ -360,6 +360,25 @@ impl Client {
         Client { ws, muted }
     }
 
+    /// Connects with a receive buffer of about `bytes` (SO_RCVBUF, set
+    /// before connecting so that the TCP window is small from the start): a
+    /// client that then stops reading holds little in its kernel, and the
+    /// server's send queue fills after fewer frames.
+    pub async fn connect_with_receive_buffer(addr: SocketAddr, bytes: u32) -> Client {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(bytes).unwrap();
+        let tcp = socket.connect(addr).await.unwrap();
+        let muted = Arc::new(AtomicBool::new(false));
+        let stream = Mutable {
+            tcp,
+            muted: muted.clone(),
+        };
+        let (ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/v1/ws"), stream)
+            .await
+            .unwrap();
+        Client { ws, muted }
+    }
+
     /// Connects offering the WebSocket subprotocols `offer` (e.g.
     /// `plaza.v1.compact`); returns the client and the one the server chose.
     pub async fn connect_offering(addr: SocketAddr, offer: &str) -> (Client, Option<String>) {
