@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plaza_bench::driver::PlazaDriver;
-use plaza_bench::{run, RunOptions, Scenario};
+use plaza_bench::{run, Check, RunOptions, Scenario};
 use plaza_broker::MemoryTicketStore;
 use plaza_server::{Node, ServerConfig};
 
@@ -101,7 +101,7 @@ async fn count_check(driver: Arc<dyn plaza_bench::driver::Driver>) -> (plaza_ben
     assert_eq!(report.acks, 60);
     assert_eq!(report.requests_ok, 12);
     assert!(report.errors.is_empty(), "{:?}", report.errors);
-    assert!(report.passed, "{:?}", report.checks);
+    assert_eq!(report.behaviour_failures(), Vec::<&Check>::new());
     // Observers timed what they received while recording.
     let latency = report
         .latency
@@ -275,7 +275,7 @@ async fn channel_publishes_count_only_subscribers_and_parallel_branches_both_run
     assert_eq!(report.deliveries_total, 68, "{report:#?}");
     assert_eq!(report.requests_ok, 8);
     assert!(report.errors.is_empty(), "{:?}", report.errors);
-    assert!(report.passed, "{:?}", report.checks);
+    assert_eq!(report.behaviour_failures(), Vec::<&Check>::new());
 }
 
 /// The idle-capacity shape in small: everyone joins and idles, then the
@@ -320,7 +320,7 @@ async fn the_leader_publishes_once_when_the_phase_starts_and_everyone_times_it()
     assert!(latency.min_ms <= latency.max_ms);
     assert!(report.server_rss_start_kib.is_some());
     assert!(report.server_rss_per_user_kib.is_some());
-    assert!(report.passed, "{:?}", report.checks);
+    assert_eq!(report.behaviour_failures(), Vec::<&Check>::new());
 }
 
 /// HTTP steps: each user creates a room over the API (201), reads it back
@@ -362,7 +362,17 @@ async fn http_steps_are_timed_and_unexpected_statuses_fail() {
         4,
         "every POST created its room"
     );
-    assert!(report.passed, "{:?}", report.checks);
+    // The scenario's limit on the calls' p95 is checked against a measured
+    // value (whether it held is the benchmark's business).
+    assert!(
+        report
+            .checks
+            .iter()
+            .any(|c| c.name == "http_p95_ms" && c.value.is_some()),
+        "{:?}",
+        report.checks
+    );
+    assert_eq!(report.behaviour_failures(), Vec::<&Check>::new());
 }
 
 /// Runs `bench/scenarios/{file}` with `set` against a fresh in-process
@@ -492,7 +502,7 @@ async fn the_transport_chat_runs_over_every_transport_and_counts_its_bytes() {
         assert_eq!(r.publishes_total, 10, "{transport}: {r:#?}");
         assert_eq!(r.deliveries_total, 10, "{transport}: {r:#?}");
         assert_eq!(r.acks, 10, "{transport}");
-        assert!(r.passed, "{transport}: {:?}", r.checks);
+        assert_eq!(r.behaviour_failures(), Vec::<&Check>::new(), "{transport}");
         // Timed at the receiver, whatever carried it.
         assert_eq!(r.latency.as_ref().map(|l| l.count), Some(10), "{transport}");
         assert!(
