@@ -5,11 +5,15 @@
 #
 #   bench/soak.sh                                  # one hour, release build
 #   BIN=target/debug/plaza MEASURE_S=60 WARMUP_S=20 SERVE_ARGS="--resume-window-ms 5000" \
-#     SOAK_SET="users_per_room=10" CHURN_SET="users=20" bench/soak.sh   # the CI version
+#     SOAK_SET="users_per_room=10" CHURN_SET="users=20" SPEED_CHECKS=report bench/soak.sh   # the CI version
 #
 # The server runs on CPU 0 and the load on CPU 1 when there are two. Writes OUT/soak and
 # OUT/churn (result.json, summary.md), OUT/rss.csv (the server's RSS every 10 s, with its allocator's live and resident KiB) and
 # OUT/serve.log, and the verdict lines in OUT/summary.txt; exits non-zero when either run failed an expectation.
+# SPEED_CHECKS=report (the CI version, a test) prints the time and rate expectations (latency_mean_ms,
+# request_mean_ms, ...: names ending in _ms or _per_s) without failing on them, since a busy machine
+# moves them; the others (loss, errors, RSS drift) still fail the run. The default, enforce, is the
+# benchmark's verdict.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +22,11 @@ PORT=${PORT:-7790}
 MEASURE_S=${MEASURE_S:-3600}
 WARMUP_S=${WARMUP_S:-180}
 OUT=${OUT:-/tmp/plaza-soak}
+SPEED_CHECKS=${SPEED_CHECKS:-enforce}
+case "$SPEED_CHECKS" in
+  enforce | report) ;;
+  *) echo "SPEED_CHECKS must be enforce or report, not $SPEED_CHECKS" >&2; exit 2 ;;
+esac
 read -r -a serve_args <<<"${SERVE_ARGS:-}"
 read -r -a soak_set <<<"${SOAK_SET:-}"
 read -r -a churn_set <<<"${CHURN_SET:-}"
@@ -52,9 +61,10 @@ wait "$churn"
 churn_status=$?
 set -e
 
-python3 - "$OUT" <<'EOF' | tee "$OUT/summary.txt"
+set +e
+python3 - "$OUT" "$SPEED_CHECKS" <<'EOF' | tee "$OUT/summary.txt"
 import json, sys
-out = sys.argv[1]
+out, speed_checks = sys.argv[1], sys.argv[2]
 r = json.load(open(f"{out}/soak/result.json"))
 series = r.get("server_rss_series", [])
 with open(f"{out}/rss.csv", "w") as f:
@@ -72,10 +82,23 @@ print(f"soak: passed={r['passed']} joined={r['joined']} publishes={r['publishes_
       f"heap_drift={'n/a' if heap is None else f'{heap * 100:.1f} %'} ({len(series)} readings)")
 print(f"churn: passed={c['passed']} joins={c['joined']} "
       f"errors={sum(c['errors'].values()) if c['errors'] else 0}")
+failed = False
 for name, rep in (("soak", r), ("churn", c)):
     for check in rep.get("checks", []):
-        if not check.get("passed", True):
+        if check.get("passed", True):
+            continue
+        speed = check["name"].endswith(("_ms", "_per_s"))
+        if speed and speed_checks == "report":
+            print(f"{name}: not judged (speed, SPEED_CHECKS=report) {check}")
+        else:
             print(f"{name}: FAILED {check}")
+            failed = True
+sys.exit(1 if failed else 0)
 EOF
+checks_status=${PIPESTATUS[0]}
+set -e
 echo "details: $OUT/soak/summary.md, $OUT/churn/summary.md, $OUT/rss.csv"
-[ "$soak_status" -eq 0 ] && [ "$churn_status" -eq 0 ]
+# plaza bench run exits 1 when an expectation failed (judged above) and 2 when the run itself
+# failed (no server, a bad scenario): that always fails.
+judged() { [ "$1" -eq 0 ] || { [ "$1" -eq 1 ] && [ "$SPEED_CHECKS" = report ]; }; }
+[ "$checks_status" -eq 0 ] && judged "$soak_status" && judged "$churn_status"

@@ -132,7 +132,7 @@ function mirror(room: string): Mirror | undefined {
 }
 
 /** Polls `f` until it returns something other than undefined (or fails after `ms`). */
-async function until<T>(f: () => T | undefined, ms = 5000): Promise<T> {
+async function until<T>(f: () => T | undefined, ms = 12_000): Promise<T> {
   const end = Date.now() + ms;
   for (;;) {
     const v = f();

@@ -47,7 +47,7 @@ pub mod transport;
 pub mod wsclient;
 
 pub use raw::RawRun;
-pub use report::Report;
+pub use report::{Check, Report};
 pub use runner::{run, run_raw, Progress, ProgressFn, RunError, RunOptions, Shard};
 pub use scenario::{Scenario, ScenarioError, Step};
 pub use schedule::Schedule;

@@ -66,6 +66,15 @@ pub struct Check {
     pub passed: bool,
 }
 
+impl Check {
+    /// Whether this check limits a time or a rate (a latency, a throughput):
+    /// what a busy machine moves. A benchmark judges those; a test of
+    /// behaviour looks only at the others ([`Report::behaviour_failures`]).
+    pub fn is_speed(&self) -> bool {
+        self.name.ends_with("_ms") || self.name.ends_with("_per_s")
+    }
+}
+
 /// The result of a run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -301,6 +310,15 @@ fn drift(
 }
 
 impl Report {
+    /// The expectations that failed, other than speed ([`Check::is_speed`]):
+    /// counts, ratios, errors, bytes, memory.
+    pub fn behaviour_failures(&self) -> Vec<&Check> {
+        self.checks
+            .iter()
+            .filter(|c| !c.passed && !c.is_speed())
+            .collect()
+    }
+
     /// Builds the report of `scenario` from a run's counts.
     pub fn build(scenario: &Scenario, i: &RawRun) -> Report {
         let c = &i.counts;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plaza_bench::driver::PlazaDriver;
-use plaza_bench::{run, Report, RunOptions, Scenario};
+use plaza_bench::{run, Check, Report, RunOptions, Scenario};
 use plaza_broker::MemoryTicketStore;
 use plaza_server::{Node, ServerConfig, WebhookTarget};
 
@@ -86,14 +86,23 @@ async fn every_answered_api_publish_reaches_every_member() {
         e2e.count <= report.deliveries,
         "observers time what they get"
     );
-    assert!(
-        report.api_publishes_per_s > 50.0,
-        "{}",
-        report.api_publishes_per_s
+    // The rate and the p99s are measured and checked against the scenario's
+    // limits (their verdict is the benchmark's, not this test's).
+    let measured: Vec<&str> = report
+        .checks
+        .iter()
+        .filter(|c| c.is_speed() && c.value.is_some())
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        measured,
+        ["latency_p99_ms", "http_p99_ms", "api_publishes_per_s"],
+        "{:?}",
+        report.checks
     );
     assert!(report.webhook_latency.is_none() && report.webhooks_expected_total == 0);
     assert!(report.server_cpu_percent.is_some());
-    assert!(report.passed, "{:#?}", report.checks);
+    assert_eq!(report.behaviour_failures(), Vec::<&Check>::new());
     let md = report.markdown();
     assert!(md.contains("server-API publishes accepted/s"), "{md}");
 }
@@ -178,7 +187,7 @@ async fn every_publish_on_an_enabled_channel_reaches_the_webhook_receiver_once()
         "{:?}",
         report.server_webhook_metrics
     );
-    assert!(report.passed, "{:#?}", report.checks);
+    assert_eq!(report.behaviour_failures(), Vec::<&Check>::new());
     let md = report.markdown();
     assert!(md.contains("webhooks received/s"), "{md}");
     assert!(md.contains("server plaza_webhook_*"), "{md}");

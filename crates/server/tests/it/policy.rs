@@ -107,17 +107,13 @@ async fn time_bound_flushes_without_anything_else_happening() {
     let batch = ann.recv_type("batch").await;
     let held = before.elapsed();
     assert_eq!(seqs(batch["events"].as_array().unwrap()), [s1, s2]);
-    // Held for the bound: not sooner (less a millisecond clock's rounding),
-    // and not much later (a 2-core debug build under a full test run can
-    // be late by a second or two; a timer that never fired would be late
-    // by the 10 s of recv_type).
+    // Held for the bound: not sooner (less a millisecond clock's rounding).
+    // That the timer fired at all is the batch's arrival; how late a busy
+    // machine makes it is no behaviour (issue 44), and a timer that never
+    // fired fails recv_type.
     assert!(
         held >= std::time::Duration::from_millis(995),
         "flushed after {held:?}, before its 1 s"
-    );
-    assert!(
-        held < std::time::Duration::from_millis(3_000),
-        "flushed after {held:?}, long past its 1 s"
     );
 }
 
