@@ -20,7 +20,7 @@ fi
 # (crates/plaza/tests/it/chaos.rs) cut and slow links between network namespaces with ip and
 # iptables, as root.
 missing=()
-for prog in redis-server nginx haproxy tsung curl iptables ip; do
+for prog in redis-server nginx haproxy tsung curl openssl iptables ip; do
   if ! PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" command -v "$prog" >/dev/null; then
     missing+=("$prog")
   fi
@@ -39,12 +39,12 @@ if ((${#missing[@]})); then
     sudo=(sudo)
   else
     echo "missing ${missing[*]}, and not root without sudo: install the Debian packages" \
-      "redis-server nginx haproxy tsung curl iptables chromium, then run this again" >&2
+      "redis-server nginx haproxy tsung curl openssl iptables chromium, then run this again" >&2
     exit 1
   fi
   ${sudo[@]+"${sudo[@]}"} apt-get update
   ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends redis-server nginx haproxy tsung curl iptables iproute2 chromium
+    apt-get install -y --no-install-recommends redis-server nginx haproxy tsung curl openssl iptables iproute2 chromium
 fi
 
 # The workspace's debug build needs about 3 GB (target/); say what there is, so that a full
