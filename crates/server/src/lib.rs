@@ -17,6 +17,8 @@ mod cluster;
 pub mod config;
 mod connection;
 mod directory;
+#[cfg(test)]
+mod golden;
 mod http;
 pub mod listener;
 pub mod metrics;

@@ -13,7 +13,7 @@
 
 pub(crate) mod record;
 mod replica;
-mod snapshot;
+pub(crate) mod snapshot;
 mod webhook_sweep;
 
 pub(crate) use replica::{spawn_replica, ReplicaSetup};

@@ -11,7 +11,7 @@ pub(crate) mod command;
 mod compact_key;
 pub(crate) mod embedded;
 mod flush;
-mod hooks;
+pub(crate) mod hooks;
 pub(crate) mod info;
 pub(crate) mod machine;
 pub(crate) mod sink;
