@@ -1024,8 +1024,9 @@ fn golden_webhook_bodies_are_what_this_build_writes() {
     }
 }
 
-/// Every file in the directory belongs to a case: a renamed or stray vector
-/// is noticed rather than silently left untested.
+/// Every file in the directory belongs to a case (here, or in the broker's
+/// tests for `redis-*`): a renamed or stray vector is noticed rather than
+/// silently left untested.
 #[test]
 fn golden_directory_holds_only_tested_vectors() {
     let mut known: BTreeSet<String> = ["README.md", ".gitattributes"].map(String::from).into();
@@ -1044,6 +1045,8 @@ fn golden_directory_holds_only_tested_vectors() {
                 .to_string_lossy()
                 .into_owned()
         })
+        // The broker's own vectors, which its tests check (redis/golden.rs).
+        .filter(|f| !f.starts_with("redis-"))
         .collect();
     assert_eq!(present, known);
 }

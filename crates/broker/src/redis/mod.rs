@@ -67,6 +67,8 @@ mod connect;
 mod endpoint;
 mod errors;
 mod failover;
+#[cfg(test)]
+mod golden;
 mod heartbeat;
 mod keys;
 mod scripts;

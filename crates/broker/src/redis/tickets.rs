@@ -16,7 +16,7 @@ fn broker_error(e: ClusterError) -> RoomError {
     RoomError::new(ErrorCode::BrokerUnavailable, e.to_string())
 }
 
-fn encode(grant: &TicketGrant) -> String {
+pub(super) fn encode(grant: &TicketGrant) -> String {
     serde_json::json!({
         "room": grant.room,
         "name": grant.name,
@@ -25,7 +25,7 @@ fn encode(grant: &TicketGrant) -> String {
     .to_string()
 }
 
-fn decode(json: &[u8]) -> Option<TicketGrant> {
+pub(super) fn decode(json: &[u8]) -> Option<TicketGrant> {
     let v: serde_json::Value = serde_json::from_slice(json).ok()?;
     let field = |name: &str| v.get(name)?.as_str().map(str::to_owned);
     Some(TicketGrant {
