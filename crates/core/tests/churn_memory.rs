@@ -2,7 +2,7 @@
 //! kept for its resume window, so the room holds a steady number of them; its
 //! memory must stay where that number puts it, however many have come and
 //! gone. (A hash table of members doubled ~9,000 joins in, its tombstones
-//! having used up its free slots: a step in the soak's RSS, docs/benchmarks.md.)
+//! having used up its free slots: a step in the soak's RSS, docs/benchmarks-history.md.)
 //!
 //! Its own test binary: the allocator that counts live bytes is global.
 

@@ -272,7 +272,7 @@ impl Default for ServerConfig {
             // Counted from the event. The reference relay's 2 ms counts from
             // when its writer task runs, and from its last write while frames
             // keep coming: its frames wait longer than Plaza's at 2 ms (3.0
-            // against 2.5 ms mean at 500 members, docs/benchmarks.md). At 3 ms
+            // against 2.5 ms mean at 500 members, docs/benchmarks-history.md). At 3 ms
             // Plaza writes less often than the relay, and its mean latency is
             // at or below the relay's from 500 to 1,500 members.
             write_coalesce_ms: 3,

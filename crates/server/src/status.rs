@@ -124,7 +124,7 @@ impl Status {
 /// Why not count in the exporter's counter as well: some of these count
 /// every write of every connection, and the exporter's counter is two more
 /// atomic read-modify-writes per count (its value and its generation),
-/// about 1 % of a busy server (docs/benchmarks.md, issue 19).
+/// about 1 % of a busy server (docs/benchmarks-history.md, issue 19).
 pub(crate) struct TeeCounter {
     exported: Counter,
     total: AtomicU64,

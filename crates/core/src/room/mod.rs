@@ -78,7 +78,7 @@ pub struct Room<S> {
     /// follows the members held. A hash table with members joining and leaving
     /// all the time (each kept for its resume window) fills with tombstones
     /// and, once they use up its free slots, doubles although the count stays
-    /// the same: RSS stepped up ~20 minutes into a soak (docs/benchmarks.md).
+    /// the same: RSS stepped up ~20 minutes into a soak (docs/benchmarks-history.md).
     members: BTreeMap<String, Member<S>>,
     /// Resume token to session, a B-tree for the same reason.
     tokens: BTreeMap<Box<str>, Box<str>>,
