@@ -128,7 +128,7 @@ async fn count_check(driver: Arc<dyn plaza_bench::driver::Driver>) -> (plaza_ben
     assert!((0.08..30.0).contains(&ws), "{ws} s");
     assert_eq!(report.http_duration_s, None);
     // The rooms exist, with their members still in them.
-    let rooms = node.list_rooms().await.unwrap();
+    let rooms = node.list_rooms().await.unwrap().rooms;
     assert_eq!(rooms.len(), 2);
     (report, node.status().bytes_out)
 }
@@ -358,7 +358,7 @@ async fn http_steps_are_timed_and_unexpected_statuses_fail() {
     assert_eq!(report.errors.get("http: status 404 Not Found"), Some(&4));
     assert_eq!(report.http_rt.as_ref().map(|l| l.count), Some(8));
     assert_eq!(
-        node.list_rooms().await.unwrap().len(),
+        node.list_rooms().await.unwrap().rooms.len(),
         4,
         "every POST created its room"
     );

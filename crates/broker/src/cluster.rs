@@ -86,6 +86,15 @@ impl From<ClusterError> for RoomError {
     }
 }
 
+/// What [`Cluster::list_reachable_rooms`] could read.
+#[derive(Debug, Clone, Default)]
+pub struct RoomListing {
+    /// Rooms with their metadata, in no particular order.
+    pub rooms: Vec<(String, Bytes)>,
+    /// False when some rooms could not be read (they are left out).
+    pub complete: bool,
+}
+
 /// The shared side of cluster mode. Implementations: [`crate::MemoryCluster`]
 /// (nodes in one process, for tests) and the Redis one.
 #[async_trait]
@@ -107,6 +116,17 @@ pub trait Cluster: Send + Sync + 'static {
 
     /// Every room with its metadata, in no particular order.
     async fn list_rooms(&self) -> Result<Vec<(String, Bytes)>, ClusterError>;
+
+    /// The rooms that can be read now, and whether that is all of them: on
+    /// a Redis Cluster, rooms (or parts of the registry) on a shard without
+    /// a primary are left out rather than failing the whole listing. Other
+    /// brokers list every room, or fail.
+    async fn list_reachable_rooms(&self) -> Result<RoomListing, ClusterError> {
+        Ok(RoomListing {
+            rooms: self.list_rooms().await?,
+            complete: true,
+        })
+    }
 
     /// Removes a room with its log and snapshot. False if there was none.
     async fn delete_room(&self, id: &str) -> Result<bool, ClusterError>;

@@ -24,7 +24,7 @@ pub use self::redis::{
 };
 pub use cluster::{
     AppendFuture, Cluster, ClusterError, LogEntry, LogListener, LogNotice, LogPosition,
-    SnapshotFormat, NODE_HEARTBEAT_MS, NODE_TTL_MS,
+    RoomListing, SnapshotFormat, NODE_HEARTBEAT_MS, NODE_TTL_MS,
 };
 pub use disk::{store_counts, store_size, DiskBroker, Fsync, LOCK_FILE, STORE_FILE};
 pub use ids::{is_resume_token, new_epoch, new_resume_token, new_session_id, new_ticket_token};

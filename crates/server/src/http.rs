@@ -383,7 +383,12 @@ async fn metrics(State(node): State<Arc<Node>>) -> Response {
 }
 
 async fn list_rooms(State(node): State<Arc<Node>>) -> ApiResult<Response> {
-    Ok(Json(json!({"rooms": node.list_rooms().await?})).into_response())
+    let list = node.list_rooms().await?;
+    let mut body = json!({"rooms": list.rooms});
+    if !list.complete {
+        body["incomplete"] = json!(true);
+    }
+    Ok(Json(body).into_response())
 }
 
 async fn create_room(

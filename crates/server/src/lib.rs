@@ -33,7 +33,7 @@ mod transport;
 pub mod webhooks;
 
 pub use config::ServerConfig;
-pub use directory::{CreateRoom, InitialEntity, RoomOptions, RoomSummary, SpaceOptions};
+pub use directory::{CreateRoom, InitialEntity, RoomList, RoomOptions, RoomSummary, SpaceOptions};
 pub use node::Node;
 pub use status::{ErrorTotals, LatencySummary, Status};
 pub use webhooks::{WebhookEvent, WebhookKind, WebhookTarget, Webhooks};

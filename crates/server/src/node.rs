@@ -11,7 +11,7 @@ use plaza_protocol::CloseCode;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::directory::{CreateRoom, RoomDirectory, RoomSummary};
+use crate::directory::{CreateRoom, RoomDirectory, RoomList, RoomSummary};
 use crate::metrics::NodeMetrics;
 use crate::outbox::ConnectionControl;
 use crate::room::{Intent, RoomCommand, RoomHandle};
@@ -357,7 +357,10 @@ impl Node {
     /// Every room, ordered by id. In cluster mode, `members` is exact for
     /// rooms this node hosts; for the others it is the count their hosts
     /// recorded last (a moment old).
-    pub async fn list_rooms(&self) -> Result<Vec<RoomSummary>, RoomError> {
+    ///
+    /// On a Redis Cluster with a shard that has no primary, the rooms that
+    /// cannot be read are left out and [`RoomList::complete`] is false.
+    pub async fn list_rooms(&self) -> Result<RoomList, RoomError> {
         self.rooms.list().await
     }
 

@@ -103,6 +103,53 @@ impl Cluster for RedisBroker {
             .collect())
     }
 
+    async fn list_reachable_rooms(&self) -> Result<crate::RoomListing, ClusterError> {
+        self.check_member()?;
+        if !self.on_cluster() {
+            let rooms = self.list_rooms().await?;
+            return Ok(crate::RoomListing {
+                rooms,
+                complete: true,
+            });
+        }
+        let parts = self.room_id_parts().await;
+        let mut complete = true;
+        let mut ids = Vec::new();
+        let mut first_error = None;
+        for part in parts {
+            match part {
+                Ok(part) => ids.extend(part),
+                Err(e) => {
+                    complete = false;
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if ids.is_empty() {
+            if let Some(e) = first_error {
+                // Nothing could be read: that is an outage, not a listing.
+                return Err(e);
+            }
+        }
+        let gets = ids.iter().map(|id| {
+            let mut get = ::redis::cmd("HGET");
+            get.arg(self.keys.room(id)).arg("meta");
+            get
+        });
+        let metas: Vec<Result<Option<Vec<u8>>, ClusterError>> =
+            self.query_each_settled(gets.collect()).await;
+        let mut rooms = Vec::with_capacity(ids.len());
+        for (id, meta) in ids.into_iter().zip(metas) {
+            match meta {
+                Ok(Some(meta)) => rooms.push((id, Bytes::from(meta))),
+                // Deleted between the two reads.
+                Ok(None) => {}
+                Err(_) => complete = false,
+            }
+        }
+        Ok(crate::RoomListing { rooms, complete })
+    }
+
     async fn set_room_members(&self, id: &str, members: u64, at: u64) -> Result<(), ClusterError> {
         self.check_member()?;
         let mut call = SET_ROOM_MEMBERS.prepare_invoke();

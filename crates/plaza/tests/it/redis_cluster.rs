@@ -385,3 +385,82 @@ async fn one_shards_failover_leaves_the_other_shards_rooms_serving() {
         assert_exactly_once(&[&t.member, &r]);
     }
 }
+
+/// The registry set listing `room` (the broker's layout on a Redis Cluster:
+/// 16 sets, picked by FNV-1a of the id).
+fn registry_part_slot(room: &str) -> u16 {
+    let hash = room.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    slot_of(format!("plaza:rooms:{{{}}}", hash % 16))
+}
+
+/// `GET /v1/rooms` while one shard has no primary (killed, its replica
+/// paused so that none takes over): the rooms that can be read are listed
+/// and the answer says `"incomplete": true`, rather than the whole listing
+/// failing with the shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_room_list_during_a_shard_outage_names_what_it_could_read() {
+    let (mut cluster, _dir) = start_on_redis_cluster("rc-listing", 1, &[], 3);
+    let redis = cluster.redis_cluster().unwrap();
+    let shards: Vec<std::ops::RangeInclusive<u16>> =
+        (0..3).map(|i| redis.initial_slots(i).unwrap()).collect();
+    let on = |shard: usize, room: &str| shards[shard].contains(&room_slot(room));
+    let healthy_part = |room: &str| !shards[0].contains(&registry_part_slot(room));
+    let stuck = (0..)
+        .map(|n| format!("stuck{n}"))
+        .find(|r| on(0, r))
+        .unwrap();
+    let healthy: Vec<String> = (0..)
+        .map(|n| format!("fine{n}"))
+        .filter(|r| !on(0, r) && healthy_part(r))
+        .take(3)
+        .collect();
+    let url = cluster.node(0).url();
+    let mut members = Vec::new();
+    for room in std::iter::once(&stuck).chain(&healthy) {
+        members.push(Member::join(&ws_url(&url, room), room, "m").await);
+    }
+    let list = || async {
+        let response = reqwest::get(format!("{url}/v1/rooms")).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let body: serde_json::Value = response.json().await.unwrap();
+        let ids: BTreeSet<String> = body["rooms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_owned())
+            .collect();
+        (ids, body["incomplete"].clone())
+    };
+    let (ids, incomplete) = list().await;
+    assert!(ids.contains(&stuck), "{ids:?}");
+    assert!(healthy.iter().all(|r| ids.contains(r)), "{ids:?}");
+    assert_eq!(
+        incomplete,
+        serde_json::Value::Null,
+        "a full listing has no flag"
+    );
+
+    let redis = cluster.redis_cluster_mut().unwrap();
+    let primary = redis.primary_of(room_slot(&stuck)).unwrap();
+    let replicas = redis.replicas_of(primary).unwrap();
+    for &r in &replicas {
+        redis.pause(r).unwrap();
+    }
+    let i = redis
+        .servers()
+        .iter()
+        .position(|s| s.addr() == primary)
+        .unwrap();
+    redis.servers_mut()[i].kill().unwrap();
+
+    let (ids, incomplete) = list().await;
+    assert_eq!(incomplete, json!(true));
+    assert!(!ids.contains(&stuck), "{ids:?}");
+    assert!(healthy.iter().all(|r| ids.contains(r)), "{ids:?}");
+    let redis = cluster.redis_cluster_mut().unwrap();
+    for &r in &replicas {
+        redis.resume(r).unwrap();
+    }
+}

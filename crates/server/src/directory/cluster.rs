@@ -11,6 +11,7 @@ use plaza_core::{Room, RoomError};
 use plaza_protocol::ErrorCode;
 
 use super::spec::{no_room, room_exists, CreateRoom, NewRoom, RoomSummary};
+use super::RoomList;
 use crate::clock::now_ms;
 use crate::cluster::{self, Hosting, ReplicaSetup};
 use crate::metrics::{ErrorCounter, NodeMetrics};
@@ -131,8 +132,14 @@ impl ClusterRooms {
     /// Every room, ordered by id. `members` is exact for rooms this node
     /// hosts; for the others it is the count their hosts recorded last (a
     /// moment old).
-    pub(crate) async fn list(&self) -> Result<Vec<RoomSummary>, RoomError> {
-        let rooms = self.cluster.list_rooms().await?;
+    ///
+    /// On a Redis Cluster with a shard that has no primary, the rooms it
+    /// holds are left out and `complete` is false (see
+    /// [`plaza_broker::Cluster::list_reachable_rooms`]).
+    pub(crate) async fn list(&self) -> Result<RoomList, RoomError> {
+        let listing = self.cluster.list_reachable_rooms().await?;
+        let complete = listing.complete;
+        let rooms = listing.rooms;
         let ids: Vec<String> = rooms.iter().map(|(id, _)| id.clone()).collect();
         let recorded = self.cluster.room_members(&ids).await?;
         let mut v: Vec<RoomSummary> = rooms
@@ -145,7 +152,7 @@ impl ClusterRooms {
             })
             .collect();
         v.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(v)
+        Ok(RoomList { rooms: v, complete })
     }
 
     pub(crate) async fn summary(&self, id: &str) -> Result<Option<RoomSummary>, RoomError> {

@@ -21,6 +21,17 @@ use crate::room::RoomHandle;
 use crate::webhooks::Webhooks;
 use crate::ServerConfig;
 
+/// The rooms a listing found.
+#[derive(Debug, Clone)]
+pub struct RoomList {
+    /// Ordered by id.
+    pub rooms: Vec<RoomSummary>,
+    /// False when some rooms could not be read and are missing (a Redis
+    /// Cluster shard without a primary); `GET /v1/rooms` then says
+    /// `"incomplete": true`.
+    pub complete: bool,
+}
+
 /// The rooms of this node, in embedded or cluster mode.
 pub(crate) enum RoomDirectory {
     /// Embedded mode: every room is a task of this process.
@@ -79,10 +90,14 @@ impl RoomDirectory {
         }
     }
 
-    /// Every room, ordered by id.
-    pub(crate) async fn list(&self) -> Result<Vec<RoomSummary>, RoomError> {
+    /// Every room, ordered by id (every room that can be read now: see
+    /// [`RoomList::complete`]).
+    pub(crate) async fn list(&self) -> Result<RoomList, RoomError> {
         match self {
-            RoomDirectory::Local(d) => Ok(d.list()),
+            RoomDirectory::Local(d) => Ok(RoomList {
+                rooms: d.list(),
+                complete: true,
+            }),
             RoomDirectory::Cluster(d) => d.list().await,
         }
     }
