@@ -4,7 +4,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -13,26 +12,13 @@ import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vites
 import { WebSocket } from 'ws';
 import { PlazaClient, type RoomHandle, type RoomMessage as MessageEvent } from '../src/index.js';
 import { PlazaServer, signWebhook } from '../src/server.js';
-import { next, uniqueRoom } from './helpers.js';
+import { freePort, next, uniqueRoom } from './helpers.js';
 import { startPlaza, type PlazaProcess } from './plaza-process.js';
 
 const example = fileURLToPath(new URL('../../../examples/backend/server.mjs', import.meta.url));
 const API_KEY = 'example-backend-test-key-0123456789';
 const JWT_SECRET = 'example-backend-jwt-secret-of-at-least-32-bytes';
 const WEBHOOK_SECRET = `whsec_${randomBytes(32).toString('base64')}`;
-
-/** A port free now (the example must be named in plaza's configuration before it starts). */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const addr = s.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 let dir: string;
 let dataDir: string;

@@ -4,27 +4,14 @@
 // (the room, the welcome printed by join.mjs, the mirror) must come out.
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect, it, onTestFinished } from 'vitest';
+import { freePort } from './helpers.js';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 const readme = join(root, 'examples/backend/README.md');
-
-/** A port free now. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const addr = s.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** The bodies of the README's fenced `sh` blocks, in order. */
 function shBlocks(markdown: string): string[] {

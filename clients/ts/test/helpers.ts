@@ -1,5 +1,6 @@
 // Shared helpers: clients wired to the test server, unique rooms, awaiting events.
 import { randomUUID } from 'node:crypto';
+import { createServer } from 'node:net';
 import { inject, onTestFinished } from 'vitest';
 import { WebSocket } from 'ws';
 import { PlazaClient, type PlazaClientOptions, type RoomEvents, type RoomHandle } from '../src/index.js';
@@ -77,6 +78,19 @@ export function replicaUntil(room: RoomHandle, pred: () => boolean): Promise<voi
         off();
         resolve();
       }
+    });
+  });
+}
+
+/** A loopback port free now (for a process that must be told its port before it starts). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const addr = s.address();
+      const port = typeof addr === 'object' && addr ? addr.port : 0;
+      s.close(() => resolve(port));
     });
   });
 }

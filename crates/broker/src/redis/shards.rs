@@ -450,11 +450,21 @@ impl Shards {
                 .map(|addr| self.route_to(addr, pipe, 0, count)),
         )
         .await;
-        replies.into_iter().next().unwrap_or_else(|| {
-            Err(RedisError::from((
+        // A primary that did not take it would answer NOSCRIPT later: fail.
+        let mut first = None;
+        for reply in replies {
+            match reply {
+                Err(e) => return Err(e),
+                Ok(values) => {
+                    first.get_or_insert(values);
+                }
+            }
+        }
+        first.ok_or_else(|| {
+            RedisError::from((
                 ::redis::ErrorKind::ClusterConnectionNotFound,
                 "no primary known",
-            )))
+            ))
         })
     }
 
